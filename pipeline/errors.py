@@ -1,0 +1,125 @@
+"""One error hierarchy for the whole farm.
+
+Every error carries a stable ``code`` (a client can match on it), a human message, and whether
+retrying could help. Input problems are ``ValueError`` subclasses, model and runtime problems
+``RuntimeError`` subclasses, so code that only knows the builtin families still does the right thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TTSFarmError(Exception):
+    """Base of every error the farm raises on purpose."""
+
+    code: str = "INTERNAL_ERROR"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, code: str | None = None, **detail: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "retryable": self.retryable}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TTSFarmError:
+        """Rebuild an error from its wire form, as the most specific class that owns its code."""
+        code = str(data.get("code") or "INTERNAL_ERROR")
+        message = str(data.get("message") or code)
+        return error_class_for(code)(message, code=code)
+
+
+class InputError(TTSFarmError, ValueError):
+    """The request itself is wrong; retrying it unchanged will fail the same way."""
+
+    code = "BAD_INPUT"
+
+
+class ModelError(TTSFarmError, RuntimeError):
+    """A model file is missing, corrupt, or its runtime could not start."""
+
+    code = "MODEL_LOAD_FAILED"
+
+
+class TransientError(TTSFarmError, RuntimeError):
+    """A backend (Redis, object storage, accelerator) failed in a way that may pass."""
+
+    code = "BACKEND_UNAVAILABLE"
+    retryable = True
+
+
+class OverloadedError(TTSFarmError, RuntimeError):
+    """The farm sheds this request on purpose: a backlog limit was reached."""
+
+    code = "OVERLOADED"
+    retryable = True
+
+
+class JobError(TTSFarmError, RuntimeError):
+    """A job ended badly on a worker; ``code`` is the worker's code."""
+
+    code = "JOB_FAILED"
+
+
+class JobNotFoundError(TTSFarmError, LookupError):
+    code = "JOB_NOT_FOUND"
+
+
+class JobTimeoutError(TTSFarmError, TimeoutError):
+    code = "JOB_TIMEOUT"
+    retryable = True
+
+
+# Stable input codes. Clients match on these strings; never rename one.
+EMPTY_TEXT = "EMPTY_TEXT"
+TEXT_TOO_LONG = "TEXT_TOO_LONG"
+INVALID_UTF8 = "INVALID_UTF8"
+CONTROL_CHARACTERS = "CONTROL_CHARACTERS"
+NOTHING_TO_SPEAK = "NOTHING_TO_SPEAK"
+UNKNOWN_VOICE = "UNKNOWN_VOICE"
+UNSUPPORTED_LANGUAGE = "UNSUPPORTED_LANGUAGE"
+UNSUPPORTED_FORMAT = "UNSUPPORTED_FORMAT"
+UNSUPPORTED_SAMPLE_RATE = "UNSUPPORTED_SAMPLE_RATE"
+BAD_OPTION = "BAD_OPTION"
+MALFORMED_JOB = "MALFORMED_JOB"
+# Stable model codes.
+MODEL_MISSING = "MODEL_MISSING"
+MODEL_CORRUPT = "MODEL_CORRUPT"
+MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
+
+_CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
+    **{
+        c: InputError
+        for c in (
+            "BAD_INPUT",
+            EMPTY_TEXT,
+            TEXT_TOO_LONG,
+            INVALID_UTF8,
+            CONTROL_CHARACTERS,
+            NOTHING_TO_SPEAK,
+            UNKNOWN_VOICE,
+            UNSUPPORTED_LANGUAGE,
+            UNSUPPORTED_FORMAT,
+            UNSUPPORTED_SAMPLE_RATE,
+            BAD_OPTION,
+            MALFORMED_JOB,
+        )
+    },
+    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED)},
+    TransientError.code: TransientError,
+    OverloadedError.code: OverloadedError,
+    JobNotFoundError.code: JobNotFoundError,
+    JobTimeoutError.code: JobTimeoutError,
+}
+
+
+def error_class_for(code: str) -> type[TTSFarmError]:
+    return _CLASS_BY_CODE.get(code, JobError)

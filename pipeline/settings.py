@@ -1,0 +1,238 @@
+"""Typed settings, loaded once by an entry point and passed down.
+
+``load_settings()`` reads ``configs/settings.toml`` and ``configs/voices.toml`` (or the folder named by
+``config_dir``) and applies ``TTSFARM_<SECTION>_<KEY>`` overrides from the mapping it is given. Library
+code takes a ``Settings`` (or one of its parts) as an argument and never reads the environment itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import BAD_OPTION, InputError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass(frozen=True)
+class FrontendSettings:
+    max_text_chars: int = 200_000
+    max_segment_chars: int = 220
+    max_segment_chars_zh: int = 60
+    first_segment_chars: int = 60
+    first_segment_chars_zh: int = 16
+    sentence_pause_s: float = 0.30
+    phrase_pause_s: float = 0.12
+    paragraph_pause_s: float = 0.60
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    device: str = "auto"
+    cpu_fallback: bool = True
+    intra_op_threads: int = 0
+    inter_op_threads: int = 1
+    graph_optimization: str = "all"
+    cpu_mem_arena: bool = True
+    allow_spinning: bool = True
+    cuda_device_id: int = 0
+    cuda_mem_limit_mb: int = 4096
+    cuda_arena_extend_strategy: str = "kSameAsRequested"
+    warmup: bool = True
+    model_cache_dir: str = "~/.cache/ttsfarm"
+    precision: str = "auto"
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.model_cache_dir).expanduser()
+
+
+@dataclass(frozen=True)
+class QualityGateSettings:
+    max_logmel_l1_db: float = 2.5
+    max_length_mismatch: float = 0.0
+    require_batch_solo_identical: bool = True
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "ttsfarm"
+    socket_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    bucket_edges_s: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0)
+    window_ms: int = 200
+    max_batch_cpu: int = 1
+    max_batch_cuda: int = 8
+    tolerance: float = 0.15
+    tolerance_max: float = 0.60
+    bulk_aging_ms: int = 3000
+    interactive_streak: int = 4
+    chunk_ms: int = 500
+    results_maxlen: int = 4000
+    job_ttl_s: int = 86400
+    inference_threads: int = 1
+    max_deliveries: int = 5
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    backend: str = "auto"
+    local_dir: str = "./out/storage"
+    prefix: str = "ttsfarm"
+    s3_bucket: str = ""
+    s3_endpoint_url: str = ""
+    s3_region: str = "us-east-1"
+    multipart_threshold_mb: int = 8
+    multipart_chunk_mb: int = 8
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    name: str = ""
+    metrics_port: int = 0
+
+
+@dataclass(frozen=True)
+class VoiceSpec:
+    """One catalogue entry. ``options`` holds the engine's own keys (vocab, style, routes, ...)."""
+
+    name: str
+    engine: str
+    languages: tuple[str, ...]
+    model: str = ""
+    precision: str = "fp32"
+    max_batch: int = 1
+    sample_rate: int = 0
+    license: str = ""
+    defaults: Mapping[str, float] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    voices: Mapping[str, VoiceSpec]
+    default_voice: str
+
+    def get(self, name: str | None) -> VoiceSpec:
+        from pipeline.errors import UNKNOWN_VOICE
+
+        key = name or self.default_voice
+        try:
+            return self.voices[key]
+        except KeyError:
+            known = ", ".join(sorted(self.voices))
+            raise InputError(f"unknown voice {key!r}; known voices: {known}", code=UNKNOWN_VOICE) from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    frontend: FrontendSettings = field(default_factory=FrontendSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    quality_gate: QualityGateSettings = field(default_factory=QualityGateSettings)
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    catalogue: Catalogue = field(default_factory=lambda: Catalogue({}, "default"))
+
+    def replace(self, **sections: Any) -> Settings:
+        """A copy with some fields of some sections changed: ``s.replace(redis={"url": u})``."""
+        changed = {name: dataclasses.replace(getattr(self, name), **values) for name, values in sections.items()}
+        return dataclasses.replace(self, **changed)
+
+
+_SECTIONS: dict[str, type] = {
+    "frontend": FrontendSettings,
+    "runtime": RuntimeSettings,
+    "quality_gate": QualityGateSettings,
+    "redis": RedisSettings,
+    "queue": QueueSettings,
+    "storage": StorageSettings,
+    "worker": WorkerSettings,
+}
+_VOICE_KEYS = {f.name for f in dataclasses.fields(VoiceSpec)} - {"name", "options"}
+
+
+def _coerce(section: str, key: str, value: Any, target: Any) -> Any:
+    """Convert a TOML or environment value to the type of the field's default."""
+    if isinstance(value, str) and not isinstance(target, str):
+        try:
+            value = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            raise InputError(f"setting {section}.{key}: cannot read {value!r}", code=BAD_OPTION) from None
+    if isinstance(target, bool):
+        if not isinstance(value, bool):
+            raise InputError(f"setting {section}.{key} must be true or false", code=BAD_OPTION)
+        return value
+    if isinstance(target, tuple):
+        return tuple(float(v) for v in value)
+    if isinstance(target, float) and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, type(target)):
+        raise InputError(f"setting {section}.{key} must be {type(target).__name__}", code=BAD_OPTION)
+    return value
+
+
+def _build_section(name: str, cls: type, data: Mapping[str, Any]) -> Any:
+    defaults = cls()
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise InputError(f"unknown setting(s) in [{name}]: {', '.join(sorted(unknown))}", code=BAD_OPTION)
+    return cls(**{k: _coerce(name, k, v, getattr(defaults, k)) for k, v in data.items()})
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for var, value in env.items():
+        if not var.startswith("TTSFARM_"):
+            continue
+        rest = var[len("TTSFARM_") :].lower()
+        for section in sorted(_SECTIONS, key=len, reverse=True):
+            if rest.startswith(section + "_"):
+                out.setdefault(section, {})[rest[len(section) + 1 :]] = value
+                break
+    return out
+
+
+def parse_catalogue(data: Mapping[str, Any]) -> Catalogue:
+    voices: dict[str, VoiceSpec] = {}
+    for name, entry in dict(data.get("voices", {})).items():
+        entry = dict(entry)
+        core = {k: entry.pop(k) for k in list(entry) if k in _VOICE_KEYS}
+        core["languages"] = tuple(core.get("languages", ()))
+        core["defaults"] = dict(core.get("defaults", {}))
+        voices[name] = VoiceSpec(name=name, options=entry, **core)
+    default = str(data.get("default_voice", next(iter(voices), "")))
+    return Catalogue(voices=voices, default_voice=default)
+
+
+def load_settings(
+    config_dir: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read the settings files and apply ``TTSFARM_*`` overrides from ``env``.
+
+    The entry point passes ``os.environ``; ``TTSFARM_CONFIG_DIR`` in it names another configs folder.
+    """
+    env = env or {}
+    folder = Path(config_dir or env.get("TTSFARM_CONFIG_DIR") or CONFIG_DIR)
+    raw: dict[str, Any] = {}
+    settings_file = folder / "settings.toml"
+    if settings_file.exists():
+        raw = tomllib.loads(settings_file.read_text(encoding="utf-8"))
+    for section, values in _env_overrides(env).items():
+        raw.setdefault(section, {}).update(values)
+    sections = {name: _build_section(name, cls, raw.get(name, {})) for name, cls in _SECTIONS.items()}
+    voices_file = folder / "voices.toml"
+    catalogue = parse_catalogue(tomllib.loads(voices_file.read_text(encoding="utf-8"))) if voices_file.exists() else Catalogue({}, "")
+    return Settings(catalogue=catalogue, **sections)
