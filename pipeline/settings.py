@@ -93,6 +93,9 @@ class StorageSettings:
     s3_region: str = "us-east-1"
     multipart_threshold_mb: int = 8
     multipart_chunk_mb: int = 8
+    s3_connect_timeout_s: float = 5.0
+    s3_read_timeout_s: float = 60.0
+    s3_max_attempts: int = 3
 
 
 @dataclass(frozen=True)

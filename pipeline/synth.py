@@ -1,0 +1,89 @@
+"""Whole-text synthesis, in-process: what `ttsfarm say` runs, and the per-segment steps the farm shares.
+
+The farm's workers and this module cut text the same way (``plan``) and finish each segment the same
+way (``finish_segment``), so a streamed job and an offline `say` of the same text give the same audio.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.settings import Settings
+from pipeline.text.segment import Segment, Segmenter
+from pipeline.voices.bank import VoiceBank, output_rate, route
+from pipeline.voices.base import Phonemized, SynthesisOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlannedSegment:
+    segment: Segment
+    voice: str  # the concrete voice that speaks this segment's language
+
+
+def plan(text: bytes | str, voice: str | None, settings: Settings) -> list[PlannedSegment]:
+    """Segments of ``text`` and the concrete voice of each; every input error is raised here."""
+    segments = Segmenter(settings.frontend).split(text)
+    return [PlannedSegment(seg, route(settings.catalogue, voice, seg.lang).name) for seg in segments]
+
+
+def finish_segment(audio: np.ndarray, voice_rate: int, out_rate: int, pause_s: float) -> np.ndarray:
+    """A segment's model audio at the output rate, followed by its pause."""
+    from pipeline.audio import resample
+
+    out = resample(audio, voice_rate, out_rate) if voice_rate != out_rate else audio
+    pause = np.zeros(int(round(pause_s * out_rate)), dtype=np.float32)
+    return np.concatenate([out.astype(np.float32, copy=False), pause])
+
+
+@dataclass
+class Rendered:
+    audio: np.ndarray
+    sample_rate: int
+    segments: list[tuple[PlannedSegment, Phonemized]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+class Synthesizer:
+    """Text in, audio out, in this process. Segments of one voice run in batches of its max size."""
+
+    def __init__(self, settings: Settings, bank: VoiceBank | None = None) -> None:
+        self.settings = settings
+        self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
+
+    def phonemize(self, text: bytes | str, voice: str | None = None) -> list[tuple[PlannedSegment, Phonemized]]:
+        return [(p, self.bank.get(p.voice, load=False).phonemize(p.segment.text, p.segment.lang)) for p in plan(text, voice, self.settings)]
+
+    def synthesize(self, text: bytes | str, voice: str | None = None, opts: SynthesisOptions | None = None) -> Rendered:
+        opts = opts or SynthesisOptions()
+        start = time.perf_counter()
+        rate = output_rate(self.settings.catalogue, voice)
+        items = self.phonemize(text, voice)
+        t_front = time.perf_counter()
+        pieces: list[np.ndarray] = [np.zeros(0, np.float32)] * len(items)
+        by_voice: dict[str, list[int]] = {}
+        for i, (p, _) in enumerate(items):
+            by_voice.setdefault(p.voice, []).append(i)
+        for name, indexes in by_voice.items():
+            v = self.bank.get(name)
+            for batch in _chunks(indexes, v.max_batch):
+                outs = v.synthesize_batch([items[i][1].ids for i in batch], opts)
+                for i, audio in zip(batch, outs):
+                    pieces[i] = finish_segment(audio, v.sample_rate, rate, items[i][0].segment.pause_after_s)
+        end = time.perf_counter()
+        audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+        return Rendered(audio, rate, items, {"frontend_s": t_front - start, "inference_s": end - t_front, "total_s": end - start})
+
+
+def _chunks(seq: Sequence[int], size: int) -> list[list[int]]:
+    return [list(seq[i : i + size]) for i in range(0, len(seq), max(1, size))]

@@ -1,0 +1,239 @@
+"""Text -> ordered segments, each one language run short enough for one model call.
+
+Paragraphs, then sentences, then language runs (Chinese and English), then phrases at commas and
+pauses, packed greedily up to the configured length. The first segment is only the first phrase, so
+streaming can start while the rest is being made. Numbers and symbols are read by the language of the
+run they belong to.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Literal
+
+from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_LANGUAGE, InputError
+from pipeline.settings import FrontendSettings
+from pipeline.text.clean import clean_text
+
+Break = Literal["paragraph", "sentence", "phrase", "none", "end"]
+
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3007]")
+_LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
+_SENTENCE_END = re.compile(r"(?<=[。！？!?；;…])|(?<=\.)(?=\s|$)")
+_ABBREVIATION = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|St|vs|etc|e\.g|i\.e|No|Jr|Sr)|\b[A-Z])\.$")
+_PHRASE_END = re.compile(r"(?<=[，、：—])|(?<=[,:])(?!\d)")
+_UNITS = {"km", "m", "cm", "mm", "kg", "g", "mg", "ml", "l", "L", "h", "min", "s", "ms", "GB", "MB", "KB", "TB",
+          "Hz", "kHz", "MHz", "GHz", "mAh", "W", "kW", "V", "C", "F", "mph", "kmh"}
+_KEEP_SYMBOLS = set("°℃℉")
+SEC_PER_CHAR = {"en": 0.068, "zh": 0.24}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One unit of synthesis: normalized text of one language, and the silence that follows it."""
+
+    index: int
+    text: str
+    lang: str
+    pause_after_s: float
+    est_seconds: float
+    brk: Break = "end"
+
+
+def _kind(ch: str) -> str:
+    if _HAN.match(ch):
+        return "zh"
+    if _LATIN.match(ch):
+        return "en"
+    if ch.isalpha():
+        return "other"
+    return "neutral"
+
+
+def _stretches(sentence: str) -> list[list[str]]:
+    """Maximal runs of one character kind: [[kind, text], ...]."""
+    out: list[list[str]] = []
+    for ch in sentence:
+        if unicodedata.category(ch) in ("So", "Sk", "Co", "Cs", "Cn") and ch not in _KEEP_SYMBOLS:
+            ch = " "  # emoji and pictographs are not read
+        kind = _kind(ch)
+        if out and out[-1][0] == kind:
+            out[-1][1] += ch
+        else:
+            out.append([kind, ch])
+    return out
+
+
+def _is_unit(stretches: list[list[str]], i: int) -> bool:
+    """A Latin unit (5km, 25°C) glued to a number reads in the language around the number."""
+    kind, text = stretches[i]
+    if kind != "en" or text not in _UNITS or i == 0:
+        return False
+    prev = stretches[i - 1][1]
+    return bool(prev) and (prev[-1].isdigit() or prev[-1] == "°")
+
+
+def language_runs(sentence: str, default_lang: str) -> list[tuple[str, str]]:
+    """Split one sentence into (lang, text) runs; digits and punctuation join the run they touch."""
+    st = _stretches(sentence)
+    for i in range(len(st)):
+        if _is_unit(st, i):
+            st[i][0] = "neutral"
+    lettered = [k for k, _ in st if k != "neutral"]
+    if not lettered:
+        text = "".join(t for _, t in st)
+        return [(default_lang, text)] if any(c.isdigit() for c in text) else []
+    for i, (kind, text) in enumerate(st):
+        if kind != "neutral":
+            continue
+        prev = next((st[j][0] for j in range(i - 1, -1, -1) if st[j][0] != "neutral"), None)
+        nxt = next((st[j][0] for j in range(i + 1, len(st)) if st[j][0] != "neutral"), None)
+        if nxt == "zh" and not text[-1].isspace() and i + 1 < len(st) and st[i + 1][0] in ("zh", "neutral"):
+            st[i][0] = "zh"
+        elif prev == "zh" and not text[0].isspace():
+            st[i][0] = "zh"
+        else:
+            st[i][0] = prev or nxt or default_lang
+    runs: list[tuple[str, str]] = []
+    for kind, text in st:
+        if runs and runs[-1][0] == kind:
+            runs[-1] = (kind, runs[-1][1] + text)
+        else:
+            runs.append((kind, text))
+    return [(k, t.strip()) for k, t in runs if t.strip()]
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    parts = [p for p in _SENTENCE_END.split(paragraph) if p]
+    out: list[str] = []
+    for part in parts:
+        if out and _ABBREVIATION.search(out[-1].rstrip()):
+            out[-1] += part
+        else:
+            out.append(part)
+    return [s.strip() for s in out if s.strip()]
+
+
+def _normalize(lang: str, text: str) -> str:
+    if lang == "zh":
+        from pipeline.text.zh import normalize_zh
+
+        return normalize_zh(text)
+    if lang == "en":
+        from pipeline.text.en import normalize_en
+
+        return normalize_en(text)
+    raise InputError(f"cannot read {text!r}: only Chinese and English text is supported", code=UNSUPPORTED_LANGUAGE)
+
+
+def _length(lang: str, text: str) -> int:
+    return len(_HAN.findall(text)) if lang == "zh" else len(text)
+
+
+def _speakable(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
+
+
+def _hard_cut(lang: str, phrase: str, limit: int) -> list[str]:
+    """Split a phrase longer than ``limit``: at spaces for English, by characters for Chinese."""
+    if lang == "zh":
+        pieces, cur, n = [], "", 0
+        for ch in phrase:
+            cur += ch
+            n += 1 if _HAN.match(ch) else 0
+            if n >= limit:
+                pieces.append(cur)
+                cur, n = "", 0
+        return pieces + ([cur] if cur.strip() else [])
+    pieces, cur = [], ""
+    for word in phrase.split(" "):
+        if cur and len(cur) + 1 + len(word) > limit:
+            pieces.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    return pieces + ([cur] if cur else [])
+
+
+class Segmenter:
+    """Turns cleaned text into ``Segment``s using the frontend settings."""
+
+    def __init__(self, settings: FrontendSettings) -> None:
+        self.s = settings
+
+    def _limits(self, lang: str) -> tuple[int, int]:
+        if lang == "zh":
+            return self.s.max_segment_chars_zh, self.s.first_segment_chars_zh
+        return self.s.max_segment_chars, self.s.first_segment_chars
+
+    def _pause(self, brk: Break) -> float:
+        return {"paragraph": self.s.paragraph_pause_s, "sentence": self.s.sentence_pause_s,
+                "phrase": self.s.phrase_pause_s}.get(brk, 0.0)
+
+    def split(self, raw: bytes | str) -> list[Segment]:
+        text = clean_text(raw, max_chars=self.s.max_text_chars)
+        default_lang = "zh" if len(_HAN.findall(text)) > len(_LATIN.findall(text)) / 4 else "en"
+        pieces: list[tuple[str, str, Break]] = []  # (lang, phrase, break after it)
+        for paragraph in re.split(r"\n\s*\n", text):
+            sentences = split_sentences(paragraph.replace("\n", " "))
+            for si, sentence in enumerate(sentences):
+                runs = language_runs(sentence, default_lang)
+                for ri, (lang, run) in enumerate(runs):
+                    normalized = _normalize(lang, run)
+                    phrases = [p.strip() for p in _PHRASE_END.split(normalized) if p.strip()]
+                    for pi, phrase in enumerate(phrases):
+                        last_phrase = pi == len(phrases) - 1
+                        if not last_phrase:
+                            brk: Break = "phrase"
+                        elif ri < len(runs) - 1:
+                            brk = "phrase" if phrase[-1] in "，、,:：;；—" else "none"
+                        else:
+                            brk = "sentence" if si < len(sentences) - 1 else "paragraph"
+                        pieces.append((lang, phrase, brk))
+        pieces = [p for p in pieces if _speakable(p[1])]
+        if not pieces:
+            raise InputError("text has nothing to speak (only punctuation, symbols or emoji)", code=NOTHING_TO_SPEAK)
+        return self._pack(pieces)
+
+    def _pack(self, pieces: list[tuple[str, str, Break]]) -> list[Segment]:
+        segments: list[Segment] = []
+        cur_lang, cur_text, cur_brk = "", "", "none"
+
+        def flush() -> None:
+            nonlocal cur_text
+            if cur_text:
+                segments.append(self._segment(len(segments), cur_lang, cur_text, cur_brk))
+            cur_text = ""
+
+        for lang, phrase, brk in pieces:
+            limit, first = self._limits(lang)
+            if _length(lang, phrase) > limit:
+                flush()
+                for part in _hard_cut(lang, phrase, limit):
+                    cur_lang, cur_text, cur_brk = lang, part, "none"
+                    flush()
+                cur_brk = brk
+                if segments:
+                    segments[-1] = self._segment(segments[-1].index, lang, segments[-1].text, brk)
+                continue
+            joined = f"{cur_text} {phrase}" if cur_text and lang == "en" else cur_text + phrase
+            fits = cur_lang == lang and _length(lang, joined) <= (first if not segments else limit)
+            if cur_text and not fits:
+                flush()
+                joined = phrase
+            cur_lang, cur_text, cur_brk = lang, joined, brk
+            if not segments and cur_text:
+                flush()  # the first phrase alone: a short first segment starts streaming early
+            elif brk == "paragraph" or (brk == "sentence" and _length(lang, cur_text) >= limit * 0.75):
+                flush()
+        flush()
+        last = segments[-1]
+        segments[-1] = Segment(last.index, last.text, last.lang, 0.0, last.est_seconds - last.pause_after_s, "end")
+        return segments
+
+    def _segment(self, index: int, lang: str, text: str, brk: Break) -> Segment:
+        pause = self._pause(brk)
+        est = _length(lang, text) * SEC_PER_CHAR.get(lang, 0.07) + pause
+        return Segment(index=index, text=text, lang=lang, pause_after_s=pause, est_seconds=round(est, 3), brk=brk)

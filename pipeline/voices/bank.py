@@ -1,0 +1,109 @@
+"""The voices of one process: routing a language run to a voice, loading each voice once, warm-up."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, InputError
+from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
+from pipeline.voices.base import SynthesisOptions, Voice
+from pipeline.voices.runtime import SessionFactory
+
+log = logging.getLogger(__name__)
+
+WARMUP_TEXT = {"en": "Warming up the voice.", "zh": "你好，世界。"}
+
+
+def route(catalogue: Catalogue, voice: str | None, lang: str) -> VoiceSpec:
+    """The concrete voice that speaks ``lang`` for a request naming ``voice`` (a voice or a blend)."""
+    spec = catalogue.get(voice)
+    if spec.engine == "blend":
+        routes = dict(spec.options.get("routes", {}))
+        if lang not in routes:
+            raise InputError(f"voice {spec.name} has no route for language {lang!r}", code=UNSUPPORTED_LANGUAGE)
+        spec = catalogue.get(str(routes[lang]))
+    if lang not in spec.languages:
+        speaks = ", ".join(spec.languages)
+        raise InputError(f"voice {spec.name} speaks {speaks}, not {lang!r}", code=UNSUPPORTED_LANGUAGE)
+    return spec
+
+
+def output_rate(catalogue: Catalogue, voice: str | None) -> int:
+    """The sample rate a request for ``voice`` comes out at (a blend resamples its parts to it)."""
+    spec = catalogue.get(voice)
+    if spec.sample_rate <= 0:
+        raise InputError(f"voice {spec.name} has no sample_rate in the catalogue", code=UNKNOWN_VOICE)
+    return spec.sample_rate
+
+
+def _build(spec: VoiceSpec, factory: SessionFactory) -> Voice:
+    if spec.engine == "piper":
+        from pipeline.voices.piper import PiperVoice
+
+        return PiperVoice(spec, factory)
+    if spec.engine == "kokoro":
+        from pipeline.voices.kokoro import KokoroVoice
+
+        return KokoroVoice(spec, factory)
+    raise InputError(f"voice {spec.name}: engine {spec.engine!r} cannot synthesize by itself", code=UNKNOWN_VOICE)
+
+
+class VoiceBank:
+    """Loads each concrete voice once per process (thread-safe) and warms it up before first use."""
+
+    def __init__(
+        self,
+        catalogue: Catalogue,
+        runtime: RuntimeSettings,
+        *,
+        builder: Callable[[VoiceSpec, SessionFactory], Voice] = _build,
+    ) -> None:
+        self.catalogue = catalogue
+        self.runtime = runtime
+        self.factory = SessionFactory(runtime)
+        self._builder = builder
+        self._voices: dict[str, Voice] = {}
+        self._lock = threading.Lock()
+
+    def route(self, voice: str | None, lang: str) -> VoiceSpec:
+        return route(self.catalogue, voice, lang)
+
+    def output_rate(self, voice: str | None) -> int:
+        return output_rate(self.catalogue, voice)
+
+    def get(self, name: str, *, load: bool = True) -> Voice:
+        """The voice named ``name``; with ``load`` its session is created and warmed up too."""
+        with self._lock:
+            voice = self._voices.get(name)
+            if voice is None:
+                voice = self._builder(self.catalogue.get(name), self.factory)
+                self._voices[name] = voice
+        if load and getattr(voice, "_session", True) is None:
+            with self._lock:
+                self._load(voice)
+        return voice
+
+    def _load(self, voice: Voice) -> None:
+        if getattr(voice, "_session", True) is not None:
+            return
+        voice.load()  # type: ignore[attr-defined]
+        if self.runtime.warmup:
+            start = time.perf_counter()
+            lang = voice.languages[0]
+            ids = voice.phonemize(WARMUP_TEXT.get(lang, WARMUP_TEXT["en"]), lang).ids
+            voice.synthesize_batch([ids] * min(2, voice.max_batch), SynthesisOptions.noiseless())
+            log.info("voice %s warmed up in %.2f s", voice.name, time.perf_counter() - start)
+
+    def concrete_names(self) -> list[str]:
+        return [name for name, spec in self.catalogue.voices.items() if spec.engine != "blend"]
+
+    def load_all(self) -> None:
+        for name in self.concrete_names():
+            self.get(name)
+
+    def loaded(self) -> dict[str, Voice]:
+        with self._lock:
+            return dict(self._voices)

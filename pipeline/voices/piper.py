@@ -1,0 +1,114 @@
+"""Piper VITS voices: dynamic batch axis, each item cut at its own frame count."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_LANGUAGE, InputError
+from pipeline.settings import RuntimeSettings, VoiceSpec
+from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
+from pipeline.voices.piper_graph import FRAME_LENGTHS, int8_paths, prepare_piper_graph
+from pipeline.voices.runtime import SessionFactory, SessionInfo, resolve_resource
+
+log = logging.getLogger(__name__)
+
+
+def choose_model(prepared: Path, spec: VoiceSpec, runtime: RuntimeSettings) -> tuple[Path, str]:
+    """INT8 when the catalogue asks for it and the model passed its quality gate; FP32 otherwise."""
+    wanted = spec.precision if runtime.precision == "auto" else runtime.precision
+    if wanted != "int8":
+        return prepared, "fp32"
+    model, report = int8_paths(prepared)
+    if not model.is_file() or not report.is_file():
+        log.info("voice %s: no INT8 model yet (run `ttsfarm quantize %s`); serving FP32", spec.name, spec.name)
+        return prepared, "fp32"
+    verdict = json.loads(report.read_text())
+    if not verdict.get("passed"):
+        log.warning("voice %s: INT8 model failed its quality gate (%s); serving FP32", spec.name, verdict.get("reason"))
+        return prepared, "fp32"
+    return model, "int8"
+
+
+class PiperVoice:
+    """A Piper voice from the catalogue. Thread-safe: the session may be run from several threads."""
+
+    def __init__(self, spec: VoiceSpec, factory: SessionFactory, *, precision: str | None = None) -> None:
+        self.name = spec.name
+        self.languages = spec.languages
+        self.max_batch = max(1, spec.max_batch)
+        config = json.loads(resolve_resource(str(spec.options["config"])).read_text(encoding="utf-8"))
+        self.sample_rate = int(config["audio"]["sample_rate"])
+        self.espeak_voice = str(config.get("espeak", {}).get("voice", "en-us"))
+        self.id_map: dict[str, list[int]] = config["phoneme_id_map"]
+        inference = config.get("inference", {})
+        self.defaults = {
+            "noise_scale": float(spec.defaults.get("noise_scale", inference.get("noise_scale", 0.667))),
+            "noise_w": float(spec.defaults.get("noise_w", inference.get("noise_w", 0.8))),
+            "length_scale": float(inference.get("length_scale", 1.0)),
+        }
+        prepared = prepare_piper_graph(resolve_resource(spec.model), factory.settings.cache_dir)
+        self.hop = prepared.hop
+        runtime = factory.settings
+        self.model, self.precision = choose_model(prepared.path, spec, runtime if precision is None else _with(runtime, precision))
+        self._factory = factory
+        self._session: Any = None
+        self.info: SessionInfo | None = None
+        from pipeline.text.en import EnglishPhonemizer
+
+        self._phonemizer = EnglishPhonemizer()
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            self.load()
+        return self._session
+
+    def load(self) -> None:
+        """Create the inference session (phonemizing needs none)."""
+        if self._session is None:
+            self._session, self.info = self._factory.create(self.model)
+
+    def phonemize(self, text: str, lang: str) -> Phonemized:
+        if lang not in self.languages:
+            raise InputError(f"voice {self.name} does not speak {lang!r}", code=UNSUPPORTED_LANGUAGE)
+        phonemes = self._phonemizer.phonemize(text, self.espeak_voice)
+        ids = self._phonemizer.to_ids(phonemes, self.id_map)
+        if len(ids) <= 2 or not any(p.isalpha() for p in phonemes):
+            raise InputError(f"nothing to speak in {text!r}", code=NOTHING_TO_SPEAK)
+        return Phonemized(ids=tuple(ids), phonemes="".join(phonemes))
+
+    def scales(self, opts: SynthesisOptions) -> np.ndarray:
+        noise = self.defaults["noise_scale"] if opts.noise_scale is None else opts.noise_scale
+        noise_w = self.defaults["noise_w"] if opts.noise_w is None else opts.noise_w
+        return np.array([noise, self.defaults["length_scale"] / opts.speed, noise_w], dtype=np.float32)
+
+    def feeds(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, pad_to: int | None = None) -> dict[str, Any]:
+        """The padded input tensors of one batch (pad id 0, as Piper pads)."""
+        lengths = np.array([len(ids) for ids in batch], dtype=np.int64)
+        width = max(int(lengths.max()), pad_to or 0)
+        ids = np.zeros((len(batch), width), dtype=np.int64)
+        for row, item in enumerate(batch):
+            ids[row, : len(item)] = item
+        return {"input": ids, "input_lengths": lengths, "scales": self.scales(opts)}
+
+    def split_outputs(self, audio: np.ndarray, frames: np.ndarray) -> list[np.ndarray]:
+        audio = audio.reshape(audio.shape[0], -1)
+        return [np.ascontiguousarray(audio[row, : int(n) * self.hop], dtype=np.float32) for row, n in enumerate(frames)]
+
+    def synthesize_batch(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]:
+        if not batch:
+            return []
+        audio, frames = self.session.run(["output", FRAME_LENGTHS], self.feeds(batch, opts))
+        return self.split_outputs(audio, frames)
+
+
+def _with(runtime: RuntimeSettings, precision: str) -> RuntimeSettings:
+    import dataclasses
+
+    return dataclasses.replace(runtime, precision=precision)

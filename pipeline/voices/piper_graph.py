@@ -1,0 +1,96 @@
+"""Prepares a Piper VITS graph for exact batched inference.
+
+A padded batch makes the decoder produce ``max(frames) * hop`` samples for every item, and the tail of
+a shorter item holds noise, not silence. The model itself knows each item's true frame count: the
+``Cast(Clip(ReduceSum(Ceil(durations))))`` that feeds the attention mask. We expose that tensor as an
+extra output, ``frame_lengths``, so each item is cut at ``frames * hop`` samples: the same length it
+gets alone, never guessed from silence. The prepared copy is written once to the model cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import MODEL_CORRUPT, ModelError
+from pipeline.voices.runtime import sha256_file
+
+log = logging.getLogger(__name__)
+
+FRAME_LENGTHS = "frame_lengths"
+
+
+@dataclass(frozen=True)
+class PreparedGraph:
+    path: Path
+    hop: int
+    source_sha256: str
+
+
+def _find_frame_lengths(graph) -> str:  # type: ignore[no-untyped-def]
+    producer = {out: node for node in graph.node for out in node.output}
+    for node in graph.node:
+        if node.op_type != "Cast":
+            continue
+        chain = []
+        cur = node
+        for _ in range(3):
+            cur = producer.get(cur.input[0]) if cur.input else None
+            if cur is None:
+                break
+            chain.append(cur.op_type)
+        if chain == ["Clip", "ReduceSum", "Ceil"]:
+            return str(node.output[0])
+    raise ModelError("not a Piper VITS graph: no frame-length tensor (Ceil -> ReduceSum -> Clip -> Cast)", code=MODEL_CORRUPT)
+
+
+def _hop_length(graph) -> int:  # type: ignore[no-untyped-def]
+    import onnx
+
+    hop = 1
+    for node in graph.node:
+        if node.op_type == "ConvTranspose":
+            for attr in node.attribute:
+                if attr.name == "strides":
+                    hop *= int(onnx.helper.get_attribute_value(attr)[0])
+    if hop <= 1:
+        raise ModelError("not a Piper VITS graph: no upsampling decoder found", code=MODEL_CORRUPT)
+    return hop
+
+
+def prepare_piper_graph(source: Path, cache_dir: Path) -> PreparedGraph:
+    """Return the cached graph with ``frame_lengths`` exposed, building it on first use."""
+    digest = sha256_file(source)
+    out = cache_dir / "models" / f"{digest[:16]}-{source.stem}.lengths.onnx"
+    meta = out.with_suffix(".json")
+    if out.is_file() and meta.is_file():
+        info = json.loads(meta.read_text())
+        return PreparedGraph(path=out, hop=int(info["hop"]), source_sha256=digest)
+    import onnx
+
+    start = time.perf_counter()
+    try:
+        model = onnx.load(str(source))
+    except Exception as exc:
+        raise ModelError(f"cannot read ONNX file {source.name}: {exc}", code=MODEL_CORRUPT) from exc
+    name = _find_frame_lengths(model.graph)
+    hop = _hop_length(model.graph)
+    if FRAME_LENGTHS not in {o.name for o in model.graph.output}:
+        model.graph.node.append(onnx.helper.make_node("Identity", [name], [FRAME_LENGTHS], name="ttsfarm_frame_lengths"))
+        model.graph.output.append(onnx.helper.make_tensor_value_info(FRAME_LENGTHS, onnx.TensorProto.INT64, ["batch"]))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{time.monotonic_ns()}")
+    onnx.save(model, str(tmp))
+    tmp.replace(out)
+    meta.write_text(json.dumps({"hop": hop, "source": str(source), "source_sha256": digest, "frames_tensor": name}))
+    log.info("prepared %s (hop %d) in %.1f s", out.name, hop, time.perf_counter() - start)
+    return PreparedGraph(path=out, hop=hop, source_sha256=digest)
+
+
+def int8_paths(prepared: Path) -> tuple[Path, Path]:
+    """Where ``ttsfarm quantize`` writes the INT8 model of a prepared graph, and its quality report."""
+    base = prepared.with_name(prepared.name.replace(".lengths.onnx", ".int8.onnx"))
+    return base, base.with_suffix(".json")

@@ -1,0 +1,142 @@
+"""Builds every onnxruntime session of the process, with providers and threads from settings.
+
+This is the only module that creates an ``InferenceSession``: CUDA when configured and present (with the
+device arena capped), CPU otherwise, and a clear ``ModelError`` when a model file is missing or corrupt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, ModelError
+from pipeline.settings import RuntimeSettings
+
+log = logging.getLogger(__name__)
+
+_OPT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What was built, for logs and metrics."""
+
+    model: Path
+    providers: tuple[str, ...]
+    create_s: float
+
+
+def resolve_resource(ref: str) -> Path:
+    """``pkg:package/path/in/it`` or a filesystem path -> an existing file path."""
+    if ref.startswith("pkg:"):
+        package, _, inner = ref[4:].partition("/")
+        try:
+            path = Path(str(resources.files(package).joinpath(inner)))
+        except ModuleNotFoundError:
+            raise ModelError(f"package {package!r} holding {inner!r} is not installed", code=MODEL_MISSING) from None
+    else:
+        path = Path(ref).expanduser()
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}", code=MODEL_MISSING)
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def assemble_parts(parts_ref: str, sha_ref: str, cache_dir: Path, name: str) -> Path:
+    """Join a model split over several packages (``parts:pkg/file,pkg/file``) once, checked by sha256."""
+    expected = resolve_resource(sha_ref).read_text().split()[0].strip()
+    out = cache_dir / "models" / f"{expected[:16]}-{name}"
+    if out.is_file() and out.stat().st_size > 0:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{time.monotonic_ns()}")
+    h = hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for ref in parts_ref[len("parts:") :].split(","):
+            with open(resolve_resource("pkg:" + ref.strip()), "rb") as part:
+                for block in iter(lambda: part.read(1 << 20), b""):
+                    h.update(block)
+                    f.write(block)
+    if h.hexdigest() != expected:
+        tmp.unlink(missing_ok=True)
+        raise ModelError(f"model parts of {name} do not match their sha256; reinstall the model packages", code=MODEL_CORRUPT)
+    tmp.replace(out)
+    return out
+
+
+class SessionFactory:
+    """One per process. ``create`` returns a warm-able session and records how long it took."""
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self.settings = settings
+        self.fell_back_to_cpu = False
+
+    def providers(self) -> list[Any]:
+        import onnxruntime as ort
+
+        s = self.settings
+        available = ort.get_available_providers()
+        wants_cuda = s.device in ("cuda", "auto")
+        if wants_cuda and "CUDAExecutionProvider" in available:
+            cuda = {
+                "device_id": s.cuda_device_id,
+                "gpu_mem_limit": s.cuda_mem_limit_mb * 1024 * 1024,
+                "arena_extend_strategy": s.cuda_arena_extend_strategy,
+                "cudnn_conv_algo_search": "HEURISTIC",
+                "do_copy_in_default_stream": True,
+            }
+            return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+        if s.device == "cuda":
+            if not s.cpu_fallback:
+                raise ModelError("device = cuda but onnxruntime has no CUDA provider here", code="DEVICE_UNAVAILABLE")
+            log.warning("CUDA asked for but not available (%s); serving on CPU", ", ".join(available))
+            self.fell_back_to_cpu = True
+        return ["CPUExecutionProvider"]
+
+    def session_options(self) -> Any:
+        import onnxruntime as ort
+
+        s = self.settings
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = max(0, s.intra_op_threads)
+        opts.inter_op_num_threads = max(0, s.inter_op_threads)
+        opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS.get(s.graph_optimization, "ORT_ENABLE_ALL"))
+        opts.enable_cpu_mem_arena = s.cpu_mem_arena
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if s.allow_spinning else "0")
+        opts.log_severity_level = 3
+        return opts
+
+    def create(self, model: Path) -> tuple[Any, SessionInfo]:
+        import onnxruntime as ort
+
+        if not model.is_file():
+            raise ModelError(f"model file not found: {model}", code=MODEL_MISSING)
+        providers = self.providers()
+        start = time.perf_counter()
+        try:
+            session = ort.InferenceSession(str(model), sess_options=self.session_options(), providers=providers)
+        except Exception as exc:  # onnxruntime raises several unrelated classes for a bad file
+            text = str(exc)
+            if "CUDA" in text and self.settings.cpu_fallback and providers[0] != "CPUExecutionProvider":
+                log.warning("CUDA session failed (%s); falling back to CPU", text.splitlines()[0])
+                self.fell_back_to_cpu = True
+                session = ort.InferenceSession(str(model), sess_options=self.session_options(), providers=["CPUExecutionProvider"])
+            else:
+                corrupt = any(k in text for k in ("INVALID_PROTOBUF", "Protobuf parsing failed", "INVALID_GRAPH", "ModelProto"))
+                code = MODEL_CORRUPT if corrupt else MODEL_LOAD_FAILED
+                raise ModelError(f"cannot load model {model.name}: {text.splitlines()[0] if text else exc!r}", code=code) from exc
+        info = SessionInfo(model=model, providers=tuple(session.get_providers()), create_s=time.perf_counter() - start)
+        log.info("session for %s on %s in %.2f s", model.name, info.providers[0], info.create_s)
+        return session, info

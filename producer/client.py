@@ -1,0 +1,169 @@
+"""The synchronous SDK: submit text, stream its audio as it is made, wait for the stored result."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError
+from pipeline.settings import Settings, load_settings
+from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.reader import ResultsReader
+from producer.status import decode_status, result_from_status
+from producer.submit import prepare_submission
+
+log = logging.getLogger(__name__)
+
+
+class Client:
+    """``Client.from_url("redis://:password@host:6379/0")``; ``rediss://`` for TLS."""
+
+    def __init__(self, connection: redis.Redis, settings: Settings) -> None:
+        self.redis = connection
+        self.settings = settings
+        self.keys = Keys(settings.redis.key_prefix)
+        self._groups_ready = False
+
+    @classmethod
+    def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Client:
+        settings = settings or load_settings()
+        url = url or settings.redis.url
+        redis_kwargs.setdefault("socket_timeout", settings.redis.socket_timeout_s)
+        redis_kwargs.setdefault("health_check_interval", 30)
+        return cls(redis.Redis.from_url(url, **redis_kwargs), settings)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ensure_groups(self) -> None:
+        if self._groups_ready:
+            return
+        for stream in self.keys.queues(len(self.settings.queue.bucket_edges_s) + 1):
+            try:
+                self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+        self._groups_ready = True
+
+    def submit(self, text: bytes | str, **request: Any) -> Job:
+        """Segment ``text`` and queue its segments. Keywords: voice, format, sample_rate, lane,
+        options ({"speed", "noise_scale", "noise_w"}), deadline_s. Bad input raises ``InputError``."""
+        sub = prepare_submission(self.settings, text, **request)
+        try:
+            self.ensure_groups()
+            ttl = self.settings.queue.job_ttl_s
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self.keys.status(sub.job_id), mapping=sub.status)
+                pipe.expire(self.keys.status(sub.job_id), ttl)
+                for seg, stream in zip(sub.segments, sub.streams):
+                    pipe.xadd(stream, seg.to_fields())
+                pipe.execute()
+        except redis.ConnectionError as exc:
+            raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
+        log.debug("job %s: %d segment(s) queued", sub.job_id, sub.total)
+        return Job(self, sub.job_id, sub.total)
+
+    def job(self, job_id: str) -> Job:
+        """A handle on an existing job (to stream or wait from another process)."""
+        status = self.redis.hgetall(self.keys.status(job_id))
+        if not status:
+            raise JobNotFoundError(f"no job {job_id!r} (unknown or expired)")
+        return Job(self, job_id, int(decode_status(status)["total"]))
+
+
+class Job:
+    def __init__(self, client: Client, job_id: str, total: int) -> None:
+        self.client = client
+        self.id = job_id
+        self.total = total
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r}, segments={self.total})"
+
+    def status(self) -> dict[str, Any]:
+        raw = self.client.redis.hgetall(self.client.keys.status(self.id))
+        if not raw:
+            raise JobNotFoundError(f"no job {self.id!r} (unknown or expired)")
+        return decode_status(raw)
+
+    def cancel(self) -> bool:
+        """Stop the job: segments not yet started are skipped. False if it had already ended."""
+        key = self.client.keys.status(self.id)
+        state = self.client.redis.hget(key, "state")
+        if state is None:
+            raise JobNotFoundError(f"no job {self.id!r}")
+        if state.decode() in STATES_FINAL:
+            return False
+        self.client.redis.hset(key, mapping={"state": "cancelled", "finished": time.time()})
+        return True
+
+    def stream(self, *, after_seq: int = -1, timeout: float | None = None, block_ms: int = 500) -> Iterator[Chunk]:
+        """Yield the job's chunks in order as they are published; ``after_seq`` resumes a stream.
+
+        Survives a dropped connection (it resumes from the last entry read). Raises ``JobError`` with
+        the worker's code if the job fails, ``JobTimeoutError`` after ``timeout`` seconds.
+        """
+        reader = ResultsReader(total=self.total, skip_through_seq=after_seq)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        key = self.client.keys.results(self.id)
+        failures = 0
+        while not reader.finished:
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s")
+            try:
+                reply = self.client.redis.xread({key: reader.last_id}, count=256, block=block_ms)
+                failures = 0
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                failures += 1
+                if failures > 20:
+                    raise TransientError(f"lost Redis while streaming job {self.id}: {exc}") from exc
+                time.sleep(min(2.0, 0.05 * 2**failures))
+                continue
+            if not reply:
+                self._check_alive()
+                continue
+            for entry_id, fields in reply[0][1]:
+                yield from reader.feed(entry_id, fields)
+        _raise_if_failed(self.id, reader.final or {})
+
+    def _check_alive(self) -> None:
+        st = self.status()
+        if st["state"] in ("cancelled", "expired"):
+            raise JobError(f"job {self.id} was {st['state']}", code=f"JOB_{st['state'].upper()}")
+
+    def wait(self, timeout: float | None = None, *, poll_s: float = 0.02) -> JobResult:
+        """Block until the job ends; return where its full output is stored."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st["state"] in STATES_FINAL:
+                return result_from_status(self.id, st)
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s (state {st['state']})")
+            time.sleep(poll_s)
+            poll_s = min(poll_s * 1.5, 0.25)
+
+    def audio(self, timeout: float | None = None) -> tuple[bytes, int]:
+        """The whole job as PCM16 bytes and its sample rate, read from the live stream."""
+        pcm, rate = bytearray(), 0
+        for chunk in self.stream(timeout=timeout):
+            pcm += chunk.pcm
+            rate = chunk.sample_rate
+        return bytes(pcm), rate
+
+
+def _raise_if_failed(job_id: str, final: dict[str, Any]) -> None:
+    state = final.get("state")
+    if state and state != "done":
+        raise JobError(f"job {job_id} {state}: {final.get('message', '')}", code=str(final.get("code") or f"JOB_{state.upper()}"))

@@ -1,0 +1,155 @@
+"""The wire contract between producers and workers: key names, the job record, results records.
+
+Both sides import it from here. Everything on the wire is JSON or plain strings, never pickle, and
+every job record carries a schema version so a worker can refuse one it does not understand.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pipeline.errors import MALFORMED_JOB, InputError
+
+SCHEMA_VERSION = 1
+LANES = ("interactive", "bulk")
+GROUP = "workers"
+STATES_FINAL = ("done", "failed", "cancelled", "expired")
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis key of the farm, under one prefix."""
+
+    prefix: str = "ttsfarm"
+
+    def queue(self, lane: str, bucket: int) -> str:
+        return f"{self.prefix}:q:{lane}:{bucket}"
+
+    def queues(self, n_buckets: int) -> list[str]:
+        return [self.queue(lane, b) for lane in LANES for b in range(n_buckets)]
+
+    def status(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def results(self, job_id: str) -> str:
+        return f"{self.prefix}:res:{job_id}"
+
+    def parts(self, job_id: str) -> str:
+        return f"{self.prefix}:pcm:{job_id}"
+
+    def done(self, job_id: str) -> str:
+        return f"{self.prefix}:done:{job_id}"
+
+    def dead_letters(self) -> str:
+        return f"{self.prefix}:dlq"
+
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+
+def new_job_id() -> str:
+    """128 random bits, URL-safe: unguessable, so a job id is also the right to read its results."""
+    return secrets.token_urlsafe(16)
+
+
+def bucket_of(est_seconds: float, edges: tuple[float, ...]) -> int:
+    return bisect.bisect_right(list(edges), est_seconds)
+
+
+@dataclass(frozen=True)
+class SegmentJob:
+    """One segment of one job: the unit a worker batches. Sent as JSON in a stream entry."""
+
+    job_id: str
+    seg: int
+    total: int
+    text: str
+    lang: str
+    voice: str  # the concrete voice that speaks this segment
+    request_voice: str  # what the client asked for (a voice or a blend)
+    format: str
+    sample_rate: int  # the job's output rate
+    lane: str = "interactive"
+    deadline: float = 0.0  # unix seconds; 0 = none
+    pause_s: float = 0.0
+    est_s: float = 0.0
+    options: Mapping[str, float] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)
+    v: int = SCHEMA_VERSION
+
+    def to_fields(self) -> dict[str, str]:
+        return {"v": str(self.v), "job": json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))}
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[Any, Any]) -> SegmentJob:
+        """Parse a stream entry; anything off raises ``InputError`` with code MALFORMED_JOB."""
+        f = {_s(k): v for k, v in fields.items()}
+        if "v" not in f or "job" not in f:
+            raise InputError("stream entry lacks the 'v' or 'job' field", code=MALFORMED_JOB)
+        if _s(f["v"]) != str(SCHEMA_VERSION):
+            raise InputError(f"unknown job schema version {_s(f['v'])!r}", code=MALFORMED_JOB)
+        try:
+            data = json.loads(_s(f["job"]))
+            job = cls(**data)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"job record is not valid: {exc}", code=MALFORMED_JOB) from None
+        job.validate()
+        return job
+
+    def validate(self) -> None:
+        checks = [
+            (isinstance(self.job_id, str) and 8 <= len(self.job_id) <= 64, "job_id"),
+            (isinstance(self.seg, int) and isinstance(self.total, int) and 0 <= self.seg < self.total <= 100_000, "seg/total"),
+            (isinstance(self.text, str) and 0 < len(self.text) <= 10_000, "text"),
+            (self.lane in LANES, "lane"),
+            (isinstance(self.sample_rate, int) and 8000 <= self.sample_rate <= 48000, "sample_rate"),
+            (isinstance(self.options, dict), "options"),
+        ]
+        bad = [name for ok, name in checks if not ok]
+        if bad:
+            raise InputError(f"job record has bad field(s): {', '.join(bad)}", code=MALFORMED_JOB)
+
+
+def _s(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+# Results-stream records. ``type`` is one of these; a reader stops at FINAL.
+CHUNK, FINAL = "chunk", "final"
+
+
+def chunk_fields(seg: int, part: int, last: bool, attempt: str, rate: int, pcm: bytes) -> dict[str, Any]:
+    return {"type": CHUNK, "seg": seg, "part": part, "last": int(last), "attempt": attempt, "rate": rate, "pcm": pcm}
+
+
+def final_fields(state: str, **info: Any) -> dict[str, Any]:
+    return {"type": FINAL, "state": state, "info": json.dumps(info, ensure_ascii=False)}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Audio as it streams: PCM16 mono little-endian at ``sample_rate``; ``seq`` counts from 0."""
+
+    seq: int
+    seg: int
+    pcm: bytes
+    sample_rate: int
+    last: bool  # the last chunk of the whole job
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    state: str
+    url: str
+    duration_s: float
+    timings: Mapping[str, float]
+    info: Mapping[str, Any]

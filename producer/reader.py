@@ -1,0 +1,70 @@
+"""Turns results-stream records into ordered chunks: shared by the sync and asyncio clients.
+
+Workers publish a segment's chunks back to back, tagged with the segment, part and attempt. Segments
+can finish out of order (several workers), and a segment can be redone after a worker dies, so the
+reader keeps each (segment, attempt) apart and releases a segment only once one attempt of it is
+complete, in segment order. Chunks of an abandoned attempt are never mixed with a later one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from producer.contract import CHUNK, FINAL, Chunk
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+@dataclass
+class ResultsReader:
+    total: int
+    skip_through_seq: int = -1  # resume: drop chunks up to and including this seq
+    last_id: str = "0-0"
+    next_seg: int = 0
+    seq: int = 0
+    final: dict[str, Any] | None = None
+    _parts: dict[tuple[int, str], dict[int, tuple[bytes, int, bool]]] = field(default_factory=dict)
+    _complete: dict[int, list[tuple[bytes, int]]] = field(default_factory=dict)
+
+    def feed(self, entry_id: Any, fields: Mapping[Any, Any]) -> list[Chunk]:
+        self.last_id = _s(entry_id)
+        f = {_s(k): v for k, v in fields.items()}
+        kind = _s(f.get("type", ""))
+        if kind == FINAL:
+            self.final = {"state": _s(f.get("state", "")), **json.loads(_s(f.get("info", "{}")))}
+            return []
+        if kind != CHUNK:
+            return []
+        seg, part, attempt = int(_s(f["seg"])), int(_s(f["part"])), _s(f["attempt"])
+        if seg < self.next_seg or seg in self._complete:
+            return []
+        parts = self._parts.setdefault((seg, attempt), {})
+        parts[part] = (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1")
+        last = [p for p, (_, _, is_last) in parts.items() if is_last]
+        if last and len(parts) == last[0] + 1:
+            self._complete[seg] = [(parts[i][0], parts[i][1]) for i in range(len(parts))]
+            for key in [k for k in self._parts if k[0] == seg]:
+                del self._parts[key]
+        return self._release()
+
+    def _release(self) -> list[Chunk]:
+        out: list[Chunk] = []
+        while self.next_seg in self._complete:
+            seg = self.next_seg
+            pieces = self._complete.pop(seg)
+            for i, (pcm, rate) in enumerate(pieces):
+                last = seg == self.total - 1 and i == len(pieces) - 1
+                if self.seq > self.skip_through_seq:
+                    out.append(Chunk(seq=self.seq, seg=seg, pcm=bytes(pcm), sample_rate=rate, last=last))
+                self.seq += 1
+            self.next_seg += 1
+        return out
+
+    @property
+    def finished(self) -> bool:
+        return self.final is not None and (self.final.get("state") != "done" or self.next_seg >= self.total)

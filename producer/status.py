@@ -1,0 +1,35 @@
+"""Reading the per-job status record (a Redis hash) into plain Python values."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.errors import TTSFarmError
+from producer.contract import JobResult
+
+_NUMBERS = {"total": int, "done": int, "sample_rate": int, "created": float, "started": float, "first_chunk": float,
+            "finished": float, "duration": float, "deadline": float, "est_seconds": float}
+
+
+def decode_status(raw: Mapping[Any, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        key = k.decode() if isinstance(k, bytes) else str(k)
+        val = v.decode() if isinstance(v, bytes) else v
+        conv = _NUMBERS.get(key)
+        out[key] = conv(val) if conv and val not in ("", None) else val
+    return out
+
+
+def result_from_status(job_id: str, st: Mapping[str, Any]) -> JobResult:
+    """The result of an ended job; a failed or cancelled job raises its error instead."""
+    if st["state"] != "done":
+        raise TTSFarmError.from_dict({"code": st.get("error_code") or f"JOB_{str(st['state']).upper()}",
+                                      "message": st.get("error_message") or f"job {job_id} {st['state']}"})
+    created = float(st.get("created", 0.0))
+    timings = {name: round(float(st[name]) - created, 4) for name in ("started", "first_chunk", "finished") if st.get(name)}
+    info = json.loads(st["info"]) if st.get("info") else {}
+    return JobResult(job_id=job_id, state=st["state"], url=str(st.get("url", "")), duration_s=float(st.get("duration", 0.0)),
+                     timings=timings, info=info)

@@ -1,0 +1,511 @@
+"""Tests for workers.storage against a real S3 endpoint (moto's standalone server) and a real folder.
+
+The S3 endpoint is a ``moto_server`` process started on a free port for the session, or the one named
+by ``TTSFARM_TEST_S3_ENDPOINT`` (e.g. a MinIO), with the credentials in the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from pipeline.errors import BAD_OPTION, InputError, TransientError, TTSFarmError
+from pipeline.settings import StorageSettings
+from workers import storage as st
+from workers.storage import BAD_KEY, LocalStorage, ObjectNotFoundError, S3Storage, StorageError, safe_key
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "s3cr3t-" + uuid.uuid4().hex  # never allowed in an error message
+MIB = 1024 * 1024
+
+BAD_KEYS = [
+    "",
+    "../escape.wav",
+    "a/../../escape.wav",
+    "a/..",
+    "./a",
+    "/etc/passwd",
+    "//host/share",
+    "a\\..\\..\\escape.wav",
+    "C:\\windows",
+    "a\x00b",
+    "a\nb",
+    "a\tb",
+    "a\x7fb",
+    "a\u2028b",
+    "a//b",
+    "a/",
+    ".",
+    "..",
+    "x" * 256,
+    "/".join(["abcdefgh"] * 120),  # 1079 bytes
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto_server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("moto_server did not start in time")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    if url := os.environ.get("TTSFARM_TEST_S3_ENDPOINT"):
+        yield url
+        return
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Dummy credentials; no profile files, no instance metadata, nothing from the real machine."""
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", os.environ.get("TTSFARM_TEST_S3_KEY", "testing"))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", os.environ.get("TTSFARM_TEST_S3_SECRET", SECRET))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def settings(s3_endpoint: str) -> StorageSettings:
+    """Settings for a fresh bucket (created) with small multipart sizes; one prefix per test."""
+    s = StorageSettings(
+        backend="s3",
+        prefix=f"t-{uuid.uuid4().hex[:8]}/out",
+        s3_bucket=f"ttsfarm-test-{uuid.uuid4().hex[:12]}",
+        s3_endpoint_url=s3_endpoint,
+        multipart_threshold_mb=5,
+        multipart_chunk_mb=5,
+    )
+    S3Storage(s).ensure_bucket()
+    return s
+
+
+@pytest.fixture
+def s3(settings: StorageSettings) -> S3Storage:
+    return S3Storage(settings, connect_timeout_s=2, read_timeout_s=30, max_attempts=2)
+
+
+def all_keys(s3: S3Storage) -> list[str]:
+    listing = s3.client.list_objects_v2(Bucket=s3.bucket)
+    return sorted(o["Key"] for o in listing.get("Contents", []))
+
+
+def no_secrets(err: BaseException) -> None:
+    text = f"{err} {err!r} {getattr(err, 'detail', '')}"
+    assert SECRET not in text
+    assert "testing" not in text.replace("ttsfarm-test", "")
+
+
+# -- safe_key --------------------------------------------------------------------------------------
+
+
+def test_safe_key_joins_and_normalises() -> None:
+    assert safe_key("jobs", "abc/123", "audio.wav") == "jobs/abc/123/audio.wav"
+    assert safe_key("日本語/声.wav") == "日本語/声.wav"
+    assert safe_key("a..b/..c/d..") == "a..b/..c/d.."  # dots inside names are fine
+    key = safe_key("jobs", "x", "y.flac")
+    assert safe_key(key) == key
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_safe_key_refuses(key: str) -> None:
+    with pytest.raises(InputError) as err:
+        safe_key(key)
+    assert err.value.code == BAD_KEY
+    assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("parts", [(), ("jobs", ""), ("jobs", "/abs"), ("jobs", ".."), ("jobs", 3)])
+def test_safe_key_refuses_bad_parts(parts: tuple[object, ...]) -> None:
+    with pytest.raises(InputError) as err:
+        safe_key(*parts)  # type: ignore[arg-type]
+    assert err.value.code == BAD_KEY
+
+
+# -- local folder ----------------------------------------------------------------------------------
+
+
+def test_local_put_get_exists_url(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path, "ttsfarm")
+    assert isinstance(store, st.Storage)
+    assert not store.exists("jobs/1/audio.wav")
+    url = store.put("jobs/1/audio.wav", b"RIFF-data", "audio/wav")
+    assert url == store.url("jobs/1/audio.wav")
+    assert url.startswith("file://")
+    path = Path(url2pathname(urlparse(url).path))
+    assert path == tmp_path.resolve() / "ttsfarm" / "jobs" / "1" / "audio.wav"
+    assert path.read_bytes() == b"RIFF-data"
+    assert store.exists("jobs/1/audio.wav")
+    assert store.get("jobs/1/audio.wav") == b"RIFF-data"
+    assert store.presigned_url("jobs/1/audio.wav") is None
+
+
+def test_local_get_missing_is_a_key_error(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path, "p")
+    with pytest.raises(KeyError):
+        store.get("nope.wav")
+    with pytest.raises(ObjectNotFoundError) as err:
+        store.get("nope.wav")
+    assert err.value.code == st.OBJECT_NOT_FOUND
+    store.put("dir/x.wav", b"x", "audio/wav")
+    with pytest.raises(ObjectNotFoundError):
+        store.get("dir")  # a folder is not an object
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_local_refuses_traversal_and_writes_nothing(tmp_path: Path, key: str) -> None:
+    root = tmp_path / "root"
+    store = LocalStorage(root, "prefix")
+    for op in (lambda: store.put(key, b"evil", "audio/wav"), lambda: store.get(key), lambda: store.exists(key)):
+        with pytest.raises(InputError) as err:
+            op()
+        assert err.value.code == BAD_KEY
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_local_refuses_symlink_out_of_the_tree(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = LocalStorage(tmp_path / "root", "p")
+    store.base.mkdir(parents=True)
+    (store.base / "link").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InputError) as err:
+        store.put("link/evil.wav", b"evil", "audio/wav")
+    assert err.value.code == BAD_KEY
+    assert list(outside.iterdir()) == []
+
+
+def test_local_write_is_atomic_replace_and_leaves_no_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStorage(tmp_path, "p")
+    store.put("a/b.wav", b"old", "audio/wav")
+    target = store.path("a/b.wav")
+    calls: list[tuple[str, str]] = []
+    real_replace = os.replace
+
+    def spy(src: str, dst: str) -> None:
+        calls.append((str(src), str(dst)))
+        assert Path(dst).read_bytes() == b"old"  # the target is untouched until the rename
+        assert Path(src).read_bytes() == b"new"
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    store.put("a/b.wav", b"new", "audio/wav")
+    assert len(calls) == 1
+    assert Path(calls[0][0]).parent == target.parent  # temp file in the same folder (same file system)
+    assert calls[0][1] == str(target)
+    assert target.read_bytes() == b"new"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["b.wav"]
+
+
+def test_local_failed_write_keeps_old_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LocalStorage(tmp_path, "p")
+    store.put("a/b.wav", b"old", "audio/wav")
+
+    def fail(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(TransientError) as err:
+        store.put("a/b.wav", b"new" * 1000, "audio/wav")
+    assert err.value.retryable
+    assert store.get("a/b.wav") == b"old"
+    assert sorted(p.name for p in store.path("a/b.wav").parent.iterdir()) == ["b.wav"]
+
+
+def test_local_readers_never_see_a_partial_object(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path, "p")
+    payloads = [bytes([i]) * (512 * 1024) for i in range(2)]
+    store.put("big.pcm", payloads[0], "audio/L16")
+    seen: set[bytes] = set()
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            data = store.get("big.pcm")
+            seen.add(data[:1] + data[-1:] + len(data).to_bytes(4, "little"))
+            assert data in payloads
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(60):
+            store.put("big.pcm", payloads[i % 2], "audio/L16")
+    finally:
+        stop.set()
+        thread.join()
+    assert seen <= {p[:1] + p[-1:] + len(p).to_bytes(4, "little") for p in payloads}
+
+
+# -- S3 --------------------------------------------------------------------------------------------
+
+
+def test_s3_put_get_exists_url(s3: S3Storage) -> None:
+    assert isinstance(s3, st.Storage)
+    key = "jobs/42/audio.flac"
+    assert not s3.exists(key)
+    url = s3.put(key, b"fLaC-bytes", "audio/flac")
+    assert url == f"s3://{s3.bucket}/{s3.prefix}/{key}" == s3.url(key)
+    assert s3.exists(key)
+    assert s3.get(key) == b"fLaC-bytes"
+    assert all_keys(s3) == [f"{s3.prefix}/{key}"]
+
+
+def test_s3_overwrite_replaces(s3: S3Storage) -> None:
+    s3.put("a.wav", b"one", "audio/wav")
+    s3.put("a.wav", b"two", "audio/wav")
+    assert s3.get("a.wav") == b"two"
+
+
+def test_s3_content_type_is_stored(s3: S3Storage) -> None:
+    s3.put("x.pcm", b"\x00\x01" * 10, "audio/L16;rate=24000;channels=1")
+    head = s3.client.head_object(Bucket=s3.bucket, Key=s3.object_key("x.pcm"))
+    assert head["ContentType"] == "audio/L16;rate=24000;channels=1"
+    assert head["ContentLength"] == 20
+
+
+def test_s3_multipart_above_threshold_only(s3: S3Storage) -> None:
+    small = os.urandom(1 * MIB)
+    big = os.urandom(11 * MIB)  # threshold and parts are 5 MiB: three parts
+    s3.put("small.wav", small, "audio/wav")
+    s3.put("big.wav", big, "audio/wav")
+    head_small = s3.client.head_object(Bucket=s3.bucket, Key=s3.object_key("small.wav"))
+    head_big = s3.client.head_object(Bucket=s3.bucket, Key=s3.object_key("big.wav"))
+    assert "-" not in head_small["ETag"].strip('"')
+    assert head_big["ETag"].strip('"').endswith("-3")
+    assert head_big["ContentType"] == "audio/wav"
+    assert s3.get("big.wav") == big
+
+
+def test_s3_presigned_get_with_plain_http(s3: S3Storage) -> None:
+    s3.put("jobs/p/audio.ogg", b"OggS-bytes", "audio/ogg")
+    url = s3.presigned_url("jobs/p/audio.ogg", expires_s=120)
+    assert url is not None and url.startswith(s3.client.meta.endpoint_url)
+    with urllib.request.urlopen(url, timeout=10) as response:  # no credentials, no boto3
+        assert response.read() == b"OggS-bytes"
+        assert response.headers["Content-Type"] == "audio/ogg"
+    # moto serves presigned URLs without checking signature or expiry, so check the URL's own terms.
+    assert "X-Amz-Signature=" in url and "X-Amz-Expires=120" in url
+    assert SECRET not in url
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url.replace("audio.ogg", "other.ogg"), timeout=10)
+    assert err.value.code in (403, 404)
+
+
+@pytest.mark.parametrize("expires", [0, -5, 8 * 24 * 3600])
+def test_s3_presigned_expiry_bounds(s3: S3Storage, expires: int) -> None:
+    with pytest.raises(InputError) as err:
+        s3.presigned_url("a.wav", expires_s=expires)
+    assert err.value.code == BAD_OPTION
+
+
+def test_s3_get_missing_is_a_key_error(s3: S3Storage) -> None:
+    with pytest.raises(KeyError):
+        s3.get("missing.wav")
+    with pytest.raises(ObjectNotFoundError) as err:
+        s3.get("missing.wav")
+    assert err.value.code == st.OBJECT_NOT_FOUND
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_s3_refuses_traversal_and_writes_nothing(s3: S3Storage, key: str) -> None:
+    for op in (
+        lambda: s3.put(key, b"evil", "audio/wav"),
+        lambda: s3.get(key),
+        lambda: s3.exists(key),
+        lambda: s3.url(key),
+        lambda: s3.presigned_url(key),
+    ):
+        with pytest.raises(InputError) as err:
+            op()
+        assert err.value.code == BAD_KEY
+    assert all_keys(s3) == []
+
+
+def test_s3_empty_prefix_and_slashes_trimmed(settings: StorageSettings) -> None:
+    bare = S3Storage(StorageSettings(**{**settings.__dict__, "prefix": ""}))
+    assert bare.put("k.wav", b"k", "audio/wav") == f"s3://{settings.s3_bucket}/k.wav"
+    slashed = S3Storage(StorageSettings(**{**settings.__dict__, "prefix": "/a/b/"}))
+    assert slashed.url("k.wav") == f"s3://{settings.s3_bucket}/a/b/k.wav"
+    with pytest.raises(InputError):
+        S3Storage(StorageSettings(**{**settings.__dict__, "prefix": "a/../.."}))
+
+
+def test_s3_missing_bucket_is_a_clear_non_retryable_error(settings: StorageSettings) -> None:
+    store = S3Storage(StorageSettings(**{**settings.__dict__, "s3_bucket": "no-such-bucket-" + uuid.uuid4().hex[:8]}))
+    with pytest.raises(StorageError) as err:
+        store.put("a.wav", b"a", "audio/wav")
+    assert err.value.code == st.STORAGE_NO_BUCKET
+    assert not err.value.retryable
+    no_secrets(err.value)
+
+
+def test_ensure_bucket_creates_once_and_is_idempotent(settings: StorageSettings) -> None:
+    name = "ttsfarm-new-" + uuid.uuid4().hex[:8]
+    store = S3Storage(StorageSettings(**{**settings.__dict__, "s3_bucket": name}))
+    store.ensure_bucket()
+    store.ensure_bucket()
+    assert name in [b["Name"] for b in store.client.list_buckets()["Buckets"]]
+    store.put("a.wav", b"a", "audio/wav")
+    assert store.get("a.wav") == b"a"
+
+
+def test_unreachable_endpoint_is_transient_and_quick() -> None:
+    port = free_port()  # nothing listens there once the probe socket is closed
+    store = S3Storage(
+        StorageSettings(s3_bucket="b", s3_endpoint_url=f"http://127.0.0.1:{port}"),
+        connect_timeout_s=1,
+        read_timeout_s=1,
+        max_attempts=1,
+    )
+    for op in (
+        lambda: store.put("a.wav", b"a", "audio/wav"),
+        lambda: store.get("a.wav"),
+        lambda: store.exists("a.wav"),
+    ):
+        start = time.monotonic()
+        with pytest.raises(TransientError) as err:
+            op()
+        assert time.monotonic() - start < 5
+        assert err.value.retryable
+        assert err.value.code == "BACKEND_UNAVAILABLE"
+        no_secrets(err.value)
+
+
+def test_endpoint_that_never_answers_times_out_as_transient() -> None:
+    with socket.socket() as server:  # accepts connections (kernel backlog) but never replies
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        store = S3Storage(
+            StorageSettings(s3_bucket="b", s3_endpoint_url=f"http://127.0.0.1:{port}"),
+            connect_timeout_s=1,
+            read_timeout_s=0.5,
+            max_attempts=1,
+        )
+        start = time.monotonic()
+        with pytest.raises(TransientError) as err:
+            store.get("a.wav")
+        assert time.monotonic() - start < 5
+        no_secrets(err.value)
+
+
+def test_credentials_in_endpoint_url_are_not_shown() -> None:
+    port = free_port()
+    store = S3Storage(
+        StorageSettings(s3_bucket="b", s3_endpoint_url=f"http://user:{SECRET}@127.0.0.1:{port}"),
+        connect_timeout_s=1,
+        max_attempts=1,
+    )
+    assert SECRET not in repr(store)
+    with pytest.raises(TTSFarmError) as err:
+        store.get("a.wav")
+    no_secrets(err.value)
+
+
+@pytest.mark.parametrize(
+    ("op", "code", "status", "expect_cls", "expect_code"),
+    [
+        ("get_object", "SlowDown", 503, TransientError, "BACKEND_UNAVAILABLE"),
+        ("get_object", "InternalError", 500, TransientError, "BACKEND_UNAVAILABLE"),
+        ("get_object", "RequestTimeout", 400, TransientError, "BACKEND_UNAVAILABLE"),
+        ("get_object", "AccessDenied", 403, StorageError, st.STORAGE_ACCESS_DENIED),
+        ("get_object", "InvalidAccessKeyId", 403, StorageError, st.STORAGE_ACCESS_DENIED),
+        ("get_object", "InvalidArgument", 400, StorageError, st.STORAGE_REJECTED),
+        ("put_object", "AccessDenied", 403, StorageError, st.STORAGE_ACCESS_DENIED),
+        ("put_object", "ServiceUnavailable", 503, TransientError, "BACKEND_UNAVAILABLE"),
+        ("head_object", "403", 403, StorageError, st.STORAGE_ACCESS_DENIED),
+    ],
+)
+def test_service_errors_are_classified(
+    op: str, code: str, status: int, expect_cls: type[TTSFarmError], expect_code: str
+) -> None:
+    client = boto3.session.Session().client("s3", region_name="us-east-1")
+    store = S3Storage(StorageSettings(s3_bucket="b", prefix="p"), client=client)
+    with Stubber(client) as stub:
+        stub.add_client_error(op, service_error_code=code, service_message=f"secret {SECRET}", http_status_code=status)
+        with pytest.raises(expect_cls) as err:
+            if op == "get_object":
+                store.get("a.wav")
+            elif op == "put_object":
+                store.put("a.wav", b"a", "audio/wav")
+            else:
+                store.exists("a.wav")
+    assert err.value.code == expect_code
+    assert err.value.retryable == (expect_cls is TransientError)
+    assert "s3://b/p/a.wav" in err.value.message
+    no_secrets(err.value)
+
+
+# -- choosing a backend ----------------------------------------------------------------------------
+
+
+def test_storage_from_settings(tmp_path: Path) -> None:
+    local = st.storage_from_settings(StorageSettings(local_dir=str(tmp_path), prefix="pre"))
+    assert isinstance(local, LocalStorage)
+    assert local.put("a.wav", b"a", "audio/wav") == (tmp_path.resolve() / "pre" / "a.wav").as_uri()
+    assert isinstance(st.storage_from_settings(StorageSettings(s3_bucket="b")), S3Storage)
+    assert isinstance(
+        st.storage_from_settings(StorageSettings(backend="local", s3_bucket="b", local_dir=str(tmp_path))), LocalStorage
+    )
+    assert isinstance(st.storage_from_settings(StorageSettings(backend="S3", s3_bucket="b")), S3Storage)
+    for bad in (StorageSettings(backend="s3"), StorageSettings(backend="gcs")):
+        with pytest.raises(InputError) as err:
+            st.storage_from_settings(bad)
+        assert err.value.code == BAD_OPTION
+
+
+def test_importing_storage_does_not_import_celery() -> None:
+    code = "import sys, workers.storage; assert 'celery' not in sys.modules, 'celery imported'"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,39 @@
+"""The Celery application. Start workers with the ordinary command, so Celery and Flower see them:
+
+    celery -A workers.app worker --loglevel=INFO --pool=solo -E
+
+A consumer bootstep runs the farm's inference loop inside the worker (``workers.step``). Settings are
+read once here, from ``configs/`` and ``TTSFARM_*`` environment variables: this module is the entry point.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+from pipeline.settings import load_settings
+from workers.step import StreamConsumerStep
+
+settings = load_settings(env=os.environ)
+
+app = Celery("ttsfarm", broker=settings.redis.url)
+app.conf.update(
+    worker_send_task_events=True,
+    task_send_sent_event=True,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=True,
+    worker_prefetch_multiplier=1,
+    task_serializer="json",
+    accept_content=["json"],
+    result_serializer="json",
+    broker_transport_options={"global_keyprefix": f"{settings.redis.key_prefix}:celery:"},
+)
+app.conf.ttsfarm_settings = settings
+app.steps["consumer"].add(StreamConsumerStep)
+
+
+@app.task(name="ttsfarm.ping")
+def ping() -> str:
+    """A trivial task: proves the Celery side of a worker answers."""
+    return "pong"

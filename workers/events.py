@@ -1,0 +1,69 @@
+"""Flower sees stream jobs as Celery tasks: the worker sends the task events itself.
+
+Each job is one task, its job id the task's uuid: ``task-received`` and ``task-started`` when its first
+segment starts, ``task-succeeded`` or ``task-failed`` when it ends. The dispatcher has its own broker
+connection and a lock, since the inference threads share it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "ttsfarm.synthesize"
+
+
+class JobEvents:
+    def __init__(self, app: Any, hostname: str, *, enabled: bool = True) -> None:
+        self.app = app
+        self.hostname = hostname
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._dispatcher: Any = None
+        self._started: dict[str, float] = {}
+
+    def _send(self, kind: str, **fields: Any) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            try:
+                if self._dispatcher is None:
+                    self._conn = self.app.connection_for_write()
+                    self._dispatcher = self.app.events.Dispatcher(self._conn, hostname=self.hostname, enabled=True)
+                self._dispatcher.send(kind, **fields)
+            except Exception as exc:  # monitoring must never stop the work
+                log.warning("could not send %s event: %s", kind, exc)
+                self._reset()
+
+    def _reset(self) -> None:
+        try:
+            if self._conn is not None:
+                self._conn.release()
+        except Exception:
+            pass
+        self._conn = self._dispatcher = None
+
+    def started(self, job_id: str, *, voice: str, lane: str, total: int, text: str) -> None:
+        self._started[job_id] = time.time()
+        kwargs = json.dumps({"voice": voice, "lane": lane, "segments": total}, ensure_ascii=False)
+        self._send("task-received", uuid=job_id, name=TASK_NAME, args=json.dumps([text[:80]], ensure_ascii=False),
+                   kwargs=kwargs, retries=0, eta=None, expires=None, root_id=job_id, parent_id=None)
+        self._send("task-started", uuid=job_id)
+
+    def succeeded(self, job_id: str, result: str) -> None:
+        runtime = time.time() - self._started.pop(job_id, time.time())
+        self._send("task-succeeded", uuid=job_id, result=result, runtime=runtime)
+
+    def failed(self, job_id: str, code: str, message: str) -> None:
+        self._started.pop(job_id, None)
+        self._send("task-failed", uuid=job_id, exception=f"{code}: {message}", traceback="")
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()

@@ -1,0 +1,304 @@
+"""The inference loop a worker process runs: peek, pick a queue, gather a batch inside the window,
+run it through the voice, publish each item, ack.
+
+One ``VoiceBank`` (one model session per voice) per process; ``inference_threads`` loops share it,
+each with its own consumer name. Errors are caught per batch: a bad entry fails its job with a code,
+an unexpected error leaves the entries pending so they are reclaimed and retried, and a poison entry
+goes to the dead-letter stream after ``max_deliveries``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from pipeline.errors import InputError, TTSFarmError
+from pipeline.settings import Settings
+from pipeline.voices.bank import VoiceBank
+from pipeline.voices.base import SynthesisOptions
+from producer.contract import Keys
+from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
+from workers.events import JobEvents
+from workers.publisher import Publisher
+from workers.queue import Entry, StreamQueue
+
+log = logging.getLogger(__name__)
+
+RECLAIM_EVERY_S = 5.0
+CLAIM_IDLE_MS = 30_000
+HEARTBEAT_S = 2.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FarmWorker:
+    """Owns the threads of one worker process. ``start`` returns at once; voices load in the background."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        hostname: str,
+        events: JobEvents | None = None,
+        bank: VoiceBank | None = None,
+        storage: Any = None,
+        connection: redis.Redis | None = None,
+    ) -> None:
+        self.settings = settings
+        self.hostname = hostname
+        self.keys = Keys(settings.redis.key_prefix)
+        self.r = connection or redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s,
+                                                    health_check_interval=30)
+        self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
+        if storage is None:
+            from workers.storage import storage_from_settings
+
+            storage = storage_from_settings(settings.storage)
+        self.publisher = Publisher(self.r, self.keys, storage, chunk_ms=settings.queue.chunk_ms,
+                                   maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
+        self.events = events or JobEvents(None, hostname, enabled=False)
+        self.stopping = threading.Event()
+        self.ready = threading.Event()
+        self.state = "loading"
+        self.error: TTSFarmError | None = None
+        self._threads: list[threading.Thread] = []
+        self.loops: list[InferenceLoop] = []
+
+    @property
+    def device_max_batch(self) -> int:
+        q = self.settings.queue
+        on_cuda = any("CUDA" in str(p) for p in self.bank.factory.providers()) and not self.bank.factory.fell_back_to_cpu
+        return q.max_batch_cuda if on_cuda else q.max_batch_cpu
+
+    def start(self) -> None:
+        self.stopping.clear()
+        t = threading.Thread(target=self._run, name="ttsfarm-main", daemon=True)
+        t.start()
+        self._threads = [t]
+
+    def _run(self) -> None:
+        try:
+            self.bank.load_all()
+        except TTSFarmError as exc:
+            self.state, self.error = "failed", exc
+            log.error("voices failed to load, taking no work: %s", exc)
+            self._heartbeat_until_stopped()
+            return
+        self.state = "serving"
+        self.ready.set()
+        n = max(1, self.settings.queue.inference_threads)
+        self.loops = [InferenceLoop(self, i) for i in range(n)]
+        threads = [threading.Thread(target=loop.run, name=f"ttsfarm-loop-{i}", daemon=True) for i, loop in enumerate(self.loops)]
+        for t in threads:
+            t.start()
+        self._threads += threads
+        self._heartbeat_until_stopped()
+        for t in threads:
+            t.join()
+        for loop in self.loops:
+            loop.queue.forget_consumer()
+
+    def _heartbeat_until_stopped(self) -> None:
+        while not self.stopping.is_set():
+            self.heartbeat()
+            self.stopping.wait(HEARTBEAT_S)
+        self.heartbeat(state="stopped")
+
+    def heartbeat(self, state: str | None = None) -> None:
+        info = {"state": state or self.state, "ts": time.time(), "pid": os.getpid(),
+                "voices": sorted(self.bank.loaded()), "error": str(self.error) if self.error else "",
+                "batches": sum(loop.batches for loop in self.loops), "segments": sum(loop.segments for loop in self.loops)}
+        try:
+            self.r.hset(self.keys.workers(), f"{self.hostname}:{os.getpid()}", json.dumps(info))
+        except redis.RedisError as exc:
+            log.warning("heartbeat failed: %s", exc)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Finish the batches in flight, ack them, then return (SIGTERM's warm shutdown)."""
+        self.stopping.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.events.close()
+
+
+class InferenceLoop:
+    def __init__(self, farm: FarmWorker, index: int) -> None:
+        self.farm = farm
+        self.settings = farm.settings
+        self.q = farm.settings.queue
+        self.consumer = f"{farm.hostname}:{os.getpid()}:{index}:{secrets.token_hex(3)}"
+        self.queue = StreamQueue(farm.r, farm.keys, len(self.q.bucket_edges_s) + 1, self.consumer)
+        self.lanes = LaneState()
+        self.carry: list[Entry] = []
+        self.batch_ids = itertools.count()
+        self.batches = 0
+        self.segments = 0
+        self._last_reclaim = 0.0
+        self.on_batch: Callable[[dict[str, Any]], None] | None = None
+
+    def run(self) -> None:
+        self.queue.ensure_groups()
+        backoff = 0.1
+        while not self.farm.stopping.is_set():
+            try:
+                self.step()
+                backoff = 0.1
+            except redis.RedisError as exc:
+                log.warning("redis error in %s: %s; retrying in %.1f s", self.consumer, exc, backoff)
+                self.farm.stopping.wait(backoff)
+                backoff = min(5.0, backoff * 2)
+            except Exception:
+                log.exception("unexpected error in %s; entries stay pending and will be retried", self.consumer)
+                self.carry = []
+                self.farm.stopping.wait(0.5)
+
+    # -- forming a batch -------------------------------------------------------------------------
+    def step(self) -> None:
+        if time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
+            self._last_reclaim = time.monotonic()
+            self.carry += self.queue.reclaim(CLAIM_IDLE_MS)
+        if not self.carry:
+            self.carry = self._gather()
+        if not self.carry:
+            return
+        self.carry = self._drop_malformed(self.carry)
+        if not self.carry:
+            return
+        limit = self._limit(self.carry[0])
+        cands = [Candidate(e, e.arrived_ms, e.job.est_s, _batch_key(e)) for e in self.carry if e.job]
+        batch, rest = select_batch(cands, now_ms(), limit, self.q)
+        self.carry = [c.item for c in rest]
+        self.run_batch([c.item for c in batch])
+
+    def _limit(self, entry: Entry) -> int:
+        voice = entry.job.voice if entry.job else ""
+        spec = self.settings.catalogue.voices.get(voice)
+        return max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
+
+    def _gather(self) -> list[Entry]:
+        heads = self.queue.peek(block_ms=250)
+        head = choose_head(heads, now_ms(), self.lanes, self.q)
+        if head is None:
+            return []
+        spec = self.settings.catalogue.voices.get(head.voice)
+        limit = max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
+        window_end = min(head.arrived_ms, now_ms()) + self.q.window_ms
+        claimed = self.queue.claim(head.stream, limit)
+        if not claimed:
+            return []
+        self.lanes.record(head.lane)
+        key = _batch_key(claimed[0]) if claimed[0].job else None
+        while limit > 1 and not self.farm.stopping.is_set():
+            same = sum(1 for e in claimed if e.job and _batch_key(e) == key)
+            left = window_end - now_ms()
+            if same >= limit or left <= 0:
+                break
+            claimed += self.queue.claim(head.stream, limit - same, block_ms=max(1, left))
+        return claimed
+
+    def _drop_malformed(self, entries: list[Entry]) -> list[Entry]:
+        good = []
+        for e in entries:
+            if e.job is None:
+                self.dead_letter(e, "MALFORMED_JOB", str(e.error))
+            elif e.deliveries > self.q.max_deliveries:
+                self.dead_letter(e, "TOO_MANY_DELIVERIES", f"delivered {e.deliveries} times without finishing")
+            else:
+                good.append(e)
+        return good
+
+    def dead_letter(self, e: Entry, code: str, message: str) -> None:
+        fields = {k.decode(errors="replace") if isinstance(k, bytes) else str(k): (v.decode(errors="replace") if isinstance(v, bytes) else str(v))
+                  for k, v in e.fields.items()}
+        self.farm.r.xadd(self.farm.keys.dead_letters(), {"stream": e.stream, "entry_id": e.entry_id, "code": code,
+                                                        "message": message[:2000], "deliveries": e.deliveries,
+                                                        "fields": json.dumps(fields, ensure_ascii=False)[:100_000]},
+                         maxlen=100_000, approximate=True)
+        if e.job is not None and self.farm.publisher.fail(e.job.job_id, code, message):
+            self.farm.events.failed(e.job.job_id, code, message)
+        self.queue.ack([e])
+        log.warning("dead-lettered %s %s: [%s] %s", e.stream, e.entry_id, code, message)
+
+    # -- running a batch -------------------------------------------------------------------------
+    def run_batch(self, entries: list[Entry]) -> None:
+        pub, events = self.farm.publisher, self.farm.events
+        live: list[Entry] = []
+        for e in entries:
+            job = e.job
+            assert job is not None
+            state = pub.job_state(job.job_id)
+            if state == "cancelled":
+                pub.finish(job.job_id, "cancelled", {"code": "JOB_CANCELLED", "message": "cancelled by the client"})
+                self.queue.ack([e])
+            elif pub.is_final(state):
+                self.queue.ack([e])
+            elif job.deadline and time.time() > job.deadline:
+                if pub.fail(job.job_id, "DEADLINE_EXCEEDED", "the job's deadline passed before it ran", state="expired"):
+                    events.failed(job.job_id, "DEADLINE_EXCEEDED", "deadline passed")
+                self.queue.ack([e])
+            else:
+                live.append(e)
+        if not live:
+            return
+        voice = self.farm.bank.get(live[0].job.voice)  # type: ignore[union-attr]
+        ready: list[tuple[Entry, tuple[int, ...]]] = []
+        for e in live:
+            job = e.job
+            assert job is not None
+            if pub.mark_started(job, self.consumer):
+                events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
+            try:
+                ready.append((e, voice.phonemize(job.text, job.lang).ids))
+            except InputError as exc:
+                if pub.fail(job.job_id, exc.code, exc.message):
+                    events.failed(job.job_id, exc.code, exc.message)
+                self.queue.ack([e])
+        if not ready:
+            return
+        opts = SynthesisOptions.from_dict(dict(ready[0][0].job.options))  # type: ignore[union-attr]
+        batch_id = f"{self.consumer}#{next(self.batch_ids)}"
+        start = time.perf_counter()
+        audios = voice.synthesize_batch([ids for _, ids in ready], opts)
+        infer_s = time.perf_counter() - start
+        self.batches += 1
+        stats = {"batch_id": batch_id, "size": len(ready), "voice": voice.name, "infer_s": infer_s,
+                 "padding_waste": padding_waste([len(ids) for _, ids in ready]),
+                 "queue_wait_s": [(time.time() * 1000 - e.arrived_ms) / 1000 for e, _ in ready]}
+        for (e, _), audio in zip(ready, audios):
+            self._publish(e, audio, voice.sample_rate, batch_id)
+        if self.on_batch:
+            self.on_batch(stats)
+
+    def _publish(self, e: Entry, audio: Any, voice_rate: int, batch_id: str) -> None:
+        from pipeline.audio import to_pcm16
+        from pipeline.synth import finish_segment
+
+        job = e.job
+        assert job is not None
+        pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
+        outcome = self.farm.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
+                                                      batch_id=batch_id, worker=self.consumer)
+        self.segments += 1
+        if outcome.done >= job.total and not self.farm.publisher.is_final(outcome.state):
+            url = self.farm.publisher.store_and_finish(job)
+            if url:
+                self.farm.events.succeeded(job.job_id, url)
+        self.queue.ack([e])
+
+
+def _batch_key(e: Entry) -> tuple[object, ...]:
+    job = e.job
+    assert job is not None
+    return (job.voice, tuple(sorted(job.options.items())))

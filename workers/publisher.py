@@ -1,0 +1,135 @@
+"""Everything a worker writes back: chunks to the job's results stream, the status record, the stored
+full output, and one final record per job.
+
+The final record and the end state are written by one Lua script that runs only once per job, so a
+redone segment (after a crash or a redelivery) cannot publish a second final record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, final_fields
+from workers.storage import Storage
+
+log = logging.getLogger(__name__)
+
+# KEYS: status, results. ARGV: state, info json, results maxlen, ttl, then field/value pairs for status.
+_FINALIZE = """
+if redis.call('HSETNX', KEYS[1], 'final', '1') == 0 then return 0 end
+local pairs = {}
+for i = 5, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], unpack(pairs))
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type', 'final', 'state', ARGV[1], 'info', ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+
+
+@dataclass
+class SegmentOutcome:
+    done: int
+    total: int
+    state: str
+
+
+class Publisher:
+    def __init__(self, r: redis.Redis, keys: Keys, storage: Storage, *, chunk_ms: int, maxlen: int, ttl_s: int) -> None:
+        self.r = r
+        self.keys = keys
+        self.storage = storage
+        self.chunk_ms = chunk_ms
+        self.maxlen = maxlen
+        self.ttl = ttl_s
+        self._finalize = r.register_script(_FINALIZE)
+
+    def job_state(self, job_id: str) -> str:
+        state = self.r.hget(self.keys.status(job_id), "state")
+        return state.decode() if state else ""
+
+    def mark_started(self, job: SegmentJob, worker: str) -> bool:
+        """True for the first segment of a job to start anywhere (the job's start)."""
+        key = self.keys.status(job.job_id)
+        first = bool(self.r.hsetnx(key, "started", time.time()))
+        if first:
+            self.r.hset(key, mapping={"state": "running", "worker": worker})
+        return first
+
+    def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str) -> SegmentOutcome:
+        """Chunks of one finished segment, then its part for assembly, in one round trip."""
+        keys, k_status, k_res = self.keys, self.keys.status(job.job_id), self.keys.results(job.job_id)
+        step = max(2, int(job.sample_rate * self.chunk_ms / 1000) * 2)
+        pieces = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
+        pipe = self.r.pipeline(transaction=True)
+        for i, piece in enumerate(pieces):
+            fields = chunk_fields(job.seg, i, i == len(pieces) - 1, attempt, job.sample_rate, piece)
+            pipe.xadd(k_res, fields, maxlen=self.maxlen, approximate=True)
+        pipe.expire(k_res, self.ttl)
+        pipe.hset(keys.parts(job.job_id), str(job.seg), pcm)
+        pipe.expire(keys.parts(job.job_id), self.ttl)
+        pipe.sadd(keys.done(job.job_id), job.seg)
+        pipe.expire(keys.done(job.job_id), self.ttl)
+        pipe.hsetnx(k_status, "first_chunk", time.time())
+        pipe.hset(k_status, mapping={f"batch:{job.seg}": batch_id, f"worker:{job.seg}": worker})
+        pipe.scard(keys.done(job.job_id))
+        pipe.hget(k_status, "state")
+        replies = pipe.execute()
+        done, state = int(replies[-2]), replies[-1]
+        self.r.hset(k_status, "done", done)
+        return SegmentOutcome(done=done, total=job.total, state=state.decode() if state else "")
+
+    def assemble(self, job: SegmentJob) -> tuple[bytes, float]:
+        """The job's full PCM16 from its parts, in segment order."""
+        parts = self.r.hgetall(self.keys.parts(job.job_id))
+        by_seg = {int(k): v for k, v in parts.items()}
+        missing = [i for i in range(job.total) if i not in by_seg]
+        if missing:
+            raise RuntimeError(f"job {job.job_id}: parts missing for segments {missing[:5]}")
+        pcm = b"".join(by_seg[i] for i in range(job.total))
+        return pcm, len(pcm) / 2 / job.sample_rate
+
+    def store_and_finish(self, job: SegmentJob) -> str | None:
+        """Encode, store and finish a job whose segments are all done. Returns the URL, or None if another
+        worker already finished it."""
+        from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
+
+        pcm, duration = self.assemble(job)
+        data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format)
+        key = f"{job.job_id}/audio.{job.format}"
+        url = self.storage.put(key, data, _content_type(CONTENT_TYPES, job))
+        created = job.created
+        info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
+        won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
+                          done=job.total)
+        if won:
+            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
+            log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
+        return url if won else None
+
+    def finish(self, job_id: str, state: str, info: dict[str, Any], **status: Any) -> bool:
+        """Write the end state and the one final record of a job. False if it had ended already."""
+        argv: list[Any] = [state, json.dumps(info, ensure_ascii=False), self.maxlen, self.ttl]
+        for k, v in status.items():
+            argv += [k, v]
+        return bool(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
+
+    def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> bool:
+        info = {"code": code, "message": message}
+        won = self.finish(job_id, state, info, error_code=code, error_message=message, finished=time.time())
+        if won:
+            self.r.delete(self.keys.parts(job_id), self.keys.done(job_id))
+        return won
+
+    def is_final(self, state: str) -> bool:
+        return state in STATES_FINAL
+
+
+def _content_type(types: dict[str, str], job: SegmentJob) -> str:
+    ctype = types.get(job.format, "application/octet-stream")
+    return ctype.format(rate=job.sample_rate) if "{rate}" in ctype else ctype

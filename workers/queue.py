@@ -1,0 +1,136 @@
+"""The worker's side of the bucket streams: peeking heads, claiming, acking, reclaiming.
+
+Peeking reads the first undelivered entry of every queue without claiming it (a plain XREAD from
+each group's last-delivered id), so a worker only claims, with XREADGROUP on one stream at a time,
+what it is about to batch. No worker hoards entries another could run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from producer.contract import GROUP, Keys, SegmentJob
+from workers.batcher import Head
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Entry:
+    """A claimed stream entry; ``job`` is None when the entry could not be parsed."""
+
+    stream: str
+    entry_id: str
+    fields: dict[bytes, bytes]
+    job: SegmentJob | None
+    error: Exception | None = None
+    deliveries: int = 1
+
+    @property
+    def arrived_ms(self) -> int:
+        return int(self.entry_id.split("-")[0])
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def parse_entry(stream: str, entry_id: Any, fields: dict[bytes, bytes]) -> Entry:
+    try:
+        job = SegmentJob.from_fields(fields)
+        return Entry(stream, _s(entry_id), fields, job)
+    except Exception as exc:  # a malformed entry becomes an error record, never a crash
+        return Entry(stream, _s(entry_id), fields, None, exc)
+
+
+class StreamQueue:
+    def __init__(self, r: redis.Redis, keys: Keys, n_buckets: int, consumer: str) -> None:
+        self.r = r
+        self.keys = keys
+        self.streams = keys.queues(n_buckets)
+        self.consumer = consumer
+
+    def ensure_groups(self) -> None:
+        for stream in self.streams:
+            try:
+                self.r.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    def _delivered_ids(self) -> dict[str, str]:
+        pipe = self.r.pipeline(transaction=False)
+        for stream in self.streams:
+            pipe.xinfo_groups(stream)
+        ids: dict[str, str] = {}
+        for stream, groups in zip(self.streams, pipe.execute(raise_on_error=False)):
+            if isinstance(groups, Exception):
+                self.ensure_groups()
+                ids[stream] = "0-0"
+                continue
+            for g in groups:
+                if _s(g["name"]) == GROUP:
+                    ids[stream] = _s(g["last-delivered-id"])
+        return ids
+
+    def peek(self, block_ms: int) -> list[Head]:
+        """Heads of all queues with undelivered entries; blocks up to ``block_ms`` while all are empty."""
+        ids = self._delivered_ids()
+        reply = self.r.xread(ids, count=1, block=block_ms) if ids else []
+        heads = []
+        for stream, entries in reply or []:
+            for entry_id, fields in entries:
+                e = parse_entry(_s(stream), entry_id, fields)
+                lane = _s(stream).split(":")[-2]
+                est = e.job.est_s if e.job else 0.0
+                voice = e.job.voice if e.job else ""
+                heads.append(Head(stream=_s(stream), lane=lane, arrived_ms=e.arrived_ms, est_s=est, voice=voice))
+        return heads
+
+    def claim(self, stream: str, count: int, block_ms: int | None = None) -> list[Entry]:
+        reply = self.r.xreadgroup(GROUP, self.consumer, {stream: ">"}, count=count, block=block_ms)
+        return [parse_entry(_s(s), eid, f) for s, entries in reply or [] for eid, f in entries]
+
+    def ack(self, entries: list[Entry]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for e in entries:
+            pipe.xack(e.stream, GROUP, e.entry_id)
+        pipe.execute()
+
+    def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
+        """Entries another consumer took and left idle (it died): take them over, with delivery counts."""
+        taken: list[Entry] = []
+        for stream in self.streams:
+            if len(taken) >= count:
+                break
+            try:
+                _, entries, _deleted = self.r.xautoclaim(stream, GROUP, self.consumer, min_idle_ms, "0-0", count=count)
+            except redis.ResponseError:
+                continue
+            if not entries:
+                continue
+            pending = {
+                _s(p["message_id"]): int(p["times_delivered"])
+                for p in self.r.xpending_range(stream, GROUP, min="-", max="+", count=1000, consumername=self.consumer)
+            }
+            for eid, fields in entries:
+                if fields is None:
+                    continue
+                e = parse_entry(stream, eid, fields)
+                e.deliveries = pending.get(e.entry_id, 1)
+                taken.append(e)
+        return taken
+
+    def forget_consumer(self) -> None:
+        """Leave the groups (after the last ack): dead consumer names do not pile up."""
+        for stream in self.streams:
+            try:
+                pending = self.r.xpending_range(stream, GROUP, min="-", max="+", count=1, consumername=self.consumer)
+                if not pending:
+                    self.r.xgroup_delconsumer(stream, GROUP, self.consumer)
+            except redis.RedisError:
+                pass

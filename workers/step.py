@@ -1,0 +1,45 @@
+"""The consumer bootstep: runs a ``FarmWorker`` inside an ordinary Celery worker.
+
+Celery starts it with the consumer (and again after a broker reconnect), and stops it on warm
+shutdown: SIGTERM lets the batch in flight finish and be acked before the process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import bootsteps
+
+log = logging.getLogger(__name__)
+
+
+class StreamConsumerStep(bootsteps.StartStopStep):
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.farm: Any = None
+
+    def start(self, c: Any) -> None:
+        if self.farm is not None and not self.farm.stopping.is_set():
+            return
+        from workers.events import JobEvents
+        from workers.farm import FarmWorker
+
+        settings = c.app.conf.ttsfarm_settings
+        events = JobEvents(c.app, c.hostname, enabled=True)
+        if self.farm is None:
+            self.farm = FarmWorker(settings, hostname=c.hostname, events=events)
+        else:
+            self.farm.events = events
+        log.info("ttsfarm stream consumer starting on %s", c.hostname)
+        self.farm.start()
+
+    def stop(self, c: Any) -> None:
+        if self.farm is not None:
+            log.info("ttsfarm stream consumer stopping: finishing the batch in flight")
+            self.farm.stop()
+
+    def shutdown(self, c: Any) -> None:
+        self.stop(c)
