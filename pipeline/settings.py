@@ -72,8 +72,8 @@ class QueueSettings:
     window_ms: int = 200
     max_batch_cpu: int = 1
     max_batch_cuda: int = 8
-    tolerance: float = 0.15
-    tolerance_max: float = 0.60
+    tolerance: float = 0.10
+    tolerance_max: float = 0.35
     bulk_aging_ms: int = 3000
     interactive_streak: int = 4
     chunk_ms: int = 500

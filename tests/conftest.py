@@ -44,3 +44,44 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 @pytest.fixture
 def settings(base_settings: Settings, redis_url: str, tmp_path: Path) -> Settings:
     return base_settings.replace(redis={"url": redis_url}, storage={"local_dir": str(tmp_path / "storage")})
+
+
+class Farm:
+    """Worker processes started with the plain celery command, all on one key prefix."""
+
+    def __init__(self, redis_url: str, root: Path, **env: str) -> None:
+        import secrets
+
+        self.redis_url = redis_url
+        self.prefix = f"t{secrets.token_hex(4)}"
+        self.root = root
+        self.env = {
+            "TTSFARM_REDIS_URL": redis_url,
+            "TTSFARM_REDIS_KEY_PREFIX": self.prefix,
+            "TTSFARM_STORAGE_LOCAL_DIR": str(root / "storage"),
+            **env,
+        }
+        self.workers: list[object] = []
+        self.settings = load_settings(env=self.env)
+
+    def start_worker(self, name: str | None = None, wait: bool = True):  # type: ignore[no-untyped-def]
+        from producer.local import WorkerProcess
+
+        name = name or f"w{len(self.workers)}-{self.prefix}@test"
+        w = WorkerProcess(name, self.env, log_path=self.root / f"{name}.log").start()
+        self.workers.append(w)
+        if wait:
+            w.wait_ready(self.redis_url, self.prefix)
+        return w
+
+    def client(self):  # type: ignore[no-untyped-def]
+        from producer.client import Client
+
+        return Client.from_url(settings=self.settings)
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()  # type: ignore[attr-defined]
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.root.glob("*.log"))

@@ -72,7 +72,7 @@ def tolerance(waited_ms: float, q: QueueSettings) -> float:
 def fits(head: Candidate[T], other: Candidate[T], tol: float) -> bool:
     if other.key != head.key:
         return False
-    scale = max(head.est_s, 0.5)
+    scale = max(head.est_s, other.est_s, 0.5)
     return abs(other.est_s - head.est_s) <= tol * scale
 
 

@@ -21,13 +21,21 @@ from workers.storage import Storage
 log = logging.getLogger(__name__)
 
 # KEYS: status, results. ARGV: state, info json, results maxlen, ttl, then field/value pairs for status.
+# A client's cancel wins over a finish that races it: the job then ends cancelled, whatever was made.
 _FINALIZE = """
 if redis.call('HSETNX', KEYS[1], 'final', '1') == 0 then return 0 end
-local pairs = {}
-for i = 5, #ARGV do pairs[#pairs + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], 'state', ARGV[1], unpack(pairs))
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type', 'final', 'state', ARGV[1], 'info', ARGV[2])
+local state, info = ARGV[1], ARGV[2]
+if redis.call('HGET', KEYS[1], 'state') == 'cancelled' and state ~= 'cancelled' then
+  state = 'cancelled'
+  info = '{"code": "JOB_CANCELLED", "message": "cancelled by the client"}'
+else
+  local pairs = {}
+  for i = 5, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+  redis.call('HSET', KEYS[1], 'state', state, unpack(pairs))
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type', 'final', 'state', state, 'info', info)
 redis.call('EXPIRE', KEYS[2], ARGV[4])
+if state == 'cancelled' and ARGV[1] ~= 'cancelled' then return 2 end
 return 1
 """
 
@@ -107,19 +115,24 @@ class Publisher:
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
         won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
                           done=job.total)
+        if won == 2:
+            log.info("job %s was cancelled while it finished", job.job_id)
+            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
+            return None
         if won:
             self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
             log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
         return url if won else None
 
-    def finish(self, job_id: str, state: str, info: dict[str, Any], **status: Any) -> bool:
-        """Write the end state and the one final record of a job. False if it had ended already."""
+    def finish(self, job_id: str, state: str, info: dict[str, Any], **status: Any) -> int:
+        """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
+        0 if the job had ended already."""
         argv: list[Any] = [state, json.dumps(info, ensure_ascii=False), self.maxlen, self.ttl]
         for k, v in status.items():
             argv += [k, v]
-        return bool(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
+        return int(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
 
-    def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> bool:
+    def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> int:
         info = {"code": code, "message": message}
         won = self.finish(job_id, state, info, error_code=code, error_message=message, finished=time.time())
         if won:

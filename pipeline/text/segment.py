@@ -226,8 +226,8 @@ class Segmenter:
             cur_lang, cur_text, cur_brk = lang, joined, brk
             if not segments and cur_text:
                 flush()  # the first phrase alone: a short first segment starts streaming early
-            elif brk == "paragraph" or (brk == "sentence" and _length(lang, cur_text) >= limit * 0.75):
-                flush()
+            elif brk in ("sentence", "paragraph"):
+                flush()  # a segment never spans sentences: Piper voices were trained a sentence at a time
         flush()
         last = segments[-1]
         segments[-1] = Segment(last.index, last.text, last.lang, 0.0, last.est_seconds - last.pause_after_s, "end")

@@ -66,6 +66,7 @@ class VoiceBank:
         self.factory = SessionFactory(runtime)
         self._builder = builder
         self._voices: dict[str, Voice] = {}
+        self._warm: set[int] = set()  # ids of sessions already warmed up (voices may share one)
         self._lock = threading.Lock()
 
     def route(self, voice: str | None, lang: str) -> VoiceSpec:
@@ -90,7 +91,9 @@ class VoiceBank:
         if getattr(voice, "_session", True) is not None:
             return
         voice.load()  # type: ignore[attr-defined]
-        if self.runtime.warmup:
+        session_id = id(getattr(voice, "session", voice))
+        if self.runtime.warmup and session_id not in self._warm:
+            self._warm.add(session_id)
             start = time.perf_counter()
             lang = voice.languages[0]
             ids = voice.phonemize(WARMUP_TEXT.get(lang, WARMUP_TEXT["en"]), lang).ids

@@ -77,8 +77,11 @@ class PiperVoice:
     def phonemize(self, text: str, lang: str) -> Phonemized:
         if lang not in self.languages:
             raise InputError(f"voice {self.name} does not speak {lang!r}", code=UNSUPPORTED_LANGUAGE)
-        phonemes = self._phonemizer.phonemize(text, self.espeak_voice)
-        ids = self._phonemizer.to_ids(phonemes, self.id_map)
+        # One id sequence per sentence espeak finds (each framed by BOS/EOS, as Piper trains and runs them);
+        # the segmenter keeps segments to one sentence, so this is almost always a single sequence.
+        sentences = self._phonemizer.phonemize_sentences(text, self.espeak_voice)
+        phonemes = [p for sentence in sentences for p in sentence]
+        ids = [i for sentence in sentences for i in self._phonemizer.to_ids(sentence, self.id_map)]
         if len(ids) <= 2 or not any(p.isalpha() for p in phonemes):
             raise InputError(f"nothing to speak in {text!r}", code=NOTHING_TO_SPEAK)
         return Phonemized(ids=tuple(ids), phonemes="".join(phonemes))

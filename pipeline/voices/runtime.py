@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -82,6 +83,8 @@ class SessionFactory:
     def __init__(self, settings: RuntimeSettings) -> None:
         self.settings = settings
         self.fell_back_to_cpu = False
+        self._sessions: dict[Path, tuple[Any, SessionInfo]] = {}
+        self._lock = threading.Lock()
 
     def providers(self) -> list[Any]:
         import onnxruntime as ort
@@ -119,6 +122,18 @@ class SessionFactory:
         return opts
 
     def create(self, model: Path) -> tuple[Any, SessionInfo]:
+        """The process's one session for ``model`` (voices sharing a model file share its session)."""
+        with self._lock:
+            key = model.resolve()
+            if key not in self._sessions:
+                self._sessions[key] = self._create(model)
+            return self._sessions[key]
+
+    def sessions(self) -> list[SessionInfo]:
+        with self._lock:
+            return [info for _, info in self._sessions.values()]
+
+    def _create(self, model: Path) -> tuple[Any, SessionInfo]:
         import onnxruntime as ort
 
         if not model.is_file():
