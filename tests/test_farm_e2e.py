@@ -160,3 +160,28 @@ def test_job_stream_resumes_after_seq(farm: Farm) -> None:
     again = list(client.job(job.id).stream(after_seq=1, timeout=60))
     assert [c.seq for c in again] == [c.seq for c in full[2:]]
     assert b"".join(c.pcm for c in again) == b"".join(c.pcm for c in full[2:])
+
+
+def test_asyncio_client_streams_and_waits(farm: Farm) -> None:
+    import asyncio
+
+    from producer.aio import AsyncClient
+
+    async def go() -> tuple[int, str, int]:
+        async with AsyncClient.from_url(settings=farm.settings) as client:
+            job = await client.submit("Asynchronous clients stream too. 异步也可以。")
+            chunks = [c async for c in job.stream(timeout=120)]
+            result = await job.wait(timeout=30)
+            return len(chunks), result.state, sum(len(c.pcm) for c in chunks)
+
+    n, state, nbytes = asyncio.run(go())
+    assert n >= 2 and state == "done" and nbytes > 24000
+
+
+def test_importing_the_sdk_loads_no_model_runtime() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, producer; from producer.client import Client; print(any(m in sys.modules for m in ('onnxruntime', 'torch')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

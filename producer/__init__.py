@@ -1,0 +1,10 @@
+"""The farm's client side: submit text, stream its audio, wait for the stored result.
+
+Light on purpose: importing it loads no model runtime (onnxruntime, torch).
+"""
+
+from pipeline.errors import InputError, JobError, OverloadedError, TTSFarmError
+from producer.client import Client, Job
+from producer.contract import Chunk, JobResult
+
+__all__ = ["Chunk", "Client", "InputError", "Job", "JobError", "JobResult", "OverloadedError", "TTSFarmError"]

@@ -1,0 +1,132 @@
+"""The asyncio SDK: the same calls as ``producer.client``, as coroutines and async iterators."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+
+from pipeline.errors import JobNotFoundError, JobTimeoutError, TransientError
+from pipeline.settings import Settings, load_settings
+from producer.client import _raise_if_failed
+from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.reader import ResultsReader
+from producer.status import decode_status, result_from_status
+from producer.submit import prepare_submission
+
+
+class AsyncClient:
+    def __init__(self, connection: aredis.Redis, settings: Settings) -> None:
+        self.redis = connection
+        self.settings = settings
+        self.keys = Keys(settings.redis.key_prefix)
+        self._groups_ready = False
+
+    @classmethod
+    def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> AsyncClient:
+        settings = settings or load_settings()
+        redis_kwargs.setdefault("socket_timeout", settings.redis.socket_timeout_s)
+        return cls(aredis.Redis.from_url(url or settings.redis.url, **redis_kwargs), settings)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def ensure_groups(self) -> None:
+        if self._groups_ready:
+            return
+        for stream in self.keys.queues(len(self.settings.queue.bucket_edges_s) + 1):
+            try:
+                await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+        self._groups_ready = True
+
+    async def submit(self, text: bytes | str, **request: Any) -> AsyncJob:
+        """Like ``Client.submit``. The frontend runs in a thread so the event loop keeps serving."""
+        sub = await asyncio.to_thread(prepare_submission, self.settings, text, **request)
+        try:
+            await self.ensure_groups()
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self.keys.status(sub.job_id), mapping=sub.status)
+                pipe.expire(self.keys.status(sub.job_id), self.settings.queue.job_ttl_s)
+                for seg, stream in zip(sub.segments, sub.streams):
+                    pipe.xadd(stream, seg.to_fields())
+                await pipe.execute()
+        except redis.ConnectionError as exc:
+            raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
+        return AsyncJob(self, sub.job_id, sub.total)
+
+    async def job(self, job_id: str) -> AsyncJob:
+        raw = await self.redis.hgetall(self.keys.status(job_id))
+        if not raw:
+            raise JobNotFoundError(f"no job {job_id!r} (unknown or expired)")
+        return AsyncJob(self, job_id, int(decode_status(raw)["total"]))
+
+
+class AsyncJob:
+    def __init__(self, client: AsyncClient, job_id: str, total: int) -> None:
+        self.client = client
+        self.id = job_id
+        self.total = total
+
+    async def status(self) -> dict[str, Any]:
+        raw = await self.client.redis.hgetall(self.client.keys.status(self.id))
+        if not raw:
+            raise JobNotFoundError(f"no job {self.id!r} (unknown or expired)")
+        return decode_status(raw)
+
+    async def cancel(self) -> bool:
+        st = await self.status()
+        if st["state"] in STATES_FINAL:
+            return False
+        await self.client.redis.hset(self.client.keys.status(self.id), mapping={"state": "cancelled", "finished": time.time()})
+        return True
+
+    async def stream(self, *, after_seq: int = -1, timeout: float | None = None, block_ms: int = 500) -> AsyncIterator[Chunk]:
+        reader = ResultsReader(total=self.total, skip_through_seq=after_seq)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        key = self.client.keys.results(self.id)
+        failures = 0
+        while not reader.finished:
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s")
+            try:
+                reply = await self.client.redis.xread({key: reader.last_id}, count=256, block=block_ms)
+                failures = 0
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                failures += 1
+                if failures > 20:
+                    raise TransientError(f"lost Redis while streaming job {self.id}: {exc}") from exc
+                await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+                continue
+            if not reply:
+                st = await self.status()
+                if st["state"] in ("cancelled", "expired"):
+                    _raise_if_failed(self.id, {"state": st["state"], "code": f"JOB_{st['state'].upper()}"})
+                continue
+            for entry_id, fields in reply[0][1]:
+                for chunk in reader.feed(entry_id, fields):
+                    yield chunk
+        _raise_if_failed(self.id, reader.final or {})
+
+    async def wait(self, timeout: float | None = None, *, poll_s: float = 0.02) -> JobResult:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = await self.status()
+            if st["state"] in STATES_FINAL:
+                return result_from_status(self.id, st)
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s (state {st['state']})")
+            await asyncio.sleep(poll_s)
+            poll_s = min(poll_s * 1.5, 0.25)
