@@ -1,0 +1,45 @@
+"""The command line, run as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import soundfile as sf
+
+
+def ttsfarm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "producer", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_say_writes_mixed_text_offline(tmp_path: Path) -> None:
+    out = tmp_path / "out.wav"
+    res = ttsfarm("say", "今天天气很好，我们去公园散步吧。Hello from the farm.", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    audio, rate = sf.read(out)
+    assert rate == 24000 and 2.5 < len(audio) / rate < 10
+
+
+def test_say_other_format_and_rate(tmp_path: Path) -> None:
+    out = tmp_path / "out.flac"
+    res = ttsfarm("say", "Sixteen kilohertz, please.", "-o", str(out), "--rate", "16000", "--voice", "joe")
+    assert res.returncode == 0, res.stderr
+    info = sf.info(out)
+    assert info.samplerate == 16000 and info.format == "FLAC"
+
+
+def test_phonemize_shows_pinyin_and_tokens() -> None:
+    res = ttsfarm("phonemize", "我在银行工作。I work at a bank.")
+    assert res.returncode == 0, res.stderr
+    assert "yin2 hang2" in res.stdout
+    assert "tokens:" in res.stdout and " en voice=joe" in res.stdout and " zh voice=kumo" in res.stdout
+
+
+def test_bad_input_exits_with_its_code(tmp_path: Path) -> None:
+    res = ttsfarm("say", "   ", "-o", str(tmp_path / "x.wav"))
+    assert res.returncode == 2 and "EMPTY_TEXT" in res.stderr
+    res = ttsfarm("say", "hello", "-o", str(tmp_path / "x.mp3"))
+    assert res.returncode == 2 and "UNSUPPORTED_FORMAT" in res.stderr
+    res = ttsfarm("say", "hello", "--voice", "nobody", "-o", str(tmp_path / "x.wav"))
+    assert res.returncode == 2 and "UNKNOWN_VOICE" in res.stderr
