@@ -81,6 +81,11 @@ class QueueSettings:
     job_ttl_s: int = 86400
     inference_threads: int = 1
     max_deliveries: int = 5
+    claim_idle_ms: int = 30_000
+    max_backlog_interactive_segments: int = 2000
+    max_backlog_interactive_seconds: float = 3600.0
+    max_backlog_bulk_segments: int = 200_000
+    max_backlog_bulk_seconds: float = 720_000.0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import redis.asyncio as aredis
 
 from pipeline.errors import JobNotFoundError, JobTimeoutError, TransientError
 from pipeline.settings import Settings, load_settings
+from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.client import _raise_if_failed
 from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
@@ -25,6 +26,7 @@ class AsyncClient:
         self.settings = settings
         self.keys = Keys(settings.redis.key_prefix)
         self._groups_ready = False
+        self._admit = connection.register_script(ADMIT)
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> AsyncClient:
@@ -57,14 +59,11 @@ class AsyncClient:
         sub = await asyncio.to_thread(prepare_submission, self.settings, text, **request)
         try:
             await self.ensure_groups()
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hset(self.keys.status(sub.job_id), mapping=sub.status)
-                pipe.expire(self.keys.status(sub.job_id), self.settings.queue.job_ttl_s)
-                for seg, stream in zip(sub.segments, sub.streams):
-                    pipe.xadd(stream, seg.to_fields())
-                await pipe.execute()
-        except redis.ConnectionError as exc:
+            script_keys, argv = admit_args(sub, self.keys, self.settings.queue)
+            reply = await self._admit(keys=script_keys, args=argv)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
+        check_admitted(reply, sub, self.settings.queue)
         return AsyncJob(self, sub.job_id, sub.total)
 
     async def job(self, job_id: str) -> AsyncJob:

@@ -11,6 +11,7 @@ import redis
 
 from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError
 from pipeline.settings import Settings, load_settings
+from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
@@ -27,6 +28,7 @@ class Client:
         self.settings = settings
         self.keys = Keys(settings.redis.key_prefix)
         self._groups_ready = False
+        self._admit = connection.register_script(ADMIT)
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Client:
@@ -58,19 +60,16 @@ class Client:
 
     def submit(self, text: bytes | str, **request: Any) -> Job:
         """Segment ``text`` and queue its segments. Keywords: voice, format, sample_rate, lane,
-        options ({"speed", "noise_scale", "noise_w"}), deadline_s. Bad input raises ``InputError``."""
+        options ({"speed", "noise_scale", "noise_w"}), deadline_s. Bad input raises ``InputError``; a full
+        lane raises ``OverloadedError`` (code OVERLOADED, retryable)."""
         sub = prepare_submission(self.settings, text, **request)
         try:
             self.ensure_groups()
-            ttl = self.settings.queue.job_ttl_s
-            with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hset(self.keys.status(sub.job_id), mapping=sub.status)
-                pipe.expire(self.keys.status(sub.job_id), ttl)
-                for seg, stream in zip(sub.segments, sub.streams):
-                    pipe.xadd(stream, seg.to_fields())
-                pipe.execute()
-        except redis.ConnectionError as exc:
+            script_keys, argv = admit_args(sub, self.keys, self.settings.queue)
+            reply = self._admit(keys=script_keys, args=argv)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
+        check_admitted(reply, sub, self.settings.queue)
         log.debug("job %s: %d segment(s) queued", sub.job_id, sub.total)
         return Job(self, sub.job_id, sub.total)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 from pipeline.errors import MALFORMED_JOB, InputError
 
 SCHEMA_VERSION = 1
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # also a storage key part: no dots, no slashes
 LANES = ("interactive", "bulk")
 GROUP = "workers"
 STATES_FINAL = ("done", "failed", "cancelled", "expired")
@@ -51,6 +53,9 @@ class Keys:
 
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    def backlog(self, lane: str) -> str:
+        return f"{self.prefix}:backlog:{lane}"
 
 
 def new_job_id() -> str:
@@ -104,7 +109,7 @@ class SegmentJob:
 
     def validate(self) -> None:
         checks = [
-            (isinstance(self.job_id, str) and 8 <= len(self.job_id) <= 64, "job_id"),
+            (isinstance(self.job_id, str) and _JOB_ID.fullmatch(self.job_id) is not None, "job_id"),
             (isinstance(self.seg, int) and isinstance(self.total, int) and 0 <= self.seg < self.total <= 100_000, "seg/total"),
             (isinstance(self.text, str) and 0 < len(self.text) <= 10_000, "text"),
             (self.lane in LANES, "lane"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from producer.backlog import RELEASE
 from producer.contract import GROUP, Keys, SegmentJob
 from workers.batcher import Head
 
@@ -53,6 +54,7 @@ class StreamQueue:
         self.keys = keys
         self.streams = keys.queues(n_buckets)
         self.consumer = consumer
+        self._release = r.register_script(RELEASE)
 
     def ensure_groups(self) -> None:
         for stream in self.streams:
@@ -97,10 +99,18 @@ class StreamQueue:
         return [parse_entry(_s(s), eid, f) for s, entries in reply or [] for eid, f in entries]
 
     def ack(self, entries: list[Entry]) -> None:
+        """Ack entries; those whose XACK counted come off their lane's backlog (once, even if redelivered)."""
         pipe = self.r.pipeline(transaction=False)
         for e in entries:
             pipe.xack(e.stream, GROUP, e.entry_id)
-        pipe.execute()
+        released: dict[str, list[float]] = {}
+        for e, n in zip(entries, pipe.execute()):
+            if n and e.job is not None:
+                tally = released.setdefault(e.job.lane, [0, 0.0])
+                tally[0] += 1
+                tally[1] += e.job.est_s
+        for lane, (count, seconds) in released.items():
+            self._release(keys=[self.keys.backlog(lane)], args=[int(count), round(seconds, 3)])
 
     def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
         """Entries another consumer took and left idle (it died): take them over, with delivery counts."""

@@ -1,0 +1,56 @@
+"""Backpressure: a full lane refuses new work with a typed, retryable error, and drains back."""
+
+from __future__ import annotations
+
+import redis
+import pytest
+
+from pipeline.errors import OverloadedError
+from pipeline.settings import Settings
+from producer.client import Client
+from producer.contract import GROUP, Keys, SegmentJob
+from workers.queue import StreamQueue
+
+
+def test_submit_beyond_the_lane_limit_is_refused_and_ack_drains(settings: Settings, r: redis.Redis) -> None:
+    s = settings.replace(queue={"max_backlog_interactive_segments": 3, "max_backlog_bulk_segments": 100})
+    client = Client(r, s)
+    for _ in range(3):
+        client.submit("One sentence.", voice="joe")
+    with pytest.raises(OverloadedError) as exc:
+        client.submit("One more.", voice="joe")
+    assert exc.value.code == "OVERLOADED" and exc.value.retryable
+    assert exc.value.detail["queued_segments"] == 3
+    client.submit("The bulk lane has its own limit.", voice="joe", lane="bulk")
+
+    keys = Keys(s.redis.key_prefix)
+    q = StreamQueue(r, keys, len(s.queue.bucket_edges_s) + 1, "tester")
+    taken = [e for stream in q.streams if ":interactive:" in stream for e in q.claim(stream, 10)]
+    assert len(taken) == 3
+    q.ack(taken[:2])
+    q.ack(taken[:2])  # a second ack of the same entries releases nothing more
+    assert int(r.hget(keys.backlog("interactive"), "n")) == 1
+    client.submit("Room again.", voice="joe")
+
+
+def test_seconds_limit(settings: Settings, r: redis.Redis) -> None:
+    s = settings.replace(queue={"max_backlog_interactive_seconds": 5.0})
+    client = Client(r, s)
+    client.submit("A first sentence that is not very long.", voice="joe")
+    with pytest.raises(OverloadedError):
+        client.submit("Another sentence of some length, " * 6, voice="joe")
+
+
+def test_an_empty_lane_admits_a_job_larger_than_the_limit(settings: Settings, r: redis.Redis) -> None:
+    s = settings.replace(queue={"max_backlog_interactive_segments": 2})
+    job = Client(r, s).submit("One. Two. Three. Four. Five.", voice="joe")
+    assert job.total == 5
+    assert int(r.hget(Keys(s.redis.key_prefix).backlog("interactive"), "n")) == 5
+
+
+def test_job_ids_that_could_escape_a_storage_prefix_are_malformed() -> None:
+    job = SegmentJob(job_id="../../etc/passwd", seg=0, total=1, text="x", lang="en", voice="joe",
+                     request_voice="joe", format="wav", sample_rate=22050)
+    with pytest.raises(ValueError):
+        SegmentJob.from_fields(job.to_fields())
+    assert GROUP == "workers"
