@@ -107,6 +107,7 @@ class StorageSettings:
 class WorkerSettings:
     name: str = ""
     metrics_port: int = 0
+    fault_inject: str = ""  # the reliability suite's fault injection (workers/farm.py Faults); empty in production
 
 
 @dataclass(frozen=True)

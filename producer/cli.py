@@ -123,6 +123,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(args), output=args.output, text=args.text)
 
 
+def cmd_dlq(args: argparse.Namespace) -> int:
+    import json
+
+    import redis
+
+    from producer.contract import Keys
+    from producer.dlq import DeadLetters
+
+    settings = _settings(args)
+    dlq = DeadLetters(redis.Redis.from_url(settings.redis.url), Keys(settings.redis.key_prefix))
+    if args.action == "list":
+        for dl in dlq.list(args.count):
+            print(f"{dl.id}  {dl.code:<22} job={dl.job_id or '-':<24} deliveries={dl.deliveries}  {dl.message[:80]}")
+    elif args.action == "show":
+        dl = dlq.get(args.id)
+        if dl is None:
+            print(f"no dead letter {args.id}", file=sys.stderr)
+            return 1
+        print(json.dumps(dl.__dict__, indent=2, ensure_ascii=False))
+    elif args.action == "requeue":
+        print(f"requeued as {dlq.requeue(args.id)}")
+    elif args.action == "purge":
+        print(f"removed {dlq.purge()} dead letter(s)")
+    return 0
+
+
 def cmd_quantize(args: argparse.Namespace) -> int:
     from pipeline.quantize import main as quantize_main
 
@@ -179,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="out/demo.wav")
     p.add_argument("--text", default=None)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("dlq", help="list, show, requeue or purge dead-lettered segments")
+    p.add_argument("action", choices=["list", "show", "requeue", "purge"])
+    p.add_argument("id", nargs="?", default="", help="dead-letter entry id (show, requeue)")
+    p.add_argument("--count", type=int, default=50)
+    p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("quantize", help="make an INT8 model of a voice and check it against FP32")
     p.add_argument("voice")

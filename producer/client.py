@@ -145,7 +145,14 @@ class Job:
         """Block until the job ends; return where its full output is stored."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            st = self.status()
+            try:
+                st = self.status()
+            except (redis.ConnectionError, redis.TimeoutError):
+                # Redis restarting or failing over: keep waiting until the deadline.
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+                continue
             if st["state"] in STATES_FINAL:
                 return result_from_status(self.id, st)
             if deadline is not None and time.monotonic() > deadline:

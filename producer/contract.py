@@ -20,6 +20,7 @@ from pipeline.errors import MALFORMED_JOB, InputError
 SCHEMA_VERSION = 1
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # also a storage key part: no dots, no slashes
 LANES = ("interactive", "bulk")
+CHUNK_MS_RANGE = (20, 5000)
 GROUP = "workers"
 STATES_FINAL = ("done", "failed", "cancelled", "expired")
 
@@ -86,6 +87,7 @@ class SegmentJob:
     est_s: float = 0.0
     options: Mapping[str, float] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
+    chunk_ms: int = 0  # PCM per results record; 0 = the worker's setting
     v: int = SCHEMA_VERSION
 
     def to_fields(self) -> dict[str, str]:
@@ -115,6 +117,7 @@ class SegmentJob:
             (self.lane in LANES, "lane"),
             (isinstance(self.sample_rate, int) and 8000 <= self.sample_rate <= 48000, "sample_rate"),
             (isinstance(self.options, dict), "options"),
+            (isinstance(self.chunk_ms, int) and (self.chunk_ms == 0 or CHUNK_MS_RANGE[0] <= self.chunk_ms <= CHUNK_MS_RANGE[1]), "chunk_ms"),
         ]
         bad = [name for ok, name in checks if not ok]
         if bad:

@@ -42,19 +42,25 @@ class RedisServer:
 
     port: int = field(default_factory=free_port)
     appendonly: bool = False
+    appendfsync: str = "everysec"
+    password: str = ""
     dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ttsfarm-redis-")))
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: run scripts/setup.sh (apt-get install -y redis-server)")
         args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--save", "",
-                "--appendonly", "yes" if self.appendonly else "no", "--loglevel", "warning"]
+                "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync,
+                "--loglevel", "warning"]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while not redis_reachable(self.url, 0.2):
@@ -63,13 +69,17 @@ class RedisServer:
             time.sleep(0.05)
         return self
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the server but keep its folder (its AOF), so ``start`` brings the same data back."""
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
-from producer.contract import LANES, Keys, SegmentJob, bucket_of, new_job_id
+from producer.contract import CHUNK_MS_RANGE, LANES, Keys, SegmentJob, bucket_of, new_job_id
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ def prepare_submission(
     lane: str = "interactive",
     options: dict[str, float] | None = None,
     deadline_s: float | None = None,
+    chunk_ms: int | None = None,
     job_id: str | None = None,
 ) -> Submission:
     """Validate a request and build its records. Every input error is raised here, before any write."""
@@ -51,6 +52,8 @@ def prepare_submission(
     opts = SynthesisOptions.from_dict(dict(options or {}))
     if deadline_s is not None and not (0 < deadline_s <= 7 * 86400):
         raise InputError("deadline_s must be between 0 and 7 days", code=BAD_OPTION)
+    if chunk_ms is not None and not (isinstance(chunk_ms, int) and CHUNK_MS_RANGE[0] <= chunk_ms <= CHUNK_MS_RANGE[1]):
+        raise InputError(f"chunk_ms must be an integer in [{CHUNK_MS_RANGE[0]}, {CHUNK_MS_RANGE[1]}]", code=BAD_OPTION)
     spec = settings.catalogue.get(voice)
     rate = check_sample_rate(sample_rate) if sample_rate else output_rate(settings.catalogue, spec.name)
     planned = plan(text, spec.name, settings)
@@ -75,6 +78,7 @@ def prepare_submission(
             est_s=p.segment.est_seconds,
             options=opts.to_dict(),
             created=now,
+            chunk_ms=chunk_ms or 0,
         )
         for p in planned
     ]

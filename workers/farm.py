@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import os
+import random
 import secrets
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any
 
 import redis
 
-from pipeline.errors import InputError, TTSFarmError
+from pipeline.errors import InputError, TransientError, TTSFarmError
 from pipeline.settings import Settings
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
@@ -33,9 +34,10 @@ from workers.queue import Entry, StreamQueue
 
 log = logging.getLogger(__name__)
 
-RECLAIM_EVERY_S = 5.0
-CLAIM_IDLE_MS = 30_000
+RECLAIM_EVERY_S = 2.0
 HEARTBEAT_S = 2.0
+TRANSIENT_RETRY_S = 900.0  # a storage or backend outage is waited out this long before giving up
+WINDOW_POLL_MS = 10
 
 
 def now_ms() -> int:
@@ -68,6 +70,7 @@ class FarmWorker:
         self.publisher = Publisher(self.r, self.keys, storage, chunk_ms=settings.queue.chunk_ms,
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
         self.events = events or JobEvents(None, hostname, enabled=False)
+        self.faults = Faults(settings.worker.fault_inject)
         self.stopping = threading.Event()
         self.ready = threading.Event()
         self.state = "loading"
@@ -163,12 +166,24 @@ class InferenceLoop:
                 log.exception("unexpected error in %s; entries stay pending and will be retried", self.consumer)
                 self.carry = []
                 self.farm.stopping.wait(0.5)
+        self._release_carry()
+
+    def _release_carry(self) -> None:
+        """On shutdown, entries claimed but not started go back on their queues at once (no idle wait)."""
+        if self.carry:
+            try:
+                self.queue.requeue(self.carry)
+                log.info("%s: %d claimed entries returned to their queues", self.consumer, len(self.carry))
+            except redis.RedisError as exc:
+                log.warning("could not return claimed entries (they will be reclaimed): %s", exc)
+            self.carry = []
 
     # -- forming a batch -------------------------------------------------------------------------
     def step(self) -> None:
         if time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
             self._last_reclaim = time.monotonic()
-            self.carry += self.queue.reclaim(CLAIM_IDLE_MS)
+            self.carry += self.queue.reclaim(self.q.claim_idle_ms)
+            self.queue.prune_consumers(min_idle_ms=10 * self.q.claim_idle_ms)
         if not self.carry:
             self.carry = self._gather()
         if not self.carry:
@@ -180,7 +195,36 @@ class InferenceLoop:
         cands = [Candidate(e, e.arrived_ms, e.job.est_s, _batch_key(e)) for e in self.carry if e.job]
         batch, rest = select_batch(cands, now_ms(), limit, self.q)
         self.carry = [c.item for c in rest]
-        self.run_batch([c.item for c in batch])
+        self.run_isolated([c.item for c in batch])
+
+    def run_isolated(self, entries: list[Entry]) -> None:
+        """Run a batch; if it fails, run its items one by one so a poison item cannot sink the others."""
+        try:
+            self.run_batch(entries)
+        except (redis.RedisError, TransientError):
+            raise  # the backend is down: the entries stay pending and are retried when it is back
+        except Exception as exc:
+            if len(entries) > 1:
+                log.warning("batch of %d failed (%s); retrying its items one by one", len(entries), exc)
+                for e in entries:
+                    self.run_isolated([e])
+            else:
+                self._count_failure(entries[0], exc)
+
+    def _count_failure(self, e: Entry, exc: Exception) -> None:
+        job = e.job
+        assert job is not None
+        failures = int(self.farm.r.hincrby(self.farm.keys.status(job.job_id), f"failures:{job.seg}", 1))
+        e.deliveries = max(e.deliveries, failures)
+        message = f"{type(exc).__name__}: {exc}"
+        if failures >= self.q.max_deliveries:
+            self.dead_letter(e, "TOO_MANY_FAILURES", message)
+            return
+        delay = min(5.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
+        log.warning("segment %s/%d failed (%d of %d): %s; retrying in %.1f s", job.job_id, job.seg, failures,
+                    self.q.max_deliveries, message, delay)
+        self.farm.stopping.wait(delay)
+        self.carry.insert(0, e)
 
     def _limit(self, entry: Entry) -> int:
         voice = entry.job.voice if entry.job else ""
@@ -205,7 +249,12 @@ class InferenceLoop:
             left = window_end - now_ms()
             if same >= limit or left <= 0:
                 break
-            claimed += self.queue.claim(head.stream, limit - same, block_ms=max(1, left))
+            # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
+            # default), which would stretch the window by up to that. Poll, and keep the time here.
+            more = self.queue.claim(head.stream, limit - same)
+            if not more:
+                self.farm.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
+            claimed += more
         return claimed
 
     def _drop_malformed(self, entries: list[Entry]) -> list[Entry]:
@@ -259,6 +308,7 @@ class InferenceLoop:
             assert job is not None
             if pub.mark_started(job, self.consumer):
                 events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
+            self.farm.faults.check(job.text)
             try:
                 ready.append((e, voice.phonemize(job.text, job.lang).ids))
             except InputError as exc:
@@ -281,6 +331,22 @@ class InferenceLoop:
         if self.on_batch:
             self.on_batch(stats)
 
+    def _retry_transient(self, fn: Callable[[], Any], what: str) -> Any:
+        """Retry ``fn`` while it fails transiently (storage 5xx or unreachable), with backoff and jitter.
+        The loop waits here: the jobs behind it wait too, and nothing is lost or failed for an outage."""
+        deadline = time.monotonic() + TRANSIENT_RETRY_S
+        delay = 0.5
+        while True:
+            try:
+                return fn()
+            except TransientError as exc:
+                if self.farm.stopping.is_set() or time.monotonic() > deadline:
+                    raise
+                wait = delay * random.uniform(0.5, 1.0)
+                log.warning("%s failed transiently (%s); retrying in %.1f s", what, exc, wait)
+                self.farm.stopping.wait(wait)
+                delay = min(10.0, delay * 2)
+
     def _publish(self, e: Entry, audio: Any, voice_rate: int, batch_id: str) -> None:
         from pipeline.audio import to_pcm16
         from pipeline.synth import finish_segment
@@ -292,7 +358,7 @@ class InferenceLoop:
                                                       batch_id=batch_id, worker=self.consumer)
         self.segments += 1
         if outcome.done >= job.total and not self.farm.publisher.is_final(outcome.state):
-            url = self.farm.publisher.store_and_finish(job)
+            url = self._retry_transient(lambda: self.farm.publisher.store_and_finish(job), f"storing job {job.job_id}")
             if url:
                 self.farm.events.succeeded(job.job_id, url)
         self.queue.ack([e])
@@ -302,3 +368,19 @@ def _batch_key(e: Entry) -> tuple[object, ...]:
     job = e.job
     assert job is not None
     return (job.voice, tuple(sorted(job.options.items())))
+
+
+class Faults:
+    """Fault injection for the reliability suite, off unless ``worker.fault_inject`` is set:
+    ``raise:<marker>`` raises in any segment whose text contains the marker; ``exit:<marker>`` kills
+    the process there (a crash mid-batch)."""
+
+    def __init__(self, spec: str) -> None:
+        self.action, _, self.marker = spec.partition(":")
+
+    def check(self, text: str) -> None:
+        if not self.marker or self.marker not in text:
+            return
+        if self.action == "exit":
+            os._exit(70)
+        raise RuntimeError(f"injected fault on {self.marker!r}")

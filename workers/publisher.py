@@ -72,7 +72,7 @@ class Publisher:
     def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str) -> SegmentOutcome:
         """Chunks of one finished segment, then its part for assembly, in one round trip."""
         keys, k_status, k_res = self.keys, self.keys.status(job.job_id), self.keys.results(job.job_id)
-        step = max(2, int(job.sample_rate * self.chunk_ms / 1000) * 2)
+        step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
         pieces = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
         pipe = self.r.pipeline(transaction=True)
         for i, piece in enumerate(pieces):
@@ -114,7 +114,7 @@ class Publisher:
         created = job.created
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
         won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
-                          done=job.total)
+                          done=job.total, info=json.dumps(info, ensure_ascii=False))
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
             self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))

@@ -136,6 +136,29 @@ class StreamQueue:
                 taken.append(e)
         return taken
 
+    def requeue(self, entries: list[Entry]) -> None:
+        """Give claimed entries back: each is re-added to its stream and the claim acked, atomically.
+        The lane's backlog is unchanged (the same work is still queued)."""
+        pipe = self.r.pipeline(transaction=True)
+        for e in entries:
+            pipe.xadd(e.stream, e.fields)
+            pipe.xack(e.stream, GROUP, e.entry_id)
+        pipe.execute()
+
+    def prune_consumers(self, min_idle_ms: int) -> int:
+        """Remove consumers of dead workers: nothing pending and idle for ``min_idle_ms``."""
+        removed = 0
+        for stream in self.streams:
+            try:
+                consumers = self.r.xinfo_consumers(stream, GROUP)
+            except redis.ResponseError:
+                continue
+            for c in consumers:
+                name = _s(c["name"])
+                if name != self.consumer and int(c["pending"]) == 0 and int(c["idle"]) >= min_idle_ms:
+                    removed += int(self.r.xgroup_delconsumer(stream, GROUP, name) == 0)
+        return removed
+
     def forget_consumer(self) -> None:
         """Leave the groups (after the last ack): dead consumer names do not pile up."""
         for stream in self.streams:

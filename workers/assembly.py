@@ -1,0 +1,328 @@
+"""Audiobook chapters: a book's stored segment audio joined into one file per chapter, as Celery tasks.
+
+``producer.book`` sends three tasks (Flower shows them by these names):
+
+- ``ttsfarm.measure_chapter``: are all of a chapter's segments stored? Its loudness histogram and peak.
+- ``ttsfarm.assemble_chapter``: the segments in order, each faded in and out over a few milliseconds
+  (no click at any join), the pauses between them from the book's plan (the jobs were made with
+  ``pause_s=0``, so no pause is doubled), the book's one gain, silence before and after; encoded
+  as FLAC, Ogg Opus or WAV while it is built and stored under the book's output.
+- ``ttsfarm.write_book_files``: the manifest (JSON) and playlist (M3U).
+
+There is no result backend: each task pushes one JSON reply onto the Redis list named in its spec,
+which the sender owns and reads. Tasks that write files first check that their run of the book is
+still the current one, so a late task of an abandoned run cannot overwrite a newer chapter file.
+Register the tasks by importing this module (``workers.app`` does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from celery import shared_task
+
+from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from pipeline.settings import Settings, StorageSettings
+from producer.book import LOUDNESS_FLOOR_DB, LOUDNESS_STEP_DB, REPLY_TTL_S
+from workers.storage import (
+    LocalStorage,
+    ObjectNotFoundError,
+    S3Storage,
+    Storage,
+    safe_key,
+    storage_from_settings,
+)
+
+log = logging.getLogger(__name__)
+
+SEGMENT_MISSING = "SEGMENT_MISSING"
+BOOK_SUPERSEDED = "BOOK_SUPERSEDED"
+BLOCK_S, HOP_S = 0.4, 0.1  # loudness blocks, as in BS.1770
+_SOUNDFILE = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "OPUS")}
+_CONTENT = {"wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg; codecs=opus"}
+
+Audio = npt.NDArray[np.float32]
+
+
+# -- pure signal work ------------------------------------------------------------------------------
+
+
+def fade_edges(x: Audio, rate: int, fade_ms: float) -> Audio:
+    """Raised-cosine fade in and out (in place): both ends of the segment land on exactly zero."""
+    n = min(int(rate * fade_ms / 1000), len(x) // 2)
+    if n > 0:
+        ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, dtype=np.float64))).astype(np.float32)
+        x[:n] *= ramp
+        x[-n:] *= ramp[::-1]
+    return x
+
+
+def limit_peaks(x: Audio, rate: int, ceiling: float, reach_ms: float = 10.0) -> Audio:
+    """Smooth gain dips so that no sample exceeds ``ceiling`` (in place); audio under it is untouched.
+
+    Per 1 ms frame the gain the frame's peak needs, then the minimum over +-``reach_ms`` frames, then a
+    moving average one frame narrower: every frame's gain stays at or below what it needs (each average
+    only takes minima whose window holds that frame), and the gain moves over ~2 x ``reach_ms``.
+    """
+    if not len(x) or float(np.max(np.abs(x))) <= ceiling:
+        return x
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    f = max(1, rate // 1000)
+    nf = -(-len(x) // f)
+    frames = np.zeros(nf * f, np.float32)
+    frames[: len(x)] = np.abs(x)
+    need = np.minimum(1.0, ceiling / np.maximum(frames.reshape(nf, f).max(axis=1), 1e-9))
+    k = max(2, int(reach_ms))
+    m = k - 1
+    g = sliding_window_view(np.pad(need, k, constant_values=1.0), 2 * k + 1).min(axis=1)
+    c = np.concatenate([[0.0], np.cumsum(np.pad(g, m, mode="edge"))])
+    avg = (c[2 * m + 1 :] - c[: -(2 * m + 1)]) / (2 * m + 1)
+    centres = np.arange(nf) * f + (f - 1) / 2
+    x *= np.interp(np.arange(len(x)), centres, avg).astype(np.float32)
+    return x
+
+
+def join_chapter(pieces: Iterable[tuple[Audio, float]], rate: int, *, gain: float = 1.0, fade_ms: float = 5.0,
+                 head_s: float = 0.0, tail_s: float = 0.0, ceiling: float = 1.0) -> Iterator[Audio]:
+    """The chapter as consecutive blocks: head silence, then each segment (faded, scaled, peaks held
+    under ``ceiling``) followed by its pause, then tail silence.
+    Length: head + sum(segments) + sum(round(pause * rate)) + tail."""
+    yield np.zeros(round(head_s * rate), np.float32)
+    for audio, pause_s in pieces:
+        x = fade_edges(np.array(audio, dtype=np.float32, copy=True), rate, fade_ms)
+        if gain != 1.0:
+            x *= np.float32(gain)
+        limit_peaks(x, rate, ceiling)
+        np.clip(x, -1.0, 1.0, out=x)
+        yield x
+        if pause_s > 0:
+            yield np.zeros(round(pause_s * rate), np.float32)
+    yield np.zeros(round(tail_s * rate), np.float32)
+
+
+class LoudnessMeter:
+    """Mean-square energy of 400 ms blocks (100 ms hop) within each segment, binned by level."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self.bins: dict[int, list[float]] = {}
+        self.peak = 0.0
+
+    def add(self, x: Audio) -> None:
+        if not len(x):
+            return
+        self.peak = max(self.peak, float(np.max(np.abs(x))))
+        block, hop = int(BLOCK_S * self.rate), int(HOP_S * self.rate)
+        sq = np.concatenate([[0.0], np.cumsum(x.astype(np.float64) ** 2)])
+        if len(x) <= block:
+            energies = np.array([sq[-1] / len(x)])
+        else:
+            starts = np.arange(0, len(x) - block + 1, hop)
+            energies = (sq[starts + block] - sq[starts]) / block
+        with np.errstate(divide="ignore"):
+            db = 10 * np.log10(energies)
+        keep = db > LOUDNESS_FLOOR_DB
+        idx = np.floor((db[keep] - LOUDNESS_FLOOR_DB) / LOUDNESS_STEP_DB).astype(int)
+        for i, e in zip(idx.tolist(), energies[keep].tolist()):
+            b = self.bins.setdefault(i, [0.0, 0.0])
+            b[0] += 1
+            b[1] += e
+
+
+class StreamEncoder:
+    """Encodes blocks as they come: the chapter is never held whole as float samples."""
+
+    def __init__(self, fmt: str, rate: int, tags: dict[str, str] | None = None) -> None:
+        import soundfile as sf
+        import soxr
+
+        from pipeline.audio import output_rate
+
+        if fmt not in _SOUNDFILE:
+            raise InputError(f"a chapter file is flac, ogg or wav, not {fmt!r}", code="UNSUPPORTED_FORMAT")
+        self.fmt, self.rate, self.out_rate = fmt, rate, output_rate(fmt, rate)
+        self.resampler = soxr.ResampleStream(rate, self.out_rate, 1, dtype="float32") if self.out_rate != rate else None
+        self.buf = io.BytesIO()
+        container, subtype = _SOUNDFILE[fmt]
+        self.file = sf.SoundFile(self.buf, "w", samplerate=self.out_rate, channels=1, format=container, subtype=subtype)
+        for name, value in (tags or {}).items():
+            if value and fmt != "wav":
+                try:
+                    setattr(self.file, name, value)
+                except (RuntimeError, AttributeError):
+                    log.debug("cannot tag %s with %s", fmt, name)
+        self.samples = 0
+
+    def write(self, x: Audio) -> None:
+        self.samples += len(x)
+        if self.resampler is not None:
+            x = self.resampler.resample_chunk(x)
+        if len(x):
+            self.file.write(x if self.fmt == "ogg" else np.clip(np.rint(x * 32768.0), -32768, 32767).astype(np.int16))
+
+    def close(self) -> bytes:
+        if self.resampler is not None:
+            tail = self.resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+            if len(tail):
+                self.file.write(tail)
+        self.file.close()
+        return self.buf.getvalue()
+
+
+# -- storage and replies ---------------------------------------------------------------------------
+
+_local = threading.local()
+_outputs: dict[str, Storage] = {}
+
+
+def output_storage(settings: StorageSettings, out: str) -> Storage:
+    """``s3://bucket/prefix`` (endpoint, region and credentials from the farm's settings) or an absolute folder."""
+    if out not in _outputs:
+        if out.startswith("s3://"):
+            bucket, _, prefix = out[5:].partition("/")
+            _outputs[out] = S3Storage(dataclasses.replace(settings, backend="s3", s3_bucket=bucket, prefix=prefix))
+        elif Path(out).is_absolute():
+            _outputs[out] = LocalStorage(Path(out), "")
+        else:
+            raise InputError(f"book output {out!r} must be s3://bucket/prefix or an absolute folder", code=BAD_OPTION)
+    return _outputs[out]
+
+
+def _farm(task: Any) -> tuple[Settings, Any, Storage]:
+    import redis
+
+    settings: Settings = task.app.conf.ttsfarm_settings
+    if getattr(_local, "redis", None) is None:
+        _local.redis = redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s)
+        _local.storage = storage_from_settings(settings.storage)
+    return settings, _local.redis, _local.storage
+
+
+def _fetch(storage: Storage, keys: list[str], window: int = 8) -> Iterator[tuple[str, bytes | None]]:
+    """Segment bytes in order, ``window`` reads ahead (S3 latency overlaps); None for a missing object."""
+
+    def get(key: str) -> bytes | None:
+        try:
+            return storage.get(safe_key(key))
+        except ObjectNotFoundError:
+            return None
+
+    with ThreadPoolExecutor(max_workers=min(window, 8)) as pool:
+        ahead: deque[tuple[str, Future[bytes | None]]] = deque()
+        it = iter(keys)
+        for key in it:
+            ahead.append((key, pool.submit(get, key)))
+            if len(ahead) >= window:
+                break
+        while ahead:
+            key, fut = ahead.popleft()
+            nxt = next(it, None)
+            if nxt is not None:
+                ahead.append((nxt, pool.submit(get, nxt)))
+            yield key, fut.result()
+
+
+def _pcm(data: bytes) -> Audio:
+    return (np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768.0)).astype(np.float32)
+
+
+def _run(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[str, Any]:
+    settings, r, storage = _farm(task)
+    reply = str(spec.get("reply", ""))
+    if not reply.startswith(f"{settings.redis.key_prefix}:book:"):
+        raise InputError(f"reply key {reply!r} is outside this farm's key prefix", code=BAD_OPTION)
+    try:
+        current = r.get(str(spec.get("run_key", "")))
+        if writes and (current or b"").decode() != spec.get("run_id"):
+            raise TTSFarmError("a newer run of this book has started", code=BOOK_SUPERSEDED)
+        result = {"ok": True, **work(settings, storage, spec)}
+    except TTSFarmError as exc:
+        result = {"ok": False, **exc.to_dict(), **exc.detail}
+    except Exception as exc:  # reported to the sender, which raises it; never a silent task failure
+        log.exception("%s failed", task.name)
+        result = {"ok": False, "code": "INTERNAL_ERROR", "message": f"{task.name}: {type(exc).__name__}: {exc}"}
+    pipe = r.pipeline(transaction=False)
+    pipe.rpush(reply, json.dumps(result, ensure_ascii=False))
+    pipe.expire(reply, REPLY_TTL_S)
+    pipe.execute()
+    return {k: v for k, v in result.items() if k != "hist"}
+
+
+def _pieces(storage: Storage, segments: list[list[Any]], missing: list[str]) -> Iterator[tuple[Audio, float]]:
+    for (key, data), (_, pause) in zip(_fetch(storage, [str(k) for k, _ in segments]), segments):
+        if data is None:
+            missing.append(key)
+            continue
+        yield _pcm(data), float(pause)
+
+
+# -- the tasks -------------------------------------------------------------------------------------
+
+
+def _measure(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dict[str, Any]:
+    meter, samples = LoudnessMeter(int(spec["rate"])), 0
+    missing: list[str] = []
+    for audio, _ in _pieces(storage, spec["segments"], missing):
+        meter.add(audio)
+        samples += len(audio)
+    if missing:
+        raise TTSFarmError(f"{len(missing)} segment(s) are not stored", code=SEGMENT_MISSING, missing=missing)
+    return {"hist": meter.bins, "peak": meter.peak, "samples": samples}
+
+
+def _assemble(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dict[str, Any]:
+    rate, fmt = int(spec["rate"]), str(spec["format"])
+    if not math.isfinite(float(spec["gain"])) or not 0 < float(spec["gain"]) < 100:
+        raise InputError(f"gain {spec['gain']!r} is out of range", code=BAD_OPTION)
+    out = output_storage(settings.storage, str(spec["out"]))
+    key = safe_key(str(spec["file"]))
+    encoder = StreamEncoder(fmt, rate, dict(spec.get("tags") or {}))
+    missing: list[str] = []
+    pieces = _pieces(storage, spec["segments"], missing)
+    for block in join_chapter(pieces, rate, gain=float(spec["gain"]), fade_ms=float(spec["fade_ms"]),
+                              head_s=float(spec["head_s"]), tail_s=float(spec["tail_s"]),
+                              ceiling=float(spec.get("ceiling", 1.0))):
+        encoder.write(block)
+    data = encoder.close()
+    if missing:
+        raise TTSFarmError(f"{len(missing)} segment(s) are not stored", code=SEGMENT_MISSING, missing=missing)
+    url = out.put(key, data, _CONTENT[fmt])
+    log.info("chapter %s: %.1f s, %d bytes -> %s", key, encoder.samples / rate, len(data), url)
+    return {"key": key, "url": url, "duration_s": round(encoder.samples / rate, 4), "samples": encoder.samples,
+            "bytes": len(data)}
+
+
+def _write_files(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dict[str, Any]:
+    out = output_storage(settings.storage, str(spec["out"]))
+    types = {".json": "application/json", ".m3u8": "audio/x-mpegurl; charset=utf-8"}
+    urls = {name: out.put(safe_key(name), str(text).encode("utf-8"), types.get(Path(name).suffix, "text/plain"))
+            for name, text in dict(spec["files"]).items()}
+    return {"urls": urls}
+
+
+@shared_task(name="ttsfarm.measure_chapter", bind=True, acks_late=True, ignore_result=True)
+def measure_chapter(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    return _run(self, spec, _measure, writes=False)
+
+
+@shared_task(name="ttsfarm.assemble_chapter", bind=True, acks_late=True, ignore_result=True)
+def assemble_chapter(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    return _run(self, spec, _assemble, writes=True)
+
+
+@shared_task(name="ttsfarm.write_book_files", bind=True, acks_late=True, ignore_result=True)
+def write_book_files(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    return _run(self, spec, _write_files, writes=True)
