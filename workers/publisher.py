@@ -124,10 +124,10 @@ class Publisher:
             log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
         return url if won else None
 
-    def finish(self, job_id: str, state: str, info: dict[str, Any], **status: Any) -> int:
+    def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
         0 if the job had ended already."""
-        argv: list[Any] = [state, json.dumps(info, ensure_ascii=False), self.maxlen, self.ttl]
+        argv: list[Any] = [state, json.dumps(final_info, ensure_ascii=False), self.maxlen, self.ttl]
         for k, v in status.items():
             argv += [k, v]
         return int(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
