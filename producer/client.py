@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError
+from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
@@ -67,6 +67,8 @@ class Client:
             self.ensure_groups()
             script_keys, argv = admit_args(sub, self.keys, self.settings.queue)
             reply = self._admit(keys=script_keys, args=argv)
+        except (redis.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
+            raise TTSFarmError(f"Redis refused the credentials: {exc}", code="BACKEND_AUTH_FAILED") from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
         check_admitted(reply, sub, self.settings.queue)

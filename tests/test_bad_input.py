@@ -26,6 +26,14 @@ from producer.submit import prepare_submission
         ("😀🎉🚀", errors.NOTHING_TO_SPEAK),
         ("。，！", errors.NOTHING_TO_SPEAK),
         ("Привет мир", errors.UNSUPPORTED_LANGUAGE),
+        ("Hello Привет", errors.UNSUPPORTED_LANGUAGE),
+        ("\ufeff", errors.EMPTY_TEXT),
+        ("\t\r\n", errors.EMPTY_TEXT),
+        ("\ud800\udc00?", errors.NOTHING_TO_SPEAK),
+        ("line\x1bescape", errors.CONTROL_CHARACTERS),
+        ("\x85next line", errors.CONTROL_CHARACTERS),
+        ("—— ～～ ※", errors.NOTHING_TO_SPEAK),
+        (b"", errors.EMPTY_TEXT),
     ],
 )
 def test_bad_text(settings: Settings, text: str | bytes, code: str) -> None:
@@ -60,6 +68,14 @@ def test_text_over_the_limit(settings: Settings) -> None:
         ({"options": {"pitch": 1}}, errors.BAD_OPTION),
         ({"options": {"speed": "fast"}}, errors.BAD_OPTION),
         ({"deadline_s": -5}, errors.BAD_OPTION),
+        ({"deadline_s": 1e12}, errors.BAD_OPTION),
+        ({"chunk_ms": 10**9}, errors.BAD_OPTION),
+        ({"chunk_ms": 0}, errors.BAD_OPTION),
+        ({"chunk_ms": -40}, errors.BAD_OPTION),
+        ({"options": {"noise_w": 1e9}}, errors.BAD_OPTION),
+        ({"options": {"speed": -1.0}}, errors.BAD_OPTION),
+        ({"options": {"speed": float("inf")}}, errors.BAD_OPTION),
+        ({"text": "x" * 1_000_001}, errors.TEXT_TOO_LONG),
     ],
 )
 def test_bad_requests(settings: Settings, request_: dict, code: str) -> None:

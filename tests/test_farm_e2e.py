@@ -108,6 +108,19 @@ def test_frontend_failure_in_worker_fails_the_job_with_its_code(farm: Farm) -> N
     assert last[b"type"] == b"final" and NOTHING_TO_SPEAK.encode() in last[b"info"]
 
 
+def test_unknown_voice_written_straight_into_a_stream_fails_its_job_at_once(farm: Farm) -> None:
+    client = farm.client()
+    keys = Keys(farm.prefix)
+    job = SegmentJob(job_id="novoice-" + "y" * 10, seg=0, total=1, text="Hello.", lang="en", voice="nobody",
+                     request_voice="nobody", format="wav", sample_rate=22050)
+    client.redis.hset(keys.status(job.job_id), mapping={"state": "queued", "total": 1, "created": time.time()})
+    client.ensure_groups()
+    client.redis.xadd(keys.queue("interactive", 0), job.to_fields())
+    with pytest.raises(Exception) as exc:
+        client.job(job.job_id).wait(timeout=30)
+    assert getattr(exc.value, "code", None) == UNKNOWN_VOICE
+
+
 @pytest.mark.parametrize(
     "fields",
     [
@@ -116,6 +129,19 @@ def test_frontend_failure_in_worker_fails_the_job_with_its_code(farm: Farm) -> N
         {"v": "1", "job": "{not json"},
         {"v": "1", "job": '{"job_id": "x"}'},
         {"v": b"\xff\xfe", "job": b"\x00\x81garbage"},
+        {"v": "1", "job": '{"job_id": "../../../etc/x", "seg": 0, "total": 1, "text": "hi", "lang": "en", "voice": "joe", '
+                          '"request_voice": "joe", "format": "wav", "sample_rate": 22050}'},
+        {"v": "1", "job": '{"job_id": "abcdefgh12", "seg": 3, "total": 1, "text": "hi", "lang": "en", "voice": "joe", '
+                          '"request_voice": "joe", "format": "wav", "sample_rate": 22050}'},
+        {"v": "1", "job": '{"job_id": "abcdefgh12", "seg": 0, "total": 1, "text": "hi", "lang": "en", "voice": "joe", '
+                          '"request_voice": "joe", "format": "wav", "sample_rate": -5}'},
+        {"v": "1", "job": '{"job_id": "abcdefgh12", "seg": 0, "total": 1, "text": "hi", "lang": "en", "voice": "joe", '
+                          '"request_voice": "joe", "format": "wav", "sample_rate": 22050, "lane": "vip"}'},
+        {"v": "1", "job": '{"job_id": "abcdefgh12", "seg": 0, "total": 1, "text": "", "lang": "en", "voice": "joe", '
+                          '"request_voice": "joe", "format": "wav", "sample_rate": 22050}'},
+        {"v": "1", "job": '{"job_id": "abcdefgh12", "seg": 0, "total": 1, "text": "hi", "lang": "en", "voice": "joe", '
+                          '"request_voice": "joe", "format": "wav", "sample_rate": 22050, "chunk_ms": 999999}'},
+        {"v": "1", "job": '[1, 2, 3]'},
     ],
 )
 def test_malformed_entries_are_dead_lettered_and_the_worker_keeps_serving(farm: Farm, fields: dict) -> None:

@@ -203,6 +203,12 @@ class InferenceLoop:
             self.run_batch(entries)
         except (redis.RedisError, TransientError):
             raise  # the backend is down: the entries stay pending and are retried when it is back
+        except InputError as exc:  # the request itself is wrong (say, a voice this worker lacks): fail it now
+            for e in entries:
+                assert e.job is not None
+                if self.farm.publisher.fail(e.job.job_id, exc.code, exc.message):
+                    self.farm.events.failed(e.job.job_id, exc.code, exc.message)
+            self.queue.ack(entries)
         except Exception as exc:
             if len(entries) > 1:
                 log.warning("batch of %d failed (%s); retrying its items one by one", len(entries), exc)
