@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import BAD_OPTION, UNKNOWN_VOICE, InputError
-from pipeline.quantize_eval import EVAL_SENTENCES_EN, GraphRunner, compare, verdict
+from pipeline.errors import BAD_OPTION, InputError
+from pipeline.quantize_eval import EVAL_SENTENCES_EN, GraphRunner, compare, measure_pair, verdict
 from pipeline.settings import CONFIG_DIR, Settings
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
@@ -128,6 +128,7 @@ def quantize_graph(
     model = onnx.load(str(source))
     skip = excluded_nodes(model, exclude)
     info["excluded_nodes"] = len(skip)
+    info["quantized_nodes"] = sum(n.op_type in OP_TYPES for n in model.graph.node) - len(skip)
     if mode == "static":
         if reader is None:
             raise InputError("static quantization needs calibration data", code=BAD_OPTION)
@@ -181,7 +182,7 @@ def quantize_voice(
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}", code=BAD_OPTION)
     spec = settings.catalogue.get(voice_name)
     if spec.engine != "piper":
-        raise InputError(f"voice {spec.name} is a {spec.engine} voice; only Piper voices are quantized here", code=UNKNOWN_VOICE)
+        raise InputError(f"voice {spec.name} is a {spec.engine} voice; only Piper voices are quantized here", code=BAD_OPTION)
     prefixes = parse_exclude(exclude)
     lang = spec.languages[0]
     bank = VoiceBank(settings.catalogue, settings.runtime)
@@ -189,6 +190,8 @@ def quantize_voice(
     prepared = prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir)
     model_path, report_path = int8_paths(prepared.path)
     calib_file = Path(calibration) if calibration else CALIBRATION_EN
+    if mode == "static" and not calib_file.is_file():
+        raise InputError(f"calibration file not found: {calib_file}", code=BAD_OPTION)
     calib_texts = read_sentences(calib_file) if mode == "static" else []
     if mode == "static" and not calib_texts:
         raise InputError(f"no calibration sentences in {calib_file}", code=BAD_OPTION)
@@ -204,8 +207,9 @@ def quantize_voice(
         start = time.perf_counter()
         items = [voice.phonemize(t, lang).ids for t in eval_texts]
         opts = SynthesisOptions.noiseless()
-        fp32 = GraphRunner(voice, bank.factory, prepared.path).measure(items, opts, batch=True, repeats=repeats)
-        int8 = GraphRunner(voice, bank.factory, candidate).measure(items, opts, batch=True, repeats=repeats)
+        runners = GraphRunner(voice, bank.factory, prepared.path), GraphRunner(voice, bank.factory, candidate)
+        fp32, int8 = measure_pair(*runners, items, opts, repeats=repeats)
+        del runners  # release both sessions before the model file is moved
         measures = compare(fp32, int8, voice.sample_rate, eval_texts)
         eval_s = time.perf_counter() - start
         passed, reason = verdict(measures, settings.quality_gate)
@@ -235,10 +239,12 @@ def quantize_voice(
         "int8_sha256": sha256_file(model_path),
         "model_sizes": {"fp32_bytes": prepared.path.stat().st_size, "int8_bytes": model_path.stat().st_size},
         "onnxruntime_version": onnxruntime.__version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     text = json.dumps(report, indent=2, ensure_ascii=False)
-    report_path.write_text(text, encoding="utf-8")
+    tmp_report = report_path.with_suffix(f".tmp{time.monotonic_ns()}")
+    tmp_report.write_text(text, encoding="utf-8")
+    tmp_report.replace(report_path)  # readers never see half a report
     if report_copy:
         Path(report_copy).parent.mkdir(parents=True, exist_ok=True)
         Path(report_copy).write_text(text, encoding="utf-8")
@@ -251,16 +257,22 @@ def format_summary(report: dict[str, Any]) -> str:
     m, sizes, gate = report["measures"], report["model_sizes"], report["thresholds"]
     bs = m["batch_solo_int8"]
     lines = [
-        f"voice {report['voice']}: {report['mode']} INT8"
-        f"{' per-channel' if report['per_channel'] else ''}, FP32 kept for: {', '.join(report['exclusions']) or 'nothing'}",
+        (
+            f"voice {report['voice']}: {report['mode']} INT8{' per-channel' if report['per_channel'] else ''}, "
+            f"FP32 kept for: {', '.join(report['exclusions']) or 'nothing'}"
+        ),
         f"  size          {sizes['fp32_bytes'] / 1e6:.1f} MB -> {sizes['int8_bytes'] / 1e6:.1f} MB",
         f"  speed (RTF)   FP32 {m['rtf_fp32']:.3f}  INT8 {m['rtf_int8']:.3f}  (x{m['speedup']:.2f}, batch 1, {m['items']} sentences)",
         f"  log-mel L1    mean {m['logmel_l1_db']:.2f} dB, worst {m['logmel_l1_db_max']:.2f} dB   (gate <= {gate['max_logmel_l1_db']} dB)",
-        f"  lengths       {m['length_mismatch_items']} of {m['items']} differ from FP32"
-        f" (max {m['max_length_diff_samples']} samples)   (gate <= {gate['max_length_mismatch']:.0%})",
-        f"  batch = solo  {'yes' if bs['identical'] else 'no'}: {bs['length_differs']} of {bs['items']} lengths differ,"
-        f" {bs['value_differs']} differ by > {bs['tolerance']:g}"
-        + (f" (max abs diff {bs['max_abs_diff']:.2g})" if bs["max_abs_diff"] is not None else ""),
+        (
+            f"  lengths       {m['length_mismatch_items']} of {m['items']} differ from FP32"
+            f" (max {m['max_length_diff_samples']} samples)   (gate <= {gate['max_length_mismatch']:.0%})"
+        ),
+        (
+            f"  batch = solo  {'yes' if bs['identical'] else 'no'}: {bs['length_differs']} of {bs['items']} lengths differ,"
+            f" {bs['value_differs']} differ by > {bs['tolerance']:g}"
+            + (f" (max abs diff {bs['max_abs_diff']:.2g})" if bs["max_abs_diff"] is not None else "")
+        ),
         f"  verdict       {'PASSED' if report['passed'] else 'FAILED'}: {report['reason']}",
         f"  report        {Path(report['model']).with_suffix('.json')}",
     ]

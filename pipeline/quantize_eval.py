@@ -136,21 +136,31 @@ class GraphRunner:
         audio, frames = self.session.run(["output", FRAME_LENGTHS], self.voice.feeds(batch, opts))
         return list(self.voice.split_outputs(audio, frames))
 
-    def measure(self, items: Sequence[PhonemeIds], opts: SynthesisOptions, *, batch: bool, repeats: int = 3) -> Run:
-        """Warm up, then each item alone ``repeats`` times (median seconds kept), then (if ``batch``) all
-        items as one padded batch."""
-        self.run([items[0]], opts)
-        solo: list[np.ndarray] = []
-        seconds: list[list[float]] = [[] for _ in items]
-        for _ in range(max(1, repeats)):
+
+def measure_pair(
+    fp32: GraphRunner, int8: GraphRunner, items: Sequence[PhonemeIds], opts: SynthesisOptions, *, repeats: int = 3
+) -> tuple[Run, Run]:
+    """Both models on the same items: each warmed up, then every item alone ``repeats`` times (the FP32
+    and INT8 passes interleaved, so a busy machine slows both alike; median seconds kept), then all items
+    as one padded batch."""
+    runners = (fp32, int8)
+    for runner in runners:
+        runner.run([items[0]], opts)
+    solo: list[list[np.ndarray]] = [[], []]
+    seconds: list[list[list[float]]] = [[[] for _ in items] for _ in runners]
+    for _ in range(max(1, repeats)):
+        for r, runner in enumerate(runners):
             for k, ids in enumerate(items):
                 start = time.perf_counter()
-                (out,) = self.run([ids], opts)
-                seconds[k].append(time.perf_counter() - start)
-                if len(solo) < len(items):
-                    solo.append(out)
-        median = [float(np.median(s)) for s in seconds]
-        return Run(solo=solo, solo_s=median, batched=self.run(list(items), opts) if batch else [])
+                (out,) = runner.run([ids], opts)
+                seconds[r][k].append(time.perf_counter() - start)
+                if len(solo[r]) < len(items):
+                    solo[r].append(out)
+    runs = []
+    for r, runner in enumerate(runners):
+        median = [float(np.median(s)) for s in seconds[r]]
+        runs.append(Run(solo=solo[r], solo_s=median, batched=runner.run(list(items), opts)))
+    return runs[0], runs[1]
 
 
 def batch_solo(run: Run) -> dict[str, Any]:
@@ -173,12 +183,12 @@ def compare(fp32: Run, int8: Run, sample_rate: int, texts: Sequence[str]) -> dic
     audio_int8 = sum(len(a) for a in int8.solo) / sample_rate
     rtf_fp32 = sum(fp32.solo_s) / max(audio_fp32, 1e-9)
     rtf_int8 = sum(int8.solo_s) / max(audio_int8, 1e-9)
-    items = []
+    items: list[dict[str, Any]] = []
     for text, ref, test in zip(texts, fp32.solo, int8.solo):
         dist, aligned = logmel_l1_db(ref, test, sample_rate)
         items.append({"text": text, "fp32_samples": len(ref), "int8_samples": len(test), "logmel_l1_db": round(dist, 3), "dtw": aligned})
     mismatched = sum(i["fp32_samples"] != i["int8_samples"] for i in items)
-    dists = [i["logmel_l1_db"] for i in items]
+    dists = [float(i["logmel_l1_db"]) for i in items]
     return {
         "items": len(items),
         "rtf_fp32": round(rtf_fp32, 4),

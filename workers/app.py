@@ -37,3 +37,5 @@ app.steps["consumer"].add(StreamConsumerStep)
 def ping() -> str:
     """A trivial task: proves the Celery side of a worker answers."""
     return "pong"
+
+import workers.assembly  # noqa: E402,F401  (registers ttsfarm.measure_chapter / assemble_chapter / write_book_files)
