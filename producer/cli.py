@@ -149,10 +149,88 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    import redis
+
+    from producer.contract import Keys
+    from producer.status_cli import run
+
+    settings = _settings(args)
+    r = redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s)
+    return run(r, Keys(settings.redis.key_prefix), len(settings.queue.bucket_edges_s) + 1, watch=args.watch,
+               iterations=args.iterations)
+
+
+def cmd_voices(args: argparse.Namespace) -> int:
+    """`voices reload [VOICE...]`: a Celery broadcast; each worker loads the new version beside the old, warms it
+    up and swaps it in between batches. With --wait (the default) it waits for every answering worker's report."""
+    import json
+
+    import redis
+
+    from producer.contract import Keys
+    from workers.control import broadcast_reload, control_app, versions_by_node
+
+    settings = _settings(args)
+    r = redis.Redis.from_url(settings.redis.url)
+    key = Keys(settings.redis.key_prefix).workers()
+
+    def beats() -> dict[str, dict[str, Any]]:
+        return versions_by_node({k.decode(): json.loads(v) for k, v in r.hgetall(key).items()})
+
+    before = {node: (info.get("reload") or {}).get("at", 0) for node, info in beats().items()}
+    replies = broadcast_reload(control_app(settings), args.voice, destination=args.destination, timeout=args.reply_timeout)
+    if not replies:
+        print("no worker answered (are any running on this broker?)", file=sys.stderr)
+        return 1
+    failed = 0
+    waiting = []
+    for node, reply in sorted(replies.items()):
+        if reply.get("ok"):
+            print(f"{node}: reloading {', '.join(args.voice) or 'all voices'} (now {reply.get('versions')})")
+            waiting.append(node)
+        else:
+            failed += 1
+            print(f"{node}: refused: {reply.get('error')}")
+    deadline = time.monotonic() + args.timeout
+    while waiting and args.wait:
+        now = beats()
+        for node in list(waiting):
+            last = (now.get(node) or {}).get("reload") or {}
+            if last.get("at", 0) > before.get(node, 0):
+                waiting.remove(node)
+                if last.get("ok"):
+                    info = now[node].get("voice_info") or {}
+                    done = ", ".join(f"{v} v{info.get(v, {}).get('version')} ({info.get(v, {}).get('model')}, "
+                                     f"{info.get(v, {}).get('precision')})" for v in last.get("voices", []))
+                    print(f"{node}: reloaded in {last.get('seconds')} s: {done}")
+                else:
+                    failed += 1
+                    print(f"{node}: reload failed, old voices still serving: {last.get('error')}")
+        if waiting and time.monotonic() > deadline:
+            print(f"timed out waiting for: {', '.join(waiting)}", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    return 1 if failed else 0
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from producer.gateway.app import main as gateway_main
+
+    return int(gateway_main(args.gateway_args + (["--redis", args.redis] if args.redis else [])) or 0)
+
+
 def cmd_quantize(args: argparse.Namespace) -> int:
     from pipeline.quantize import main as quantize_main
 
     return quantize_main(_settings(args), args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from producer.bench import main as bench_main
+
+    args.argv = sys.argv[1:]
+    return bench_main(args)
 
 
 def _add_voice_opts(p: argparse.ArgumentParser) -> None:
@@ -206,11 +284,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", default=None)
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("gateway", help="serve the HTTP gateway: OpenAI-style /v1/audio/speech, jobs, SSE/WebSocket, a page at /")
+    p.add_argument("gateway_args", nargs=argparse.REMAINDER, help="--host, --port, --workers, --log-level")
+    p.set_defaults(func=cmd_gateway)
+
     p = sub.add_parser("dlq", help="list, show, requeue or purge dead-lettered segments")
     p.add_argument("action", choices=["list", "show", "requeue", "purge"])
     p.add_argument("id", nargs="?", default="", help="dead-letter entry id (show, requeue)")
     p.add_argument("--count", type=int, default=50)
     p.set_defaults(func=cmd_dlq)
+
+    p = sub.add_parser("status", help="workers, lanes and backlog, throughput and recent errors on one screen")
+    p.add_argument("--watch", type=float, nargs="?", const=2.0, default=0.0, metavar="SECONDS",
+                   help="redraw every SECONDS (default 2) until interrupted")
+    p.add_argument("--iterations", type=int, default=0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("voices", help="hot reload voices on the running workers")
+    p.add_argument("action", choices=["reload"])
+    p.add_argument("voice", nargs="*", help="voices to reload (default: all)")
+    p.add_argument("--destination", action="append", help="only this worker (node name); repeatable")
+    p.add_argument("--no-wait", dest="wait", action="store_false", help="return once the workers accepted")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the reloads")
+    p.add_argument("--reply-timeout", type=float, default=3.0, help="seconds to collect the workers' replies")
+    p.set_defaults(func=cmd_voices)
 
     p = sub.add_parser("quantize", help="make an INT8 model of a voice and check it against FP32")
     p.add_argument("voice")
@@ -220,6 +317,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration", default=None, help="a UTF-8 file of calibration sentences, one a line")
     p.add_argument("--report", default=None, help="also write the report JSON here")
     p.set_defaults(func=cmd_quantize)
+
+    p = sub.add_parser("bench", help="load-test a farm: first-chunk latency, throughput, batches, worker RSS")
+    p.add_argument("--redis", dest="bench_redis", default=None, help="a running farm's Redis URL (default: start our own)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes to start (own farm)")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads per worker (own farm)")
+    p.add_argument("--inference-threads", type=int, default=None, help="inference loops per worker sharing one session")
+    p.add_argument("--max-batch", type=int, default=None, help="queue.max_batch_cpu of the workers (own farm)")
+    p.add_argument("--precision", default=None, choices=["auto", "fp32", "int8"])
+    p.add_argument("--set", action="append", metavar="TTSFARM_KEY=VALUE", help="more worker settings (own farm)")
+    p.add_argument("--mix", default="mixed", help="mixed | en | en_short | en_paragraph | zh")
+    p.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals, jobs/s (0: closed loop at --concurrency)")
+    p.add_argument("--concurrency", type=int, default=4, help="jobs in flight (closed loop)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of submitting")
+    p.add_argument("--jobs", type=int, default=1_000_000, help="at most this many jobs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--job-timeout", type=float, default=300.0)
+    p.add_argument("--saturate", type=float, default=0.0,
+                   help="first run closed loop this many seconds to find saturation, then load at --load-fraction of it")
+    p.add_argument("--load-fraction", type=float, default=0.7)
+    p.add_argument("--warmup-jobs", type=int, default=4)
+    p.add_argument("--label", default="")
+    p.add_argument("--out", default="bench-results/farm", help="folder for bench.json and the PNG plots")
+    p.add_argument("--no-plots", action="store_true")
+    p.set_defaults(func=cmd_bench)
     return ap
 
 

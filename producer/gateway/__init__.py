@@ -1,0 +1,11 @@
+"""The HTTP gateway (FastAPI + uvicorn) over the farm's Redis streams. Needs the ``gateway`` extra.
+
+Importing ``producer`` never imports this package: FastAPI loads only where the gateway runs.
+"""
+
+from __future__ import annotations
+
+from producer.gateway.app import create_app, main
+from producer.gateway.settings import GatewaySettings
+
+__all__ = ["GatewaySettings", "create_app", "main"]

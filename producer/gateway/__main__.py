@@ -1,0 +1,7 @@
+"""``python -m producer.gateway``: the same as ``ttsfarm gateway``."""
+
+import sys
+
+from producer.gateway.app import main
+
+sys.exit(main())

@@ -1,0 +1,131 @@
+"""The JSON shapes of the gateway's API, as pydantic models (they make the OpenAPI document at /docs).
+
+Values are typed loosely on purpose: range and vocabulary checks are the farm's own
+(``prepare_submission``), so a bad value gets the farm's stable code (EMPTY_TEXT, UNKNOWN_VOICE,
+UNSUPPORTED_FORMAT, BAD_OPTION, ...) rather than a generic validation error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class VoiceRef(BaseModel):
+    id: str
+
+
+class SpeechRequest(BaseModel):
+    """OpenAI's ``audio/speech`` request. Unknown extra fields are ignored."""
+
+    model: str | None = Field("tts-1", description="Accepted and ignored (tts-1, ttsfarm, anything).",
+                              examples=["tts-1"])
+    input: str = Field(..., description="The text to speak, at most max_input_chars (4096) characters.",
+                       examples=["Hello from the farm.", "今天天气很好。"])
+    voice: str | VoiceRef | None = Field(
+        None, description="A catalogue voice (GET /v1/voices), an alias such as OpenAI's 'alloy', or {\"id\": ...}; "
+                          "default: the catalogue's default voice.", examples=["joe", "alloy"])
+    response_format: str = Field(
+        "wav", description="wav | pcm (streamed as made) | flac | ogg (opus = ogg; sent once complete). "
+                           "mp3 and aac are not supported.", examples=["wav", "pcm", "flac", "opus"])
+    speed: float = Field(1.0, description="0.25 to 4.0", examples=[1.0, 1.5])
+    instructions: str | None = Field(None, description="Accepted and ignored.")
+    stream_format: str | None = Field(
+        None, description="'audio' (default): the audio bytes; 'sse': OpenAI-style speech.audio.delta events "
+                          "(wav and pcm only).")
+
+
+class JobRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(..., description="The text to speak (Chinese, English or mixed).",
+                      examples=["今天天气很好。Hello from the farm."])
+    voice: str | None = Field(None, description="A catalogue voice or alias; default: the catalogue's default.",
+                              examples=["default", "kumo"])
+    format: str = Field("wav", description="Stored output format: wav | flac | ogg | pcm (opus = ogg).",
+                        examples=["wav", "ogg"])
+    sample_rate: int | None = Field(None, description="Output rate; default: the voice's own rate.")
+    lane: str = Field("interactive", description="interactive | bulk")
+    speed: float | None = Field(None, description="0.25 to 4.0; shorthand for options.speed")
+    options: dict[str, float | None] | None = Field(None, description="speed, noise_scale, noise_w")
+    deadline_s: float | None = Field(None, description="Give up on the job after this many seconds.")
+
+
+class JobLinks(BaseModel):
+    self: str
+    audio: str
+    events: str
+    stream: str
+
+
+class JobCreated(BaseModel):
+    id: str
+    state: str
+    segments: int
+    voice: str
+    format: str
+    sample_rate: int
+    links: JobLinks
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class JobStatus(BaseModel):
+    id: str
+    state: str = Field(..., description="queued | running | done | failed | cancelled | expired")
+    segments: int
+    done: int
+    voice: str | None = None
+    format: str | None = None
+    sample_rate: int | None = None
+    lane: str | None = None
+    created: float | None = None
+    started: float | None = None
+    first_chunk: float | None = None
+    finished: float | None = None
+    duration_s: float | None = None
+    est_seconds: float | None = None
+    error: ErrorDetail | None = None
+    links: JobLinks
+
+
+class Cancelled(BaseModel):
+    id: str
+    cancelled: bool = Field(..., description="false when the job had already ended")
+    state: str
+
+
+class VoiceInfo(BaseModel):
+    id: str
+    engine: str
+    languages: list[str]
+    sample_rate: int
+    default: bool
+
+
+class VoiceList(BaseModel):
+    voices: list[VoiceInfo]
+    default: str
+    aliases: dict[str, str]
+
+
+class Health(BaseModel):
+    ok: bool
+    redis: bool
+    workers: int
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` entries documenting the error body for some statuses."""
+    text = {400: "Bad input (stable code)", 401: "Missing or wrong API key", 404: "Unknown job",
+            409: "The job is not done (or was cancelled)", 429: "Overloaded: retry later",
+            503: "No worker is serving (NO_WORKERS) or Redis is unreachable", 504: "No audio in time"}
+    return {s: {"model": ErrorResponse, "description": text.get(s, "Error")} for s in statuses}

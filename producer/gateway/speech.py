@@ -1,0 +1,145 @@
+"""``POST /v1/audio/speech`` in the shape of OpenAI's API, so its clients work unchanged.
+
+``pcm`` and ``wav`` stream as the farm makes them (chunked transfer; a WAV header with an unknown
+length first). The status line waits for the first chunk, so a job that fails early still gets its
+proper 4xx/5xx. ``flac`` and ``ogg`` (``opus``) are encoded once the whole job is done, so those are
+sent when the stored output is ready. A client that goes away cancels its job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import AsyncIterator
+
+import anyio
+import redis
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response, StreamingResponse
+
+from pipeline.audio import content_type
+from pipeline.errors import (
+    BAD_OPTION,
+    TEXT_TOO_LONG,
+    UNSUPPORTED_FORMAT,
+    InputError,
+    JobTimeoutError,
+    TTSFarmError,
+)
+from producer.aio import AsyncJob
+from producer.contract import STATES_FINAL, Chunk
+from producer.gateway import streams
+from producer.gateway.auth import require_key
+from producer.gateway.formats import request_format
+from producer.gateway.jobs import stored_output
+from producer.gateway.schemas import SpeechRequest, VoiceRef, error_responses
+from producer.gateway.state import state_of
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/audio", tags=["openai"], dependencies=[Depends(require_key)])
+
+STREAMED = ("pcm", "wav")
+
+
+@router.post("/speech", response_class=Response, responses={
+    200: {"content": {"audio/wav": {}, "audio/L16": {}, "audio/flac": {}, "audio/ogg": {}, "text/event-stream": {}},
+          "description": "Audio; wav and pcm stream with chunked transfer as they are made"},
+    **error_responses(400, 401, 429, 503, 504)})
+async def create_speech(req: SpeechRequest, request: Request) -> Response:
+    """Text to speech, OpenAI-compatible. `model` is ignored; `voice` is a catalogue voice or an alias
+    (OpenAI's names read with the default voice). `pcm` is 24 kHz mono s16le, as OpenAI's."""
+    farm = state_of(request)
+    gw = farm.gateway
+    fmt = request_format(req.response_format)
+    sse = (req.stream_format or "audio").strip().lower()
+    if sse not in ("audio", "sse"):
+        raise InputError(f"stream_format must be 'audio' or 'sse', not {req.stream_format!r}", code=BAD_OPTION)
+    if sse == "sse" and fmt not in STREAMED:
+        raise InputError("stream_format 'sse' is available for wav and pcm only", code=UNSUPPORTED_FORMAT)
+    if len(req.input) > gw.max_input_chars:
+        raise InputError(f"input is {len(req.input)} characters; at most {gw.max_input_chars} per request "
+                         "(use POST /v1/jobs for long texts)", code=TEXT_TOO_LONG)
+    voice = farm.resolve_voice(req.voice.id if isinstance(req.voice, VoiceRef) else req.voice)
+    rate = gw.pcm_sample_rate if fmt == "pcm" else None
+    await farm.require_workers()
+    job = await farm.client.submit(req.input, voice=voice, format=fmt, sample_rate=rate, lane="interactive",
+                                   options={"speed": req.speed})
+    headers = {"X-Job-Id": job.id, "Cache-Control": "no-cache"}
+    if fmt not in STREAMED:
+        try:
+            await job.wait(timeout=gw.job_timeout_s)
+        except JobTimeoutError:
+            await job.cancel()
+            raise
+        st = await job.status()
+        response = await stored_output(farm, st, f"speech.{fmt}")
+        response.headers.update(headers)
+        return response
+    chunks = job.stream(timeout=gw.job_timeout_s)
+    first = await _first_chunk(job, chunks, gw.first_chunk_timeout_s)
+    headers["X-Sample-Rate"] = str(first.sample_rate)
+    if sse == "sse":
+        return StreamingResponse(_sse_body(job, first, chunks, fmt), media_type="text/event-stream", headers=headers)
+    media = content_type(fmt, first.sample_rate)
+    return StreamingResponse(_audio_body(job, first, chunks, fmt), media_type=media, headers=headers)
+
+
+async def _first_chunk(job: AsyncJob, chunks: AsyncIterator[Chunk], timeout_s: float) -> Chunk:
+    """The first chunk, or the job's error (raised, so it is answered with its status)."""
+    try:
+        return await asyncio.wait_for(anext(chunks), timeout_s)
+    except TimeoutError:
+        await job.cancel()
+        raise JobTimeoutError(f"no audio within {timeout_s:g} s; the job was cancelled") from None
+    except StopAsyncIteration:
+        raise JobTimeoutError("the job ended without audio") from None
+    except BaseException:
+        await _cancel_unfinished(job)
+        raise
+
+
+async def _audio_body(job: AsyncJob, first: Chunk, chunks: AsyncIterator[Chunk], fmt: str) -> AsyncIterator[bytes]:
+    try:
+        if fmt == "wav":
+            yield streams.wav_header(first.sample_rate)
+        yield first.pcm
+        async for chunk in chunks:
+            yield chunk.pcm
+    except Exception as exc:
+        # The status line is out: the only way left to say "incomplete" is to drop the connection
+        # before the last chunk of the chunked body, which re-raising does.
+        log.warning("speech job %s ended early: %s", job.id, exc)
+        raise
+    finally:
+        await _cancel_unfinished(job)
+
+
+async def _sse_body(job: AsyncJob, first: Chunk, chunks: AsyncIterator[Chunk], fmt: str) -> AsyncIterator[bytes]:
+    """OpenAI's ``stream_format=sse``: ``speech.audio.delta`` events, then ``speech.audio.done``."""
+    def delta(data: bytes) -> bytes:
+        return streams.sse("speech.audio.delta", {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+
+    try:
+        yield delta((streams.wav_header(first.sample_rate) if fmt == "wav" else b"") + first.pcm)
+        async for chunk in chunks:
+            yield delta(chunk.pcm)
+        st = await job.status()
+        yield streams.sse("speech.audio.done", {"type": "speech.audio.done", "id": job.id, "duration_s": st.get("duration")})
+    except TTSFarmError as exc:
+        yield streams.sse("error", streams.error_message(exc))
+    finally:
+        await _cancel_unfinished(job)
+
+
+async def _cancel_unfinished(job: AsyncJob) -> None:
+    """Cancel the job unless it ended; shielded, since this runs while the request is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        try:
+            st = await job.status()
+            if st["state"] not in STATES_FINAL:
+                await job.cancel()
+                log.info("speech job %s cancelled: its client went away", job.id)
+        except (TTSFarmError, redis.RedisError) as exc:
+            log.debug("could not cancel job %s: %s", job.id, exc)
