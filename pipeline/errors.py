@@ -111,6 +111,9 @@ _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
             UNSUPPORTED_SAMPLE_RATE,
             BAD_OPTION,
             MALFORMED_JOB,
+            "BAD_BOOK",
+            "BOOK_OUTPUT_REFUSED",
+            "BAD_KEY",
         )
     },
     **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED)},

@@ -214,6 +214,12 @@ def cmd_voices(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_book(args: argparse.Namespace) -> int:
+    from producer.book import cmd_book as book_main
+
+    return int(book_main(_settings(args), args))
+
+
 def cmd_gateway(args: argparse.Namespace) -> int:
     from producer.gateway.app import main as gateway_main
 
@@ -283,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="out/demo.wav")
     p.add_argument("--text", default=None)
     p.set_defaults(func=cmd_demo)
+
+    from producer.book import add_arguments as add_book_arguments
+
+    p = sub.add_parser("book", help="make an audiobook on the farm: a file per chapter, a manifest, a playlist")
+    add_book_arguments(p)
+    p.set_defaults(func=cmd_book)
 
     p = sub.add_parser("gateway", help="serve the HTTP gateway: OpenAI-style /v1/audio/speech, jobs, SSE/WebSocket, a page at /")
     p.add_argument("gateway_args", nargs=argparse.REMAINDER, help="--host, --port, --workers, --log-level")

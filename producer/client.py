@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -16,6 +17,9 @@ from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
+
+if TYPE_CHECKING:
+    from producer.book import BookHandle
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,12 @@ class Client:
         check_admitted(reply, sub, self.settings.queue)
         log.debug("job %s: %d segment(s) queued", sub.job_id, sub.total)
         return Job(self, sub.job_id, sub.total)
+
+    def submit_book(self, path: str | Path, *, out: str, **kwargs: Any) -> BookHandle:
+        """Queue a book (.txt, .md, .epub) as per-segment bulk jobs; see ``producer.book.submit_book``."""
+        from producer.book import submit_book
+
+        return submit_book(self, path, out=out, **kwargs)
 
     def job(self, job_id: str) -> Job:
         """A handle on an existing job (to stream or wait from another process)."""

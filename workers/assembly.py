@@ -35,7 +35,12 @@ from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
 from pipeline.settings import Settings, StorageSettings
-from producer.book import LOUDNESS_FLOOR_DB, LOUDNESS_STEP_DB, REPLY_TTL_S
+from producer.book import (
+    LOUDNESS_FLOOR_DB,
+    LOUDNESS_STEP_DB,
+    OUTPUT_MARKER,
+    REPLY_TTL_S,
+)
 from workers.storage import (
     LocalStorage,
     ObjectNotFoundError,
@@ -49,6 +54,8 @@ log = logging.getLogger(__name__)
 
 SEGMENT_MISSING = "SEGMENT_MISSING"
 BOOK_SUPERSEDED = "BOOK_SUPERSEDED"
+BOOK_OUTPUT_REFUSED = "BOOK_OUTPUT_REFUSED"
+BOOK_FILES = {"manifest.json": "application/json", "playlist.m3u8": "audio/x-mpegurl; charset=utf-8"}
 BLOCK_S, HOP_S = 0.4, 0.1  # loudness blocks, as in BS.1770
 _SOUNDFILE = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "OPUS")}
 _CONTENT = {"wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg; codecs=opus"}
@@ -194,10 +201,13 @@ def output_storage(settings: StorageSettings, out: str) -> Storage:
         if out.startswith("s3://"):
             bucket, _, prefix = out[5:].partition("/")
             _outputs[out] = S3Storage(dataclasses.replace(settings, backend="s3", s3_bucket=bucket, prefix=prefix))
-        elif Path(out).is_absolute():
-            _outputs[out] = LocalStorage(Path(out), "")
-        else:
+        elif not Path(out).is_absolute():
             raise InputError(f"book output {out!r} must be s3://bucket/prefix or an absolute folder", code=BAD_OPTION)
+        elif not (Path(out) / OUTPUT_MARKER).is_file():
+            raise InputError(f"{out!r} is not a book output folder here (no {OUTPUT_MARKER}; is it on a file system "
+                             "this worker shares?)", code=BOOK_OUTPUT_REFUSED)
+        else:
+            _outputs[out] = LocalStorage(Path(out), "")
     return _outputs[out]
 
 
@@ -289,6 +299,8 @@ def _assemble(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dic
         raise InputError(f"gain {spec['gain']!r} is out of range", code=BAD_OPTION)
     out = output_storage(settings.storage, str(spec["out"]))
     key = safe_key(str(spec["file"]))
+    if "/" in key or not key.endswith(f".{fmt}"):
+        raise InputError(f"a chapter file is a plain .{fmt} name, not {key!r}", code=BAD_OPTION)
     encoder = StreamEncoder(fmt, rate, dict(spec.get("tags") or {}))
     missing: list[str] = []
     pieces = _pieces(storage, spec["segments"], missing)
@@ -307,10 +319,10 @@ def _assemble(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dic
 
 def _write_files(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dict[str, Any]:
     out = output_storage(settings.storage, str(spec["out"]))
-    types = {".json": "application/json", ".m3u8": "audio/x-mpegurl; charset=utf-8"}
-    urls = {name: out.put(safe_key(name), str(text).encode("utf-8"), types.get(Path(name).suffix, "text/plain"))
-            for name, text in dict(spec["files"]).items()}
-    return {"urls": urls}
+    files = dict(spec["files"])
+    if set(files) - set(BOOK_FILES):
+        raise InputError(f"a book's own files are {', '.join(BOOK_FILES)}", code=BAD_OPTION)
+    return {"urls": {name: out.put(name, str(text).encode("utf-8"), BOOK_FILES[name]) for name, text in files.items()}}
 
 
 @shared_task(name="ttsfarm.measure_chapter", bind=True, acks_late=True, ignore_result=True)
