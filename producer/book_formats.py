@@ -1,9 +1,8 @@
 """Books in, chapters out: plain text, Markdown and EPUB, with an optional JSON manifest that overrides
 the chapter splits and titles.
 
-Only the standard library: EPUB is a zip of XHTML read with ``zipfile`` and ``html.parser`` (which
-also copes with HTML entities that strict XML refuses). A chapter is a title and a list of
-paragraphs of plain text, one line each; what is read aloud is decided later (``producer.book``).
+Only the standard library. A chapter is a title and a list of paragraphs of plain text, one line each
+(``producer.book_model``); what is read aloud is decided later (``producer.book``).
 
 Chapters come from:
 
@@ -13,49 +12,30 @@ Chapters come from:
 - Markdown: the heading level used most often (ties: the higher level). A lone higher heading before
   the first chapter is the book's title; other higher headings (``# Part Two``) start a chapter of
   their own (as a part page does in an EPUB); deeper ones are read as paragraphs.
-- EPUB: the table of contents (EPUB 3 nav, else the EPUB 2 NCX) over the spine. A nav entry that
-  points into the same file as its parent (a section) stays inside its parent's chapter; spine
-  files without an entry continue the chapter before them.
+- EPUB (``producer.epub``): the table of contents (EPUB 3 nav, else the EPUB 2 NCX) over the spine.
+  A nav entry that points into the same file as its parent (a section) stays inside its parent's
+  chapter; spine files without an entry continue the chapter before them.
 """
 
 from __future__ import annotations
 
-import html.parser
-import io
 import json
-import posixpath
 import re
-import unicodedata
-import xml.etree.ElementTree as ET
-import zipfile
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urldefrag
 
 from pipeline.errors import BAD_OPTION, InputError
+from producer.book_model import BAD_BOOK, Book, Chapter, make_chapter, one_line
+from producer.epub import MAX_MEMBER_BYTES, parse_epub
 
-BAD_BOOK = "BAD_BOOK"  # the book file cannot be read (not UTF-8, a broken or DRM-protected EPUB)
+__all__ = [
+    "BAD_BOOK", "MAX_BOOK_BYTES", "MAX_MEMBER_BYTES", "Book", "Chapter", "apply_manifest", "is_text_heading",
+    "load_book", "one_line", "parse_epub", "parse_markdown", "parse_text", "strip_inline",
+]
+
 MAX_BOOK_BYTES = 512 * 1024 * 1024
-MAX_MEMBER_BYTES = 64 * 1024 * 1024  # one file inside an EPUB, decompressed: a zip bomb stops here
-
-
-@dataclass(frozen=True)
-class Chapter:
-    title: str
-    paragraphs: tuple[str, ...]
-    source: str = ""  # where it starts: "line 12", "OEBPS/ch01.xhtml#s2"
-
-
-@dataclass(frozen=True)
-class Book:
-    title: str
-    chapters: tuple[Chapter, ...]
-    format: str  # text | markdown | epub
-    language: str = ""
-    author: str = ""
-    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 def load_book(path: str | Path, *, fmt: str | None = None, manifest: str | Path | Mapping[str, Any] | None = None) -> Book:
@@ -92,33 +72,7 @@ def _decode(data: bytes, name: str) -> str:
         raise InputError(f"{name} is not UTF-8 (byte {exc.start})", code=BAD_BOOK) from None
 
 
-# -- shared text helpers ---------------------------------------------------------------------------
-
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef"
-_CJK_JOIN = re.compile(f"(?<=[{_HAN}])\\s*\\n\\s*(?=[{_HAN}])")
-_WS = re.compile(r"[ \t\u00a0\u3000]+")
-
-
-def one_line(text: str) -> str:
-    """A paragraph on one line: hard-wrapped Chinese joins without a space, anything else with one."""
-    text = _CJK_JOIN.sub("", text.strip())
-    return _WS.sub(" ", text.replace("\n", " ")).strip()
-
-
-def _key(text: str) -> str:
-    """For comparing a title with a paragraph: case, width, spaces and punctuation ignored."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(ch for ch in folded if ch.isalnum())
-
-
-def _chapter(title: str, paragraphs: Iterable[str], source: str) -> Chapter | None:
-    paras = [p for p in (one_line(x) for x in paragraphs) if p and any(ch.isalnum() for ch in p)]
-    if paras and title and _key(paras[0]) == _key(title):
-        paras = paras[1:]  # the heading repeated in the body: it is read once, as the title
-    if not paras and not title:
-        return None
-    return Chapter(title=one_line(title), paragraphs=tuple(paras), source=source)
-
+# -- paragraphs ------------------------------------------------------------------------------------
 
 _BLANK = re.compile(r"\n[ \t\u3000]*\n")
 _ENDS = tuple(".!?。！？…”’\"')）:：")
@@ -165,11 +119,11 @@ def parse_text(text: str, *, default_title: str = "Book") -> Book:
     if starts and len(pre_paras) == 1 and len(pre_paras[0]) <= 80 and pre_paras[0].strip()[-1:] not in ".。!?！？":
         title, pre_paras = one_line(pre_paras[0]), []  # a lone first line before chapter one: the title
     if pre_paras:
-        ch = _chapter(title if starts else default_title, pre_paras, "line 1")
+        ch = make_chapter(title if starts else default_title, pre_paras, "line 1")
         chapters += [ch] if ch else []
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        ch = _chapter(lines[start], _paragraphs(lines[start + 1 : end], blank), f"line {start + 1}")
+        ch = make_chapter(lines[start], _paragraphs(lines[start + 1 : end], blank), f"line {start + 1}")
         chapters += [ch] if ch else []
     return Book(title=title, chapters=tuple(chapters), format="text")
 
@@ -259,7 +213,7 @@ def parse_markdown(text: str, *, default_title: str = "Book") -> Book:
     levels = [lvl for lvl, t, _ in blocks if lvl and t.strip()]
     title = front.group(1).strip().strip("\"'") if front else default_title
     if not levels:
-        ch = _chapter(title, [t for lvl, t, _ in blocks if not lvl], "line 1")
+        ch = make_chapter(title, [t for lvl, t, _ in blocks if not lvl], "line 1")
         return Book(title=title, chapters=(ch,) if ch else (), format="markdown")
     counts = {lvl: levels.count(lvl) for lvl in set(levels)}
     chapter_level = max(counts, key=lambda lvl: (counts[lvl], -lvl))
@@ -271,281 +225,15 @@ def parse_markdown(text: str, *, default_title: str = "Book") -> Book:
             title = cur_title = text_  # the book's title
         elif lvl and lvl <= chapter_level and text_.strip():  # a chapter, or a part: its own (short) chapter
             if cur_paras or started:
-                ch = _chapter(cur_title, cur_paras, f"line {cur_line}")
+                ch = make_chapter(cur_title, cur_paras, f"line {cur_line}")
                 chapters += [ch] if ch else []
             cur_title, cur_paras, cur_line, started = text_, [], line, True
         elif text_.strip():
             cur_paras.append(text_)
     if cur_paras or started:
-        ch = _chapter(cur_title, cur_paras, f"line {cur_line}")
+        ch = make_chapter(cur_title, cur_paras, f"line {cur_line}")
         chapters += [ch] if ch else []
     return Book(title=title, chapters=tuple(chapters), format="markdown")
-
-
-# -- EPUB ------------------------------------------------------------------------------------------
-
-_NS = {"c": "urn:oasis:names:tc:opendocument:xmlns:container", "opf": "http://www.idpf.org/2007/opf",
-       "dc": "http://purl.org/dc/elements/1.1/", "ncx": "http://www.daisy.org/z3986/2005/ncx/"}
-_FONT_OBFUSCATION = {"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC"}
-_BLOCK = {"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "blockquote", "section", "article", "header",
-          "footer", "br", "tr", "dt", "dd", "figcaption", "pre", "hr", "table", "ul", "ol", "body", "td", "th"}
-_SKIP = {"script", "style", "head", "rt", "rp", "svg", "math", "nav", "template", "noscript"}
-_VOID = {"br", "hr", "img", "meta", "link", "input", "col", "area", "base", "wbr", "source"}
-_NOTE_TYPES = ("footnote", "endnote", "rearnote", "noteref", "pagebreak")
-
-
-class _TextExtractor(html.parser.HTMLParser):
-    """Paragraphs of an XHTML document, with a marker where an element carries one of ``ids``."""
-
-    def __init__(self, ids: set[str]) -> None:
-        super().__init__(convert_charrefs=True)
-        self.ids = ids
-        self.items: list[tuple[str, str]] = []  # ("p", text) | ("h", text) | ("mark", id)
-        self.buf: list[str] = []
-        self.heading = False
-        self.skip_depth = 0
-        self.stack: list[tuple[str, bool]] = []  # (tag, opened a skip)
-
-    def _flush(self) -> None:
-        text = one_line("".join(self.buf))
-        self.buf = []
-        if text:
-            self.items.append(("h" if self.heading else "p", text))
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k.lower(): (v or "") for k, v in attrs}
-        if a.get("id") in self.ids:
-            self._flush()
-            self.items.append(("mark", a["id"]))
-        kinds = (a.get("epub:type", "") + " " + a.get("role", "")).lower()
-        skip = tag in _SKIP or any(t in kinds for t in _NOTE_TYPES) or a.get("hidden") is not None or (
-            tag == "sup" and any(t == "a" for t, _ in self.stack))
-        if tag in _BLOCK:
-            self._flush()
-            self.heading = tag in ("h1", "h2", "h3", "h4", "h5", "h6") and not self.skip_depth
-        if tag in _VOID:
-            return
-        self.stack.append((tag, skip))
-        self.skip_depth += skip
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k.lower(): (v or "") for k, v in attrs}
-        if a.get("id") in self.ids:
-            self._flush()
-            self.items.append(("mark", a["id"]))
-        if tag in _BLOCK:
-            self._flush()
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _VOID:
-            return
-        while any(t == tag for t, _ in self.stack):  # unclosed tags inside are closed too; a stray end tag is ignored
-            t, skip = self.stack.pop()
-            self.skip_depth -= skip
-            if t == tag:
-                break
-        if tag in _BLOCK:
-            self._flush()
-            self.heading = False
-
-    def handle_data(self, data: str) -> None:
-        if not self.skip_depth:
-            self.buf.append(data)
-
-    def result(self) -> list[tuple[str, str]]:
-        self._flush()
-        return self.items
-
-
-@dataclass
-class _TocEntry:
-    title: str
-    file: str
-    fragment: str
-    depth: int
-
-
-class _EpubReader:
-    def __init__(self, data: bytes) -> None:
-        try:
-            self.zip = zipfile.ZipFile(io.BytesIO(data))
-        except zipfile.BadZipFile:
-            raise InputError("the EPUB is not a zip file", code=BAD_BOOK) from None
-        self.names = set(self.zip.namelist())
-
-    def read(self, name: str) -> bytes:
-        if name not in self.names:
-            raise InputError(f"the EPUB lacks {name!r}", code=BAD_BOOK)
-        info = self.zip.getinfo(name)
-        if info.file_size > MAX_MEMBER_BYTES:
-            raise InputError(f"{name!r} in the EPUB is larger than {MAX_MEMBER_BYTES} bytes", code=BAD_BOOK)
-        with self.zip.open(info) as fh:
-            data = fh.read(MAX_MEMBER_BYTES + 1)
-        if len(data) > MAX_MEMBER_BYTES:
-            raise InputError(f"{name!r} in the EPUB is larger than {MAX_MEMBER_BYTES} bytes", code=BAD_BOOK)
-        return data
-
-    def xml(self, name: str) -> ET.Element:
-        try:
-            return ET.fromstring(self.read(name))
-        except ET.ParseError as exc:
-            raise InputError(f"{name!r} in the EPUB is not well-formed XML: {exc}", code=BAD_BOOK) from None
-
-    def check_drm(self) -> None:
-        if "META-INF/encryption.xml" not in self.names:
-            return
-        root = self.xml("META-INF/encryption.xml")
-        for method in root.iter():
-            if method.tag.endswith("EncryptionMethod") and method.get("Algorithm") not in _FONT_OBFUSCATION:
-                raise InputError("the EPUB is encrypted (DRM); only DRM-free books can be read", code=BAD_BOOK)
-
-
-def _resolve(base_file: str, href: str) -> tuple[str, str]:
-    path, frag = urldefrag(href)
-    if not path:
-        return base_file, unquote(frag)
-    return posixpath.normpath(posixpath.join(posixpath.dirname(base_file), unquote(path))), unquote(frag)
-
-
-def _nav_entries(reader: _EpubReader, nav_file: str) -> list[_TocEntry]:
-    """EPUB 3: the ``<nav epub:type="toc">`` list, walked with html.parser (nav files use HTML entities)."""
-    entries: list[_TocEntry] = []
-
-    class Nav(html.parser.HTMLParser):
-        def __init__(self) -> None:
-            super().__init__(convert_charrefs=True)
-            self.in_toc = 0
-            self.depth = -1
-            self.href: str | None = None
-            self.text: list[str] = []
-
-        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            a = {k.lower(): (v or "") for k, v in attrs}
-            if tag == "nav":
-                kinds = (a.get("epub:type", "") + " " + a.get("role", "")).lower()
-                self.in_toc = self.in_toc + 1 if (self.in_toc or "toc" in kinds) else 0
-            elif self.in_toc and tag == "ol":
-                self.depth += 1
-            elif self.in_toc and tag == "a" and a.get("href"):
-                self.href, self.text = a["href"], []
-
-        def handle_endtag(self, tag: str) -> None:
-            if tag == "nav" and self.in_toc:
-                self.in_toc -= 1
-            elif self.in_toc and tag == "ol":
-                self.depth -= 1
-            elif self.in_toc and tag == "a" and self.href is not None:
-                file, frag = _resolve(nav_file, self.href)
-                entries.append(_TocEntry(one_line("".join(self.text)), file, frag, max(0, self.depth)))
-                self.href = None
-
-        def handle_data(self, data: str) -> None:
-            if self.href is not None:
-                self.text.append(data)
-
-    Nav().feed(reader.read(nav_file).decode("utf-8", errors="replace"))
-    return entries
-
-
-def _ncx_entries(reader: _EpubReader, ncx_file: str) -> list[_TocEntry]:
-    root = reader.xml(ncx_file)
-    out: list[_TocEntry] = []
-
-    def walk(node: ET.Element, depth: int) -> None:
-        for point in node.findall("ncx:navPoint", _NS):
-            label = point.find("ncx:navLabel/ncx:text", _NS)
-            content = point.find("ncx:content", _NS)
-            if content is not None and content.get("src"):
-                file, frag = _resolve(ncx_file, content.get("src", ""))
-                out.append(_TocEntry(one_line(label.text or "" if label is not None else ""), file, frag, depth))
-            walk(point, depth + 1)
-
-    nav_map = root.find("ncx:navMap", _NS)
-    if nav_map is not None:
-        walk(nav_map, 0)
-    return out
-
-
-def parse_epub(data: bytes, *, default_title: str = "Book") -> Book:
-    reader = _EpubReader(data)
-    reader.check_drm()
-    rootfile = reader.xml("META-INF/container.xml").find(".//c:rootfile", _NS)
-    if rootfile is None or not rootfile.get("full-path"):
-        raise InputError("the EPUB's container.xml names no package file", code=BAD_BOOK)
-    opf_path = rootfile.get("full-path", "")
-    opf = reader.xml(opf_path)
-    meta = opf.find("opf:metadata", _NS)
-
-    def dc(name: str) -> str:
-        node = meta.find(f"dc:{name}", _NS) if meta is not None else None
-        return one_line(node.text or "") if node is not None and node.text else ""
-
-    items: dict[str, tuple[str, str, str]] = {}  # id -> (file, media type, properties)
-    for item in opf.iterfind("opf:manifest/opf:item", _NS):
-        file, _ = _resolve(opf_path, item.get("href", ""))
-        items[item.get("id", "")] = (file, item.get("media-type", ""), item.get("properties", ""))
-    spine_node = opf.find("opf:spine", _NS)
-    if spine_node is None:
-        raise InputError("the EPUB has no spine", code=BAD_BOOK)
-    spine = [items[ref.get("idref", "")][0] for ref in spine_node.iterfind("opf:itemref", _NS)
-             if ref.get("idref", "") in items and ref.get("linear", "yes") != "no"]
-    nav_file = next((f for f, _, props in items.values() if "nav" in props.split()), "")
-    toc = _nav_entries(reader, nav_file) if nav_file else []
-    if not toc and spine_node.get("toc") in items:
-        toc = _ncx_entries(reader, items[spine_node.get("toc", "")][0])
-    spine_set = set(spine)
-    toc = [e for e in toc if e.file in spine_set and e.title]
-    # A section: an entry pointing into the file its parent (shallower, earlier) entry starts.
-    starts: list[_TocEntry] = []
-    for e in toc:
-        parent = next((s for s in reversed(starts) if s.depth < e.depth), None)
-        if parent is not None and parent.file == e.file and e.fragment:
-            continue
-        if any(s.file == e.file and s.fragment == e.fragment for s in starts):
-            continue
-        starts.append(e)
-    by_file: dict[str, list[_TocEntry]] = {}
-    for e in starts:
-        by_file.setdefault(e.file, []).append(e)
-
-    chapters: list[Chapter] = []
-    cur_paras: list[str] = []
-    cur_title, cur_source, first_heading = "", "", ""
-
-    def close() -> None:
-        title = cur_title or first_heading or (dc("title") or default_title)
-        ch = _chapter(title, cur_paras, cur_source)
-        if ch and (ch.paragraphs or cur_title):
-            chapters.append(ch)
-
-    for file in spine:
-        entries = by_file.get(file, [])
-        ids = {e.fragment for e in entries if e.fragment}
-        extractor = _TextExtractor(ids)
-        extractor.feed(reader.read(file).decode("utf-8", errors="replace"))
-        pending = {e.fragment: e for e in entries}
-        if "" in pending:
-            close()
-            e = pending.pop("")
-            cur_title, cur_paras, cur_source, first_heading = e.title, [], file, ""
-        for kind, value in extractor.result():
-            if kind == "mark":
-                if value in pending:
-                    close()
-                    e = pending.pop(value)
-                    cur_title, cur_paras, cur_source, first_heading = e.title, [], f"{file}#{value}", ""
-                continue
-            if kind == "h" and not first_heading and not cur_paras:
-                first_heading = value
-            if not cur_source:
-                cur_source = file
-            cur_paras.append(value)
-        for e in pending.values():  # an anchor that was never found: start the chapter at the file's end
-            close()
-            cur_title, cur_paras, cur_source, first_heading = e.title, [], file, ""
-    close()
-    return Book(title=dc("title") or default_title, chapters=tuple(chapters), format="epub", language=dc("language"),
-                author=dc("creator"))
 
 
 # -- manifest override -----------------------------------------------------------------------------
@@ -610,7 +298,7 @@ def _split_at(book: Book, entries: list[dict[str, Any]]) -> list[Chapter]:
         p1, o1 = cuts[n + 1] if n + 1 < len(cuts) else (len(paras), 0)
         body = [paras[p][o0 if p == p0 else 0 : o1 if p == p1 else len(paras[p])]
                 for p in range(p0, min(p1, len(paras) - 1) + 1)]
-        ch = _chapter(str(e.get("title") or ""), body, f"start {n + 1}")
+        ch = make_chapter(str(e.get("title") or ""), body, f"start {n + 1}")
         if ch is not None and not e.get("skip"):
             out.append(replace(ch, title=ch.title or (ch.paragraphs[0][:60] if ch.paragraphs else "")))
     return out

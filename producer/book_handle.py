@@ -1,0 +1,425 @@
+"""A book running on the farm: ``submit_book`` queues its segment jobs, ``BookHandle`` follows them,
+sends the assembly tasks (``workers.assembly``) and collects their replies."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import (
+    BAD_OPTION,
+    InputError,
+    JobError,
+    JobTimeoutError,
+    TTSFarmError,
+    error_class_for,
+)
+from pipeline.settings import Settings
+from producer.book_formats import Book, load_book
+from producer.book_plan import (
+    BookOptions,
+    BookPlan,
+    BookProgress,
+    BookResult,
+    ChapterPlan,
+    ChapterResult,
+    book_gain,
+    default_book_id,
+    loudness_of,
+    plan_book,
+    segment_key,
+)
+from producer.contract import SegmentJob, bucket_of
+
+log = logging.getLogger(__name__)
+
+REPLY_TTL_S = 3600
+RUN_TTL_S = 30 * 86400
+OUTPUT_MARKER = ".ttsfarm-book-output"  # workers write chapters only into a local folder that holds it
+
+# KEYS: status, results, parts, done-set, stream, lane backlog. ARGV: force, ttl, v, job json, max_n, max_s,
+# est_s, then status field/value pairs. Admission is ``producer.backlog``'s, one segment at a time: a full
+# lane answers 'full' and the runner offers the segment again later.
+_SUBMIT = """
+local st = redis.call('HGET', KEYS[1], 'state')
+if st == 'queued' or st == 'running' then return st end
+if st == 'done' and ARGV[1] ~= '1' then return st end
+local n = tonumber(redis.call('HGET', KEYS[6], 'n') or '0')
+local s = tonumber(redis.call('HGET', KEYS[6], 's') or '0')
+local max_n, max_s, add_s = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+if n > 0 and ((max_n > 0 and n + 1 > max_n) or (max_s > 0 and s + add_s > max_s)) then return 'full' end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+local pairs = {}
+for i = 8, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(pairs))
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+redis.call('XADD', KEYS[5], '*', 'v', ARGV[3], 'job', ARGV[4])
+redis.call('HINCRBY', KEYS[6], 'n', 1)
+redis.call('HINCRBYFLOAT', KEYS[6], 's', add_s)
+return 'submitted'
+"""
+HELD_BATCH = 2000  # segments offered again per round while the bulk lane is full
+
+
+def submit_book(client: Any, path: str | Path, *, out: str, voice: str | None = None, book_id: str | None = None,
+                manifest: Any = None, opts: BookOptions | None = None, book: Book | None = None) -> BookHandle:
+    """Parse, plan and queue a book; returns at once. ``client`` is a ``producer.Client``; ``voice``
+    overrides ``opts.voice``; ``book`` is an already parsed book (``path`` then only names it)."""
+    from pipeline.audio import check_format
+
+    opts = opts or BookOptions()
+    if voice is not None:
+        opts = dataclasses.replace(opts, voice=voice)
+
+    if check_format(opts.format) == "pcm":
+        raise InputError("a chapter file is flac, ogg or wav", code="UNSUPPORTED_FORMAT")
+    out = normalize_out(out)
+    book = book or load_book(path, manifest=manifest)
+    plan = plan_book(client.settings, book, book_id=book_id or default_book_id(path), opts=opts)
+    handle = BookHandle(client, plan, out, opts)
+    handle._submit_all()
+    return handle
+
+
+def normalize_out(out: str) -> str:
+    """``s3://bucket/prefix`` as given, or a local folder as an absolute path, created with the marker
+    that allows workers to write there (the workers must see the same file system: one machine or a
+    shared mount). A task can name any folder, so without the marker a worker refuses: whoever can
+    reach Redis cannot make workers write audio over arbitrary files."""
+    if out.startswith("s3://"):
+        bucket = out[5:].split("/", 1)[0]
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
+            raise InputError(f"{out!r}: not a valid S3 bucket name", code=BAD_OPTION)
+        return out.rstrip("/")
+    if "://" in out:
+        raise InputError(f"--out must be s3://bucket/prefix or a folder, not {out!r}", code=BAD_OPTION)
+    folder = Path(out).expanduser().resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / OUTPUT_MARKER).write_text("ttsfarm book output: workers may write chapter files here\n")
+    except OSError as exc:
+        raise InputError(f"cannot use {str(folder)!r} for the book: {exc.strerror or exc}", code=BAD_OPTION) from None
+    return str(folder)
+
+
+class BookHandle:
+    """A book on the farm: ``progress()`` any time, ``results()`` yields chapters as they are written,
+    ``wait()`` returns the ``BookResult``. The caller's thread drives the assembly steps."""
+
+    def __init__(self, client: Any, plan: BookPlan, out: str, opts: BookOptions) -> None:
+        self.client, self.plan, self.out, self.opts = client, plan, out, opts
+        self.r, self.keys, self.settings = client.redis, client.keys, client.settings
+        self.id = plan.book_id
+        self.run_id = secrets.token_hex(8)
+        self.run_key = f"{self.keys.prefix}:book:{self.id}:run"
+        self.jobs = plan.jobs
+        self.state: dict[str, str] = {j: "" for j in self.jobs}
+        self.duration: dict[str, float] = {}
+        self.reused: set[str] = set()
+        self.attempts: dict[str, int] = {}
+        self.skipped: dict[str, str] = {}
+        self.started = time.monotonic()
+        self.made_s = 0.0  # audio made in this run
+        self.measured: dict[int, dict[str, Any]] = {}
+        self.written: dict[int, ChapterResult] = {}
+        self.tasks: dict[str, tuple[str, dict[str, Any], int]] = {}  # reply key -> (task, spec, chapter)
+        self.last_event = time.monotonic()
+        self.gain: tuple[float, float, bool] | None = None  # (loudness, gain dB, limited)
+        self.gen = 0  # bumped when the gain must be chosen again: older assembly replies are then ignored
+        self.files: dict[str, str] = {}
+        self._submit = self.r.register_script(_SUBMIT)
+        self._sender: Any = None
+        self._last_ttl = self._last_offer = time.monotonic()
+        self._offer_every = 0.0
+        self.forced: dict[str, bool] = {}  # held segments that must replace a stored output that is gone
+
+    # -- submitting ------------------------------------------------------------------------------
+    def _submit_all(self) -> None:
+        self.client.ensure_groups()
+        self.r.set(self.run_key, self.run_id, ex=RUN_TTL_S)
+        states = self._submit_jobs(list(self.jobs), force=False)
+        self.reused = {j for j, st in states.items() if st == "done"}
+        self._refresh(all_jobs=True)
+        log.info("book %s: %d chapters, %d segments (%d done before, %d queued, %d held: the bulk lane is full)",
+                 self.id, len(self.plan.chapters), len(self.jobs), len(self.reused),
+                 sum(st == "submitted" for st in states.values()), sum(st == "full" for st in states.values()))
+
+    def _submit_jobs(self, ids: list[str], *, force: bool) -> dict[str, str]:
+        from producer.backlog import limits
+
+        now, ttl = time.time(), self.settings.queue.job_ttl_s
+        max_n, max_s = limits(self.settings.queue, "bulk")
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            p = self.jobs[job_id]
+            job = SegmentJob(job_id=job_id, seg=0, total=1, text=p.text, lang=p.lang, voice=p.voice,
+                             request_voice=self.plan.voice, format="pcm", sample_rate=self.plan.sample_rate,
+                             lane="bulk", pause_s=0.0, est_s=p.est_s, options=dict(self.plan.options), created=now)
+            status = {"state": "queued", "total": 1, "done": 0, "voice": self.plan.voice, "format": "pcm",
+                      "sample_rate": self.plan.sample_rate, "lane": "bulk", "created": now, "deadline": 0.0,
+                      "est_seconds": p.est_s, "book": self.id}
+            stream = self.keys.queue("bulk", bucket_of(p.est_s, self.settings.queue.bucket_edges_s))
+            fields = job.to_fields()
+            k = self.keys
+            self._submit(keys=[k.status(job_id), k.results(job_id), k.parts(job_id), k.done(job_id), stream,
+                               k.backlog("bulk")],
+                         args=[int(force), ttl, fields["v"], fields["job"], max_n, max_s, p.est_s,
+                               *[x for kv in status.items() for x in kv]], client=pipe)
+        replies = [r.decode() if isinstance(r, bytes) else str(r) for r in pipe.execute()]
+        for job_id, st in zip(ids, replies):
+            self.state[job_id] = {"submitted": "queued", "full": "held"}.get(st, st)
+            if st == "full":
+                self.forced[job_id] = force
+        return dict(zip(ids, replies))
+
+    def _offer_held(self) -> None:
+        """While the bulk lane is full, segments wait here; offer some again every couple of seconds."""
+        held = [j for j, st in self.state.items() if st == "held"]
+        if held and time.monotonic() - self._last_offer > self._offer_every:
+            self._last_offer = time.monotonic()
+            for force in (True, False):
+                batch = [j for j in held[:HELD_BATCH] if self.forced.get(j, False) == force]
+                if batch:
+                    self._submit_jobs(batch, force=force)
+            admitted = any(self.state[j] != "held" for j in held[:HELD_BATCH])
+            self._offer_every = 0.0 if admitted else min(2.0, max(0.25, 2 * self._offer_every))
+
+    # -- reading the farm ------------------------------------------------------------------------
+    def _pending(self) -> list[str]:
+        return [j for j, st in self.state.items() if st not in ("done", "skipped")]
+
+    def _refresh(self, all_jobs: bool = False) -> None:
+        ids = [j for j in (list(self.jobs) if all_jobs else self._pending()) if self.state[j] != "held"]
+        pipe = self.r.pipeline(transaction=False)
+        for j in ids:
+            pipe.hmget(self.keys.status(j), "state", "duration", "error_code", "error_message")
+        rows = pipe.execute() if ids else []
+        finished, failed = [], []
+        for j, (st, dur, code, msg) in zip(ids, rows):
+            st = st.decode() if st else "absent"
+            if st == "done" and self.state[j] != "done":
+                finished.append(j)
+                self.duration[j] = float(dur or 0.0)
+                if j not in self.reused:
+                    self.made_s += self.duration[j]
+            elif st in ("failed", "cancelled", "expired", "absent"):
+                failed.append((j, (code or b"").decode() or f"JOB_{st.upper()}", (msg or b"").decode()))
+            self.state[j] = st
+        if finished:
+            self.last_event = time.monotonic()
+            self.r.unlink(*[self.keys.results(j) for j in finished])  # nobody streams book jobs
+        for j, code, msg in failed:
+            self._failed(j, code, msg)
+        if time.monotonic() - self._last_ttl > 600:  # a long book outlives job_ttl_s while its runner lives
+            self._last_ttl = time.monotonic()
+            pipe = self.r.pipeline(transaction=False)
+            for j in self._pending():
+                pipe.expire(self.keys.status(j), self.settings.queue.job_ttl_s)
+            pipe.execute()
+
+    def _failed(self, job_id: str, code: str, message: str) -> None:
+        p = self.jobs[job_id]
+        if issubclass(error_class_for(code), InputError):
+            self.state[job_id] = "skipped"  # the text cannot be read: the book goes on without it
+            self.skipped[job_id] = f"[{code}] {p.text[:60]}"
+            log.warning("book %s: segment %s skipped: [%s] %s", self.id, job_id, code, message)
+            return
+        self.attempts[job_id] = self.attempts.get(job_id, 0) + 1
+        if self.attempts[job_id] > self.opts.max_retries:
+            raise JobError(f"book {self.id}: segment {job_id} failed {self.attempts[job_id]} times: [{code}] {message}",
+                           code=code)
+        log.warning("book %s: segment %s %s, queued again: %s", self.id, job_id, code, message)
+        self._submit_jobs([job_id], force=False)
+
+    def progress(self) -> BookProgress:
+        self._refresh()
+        return self._progress()
+
+    def _progress(self) -> BookProgress:
+        done = sum(st in ("done", "skipped") for st in self.state.values())
+        elapsed = time.monotonic() - self.started
+        rate = self.made_s / elapsed if elapsed > 0 else 0.0
+        est_done = sum(self.jobs[j].est_s for j in self.duration) or 1.0
+        ratio = sum(self.duration.values()) / est_done if self.duration else 1.0
+        left = sum(self.jobs[j].est_s for j in self._pending()) * ratio
+        eta = left / rate if rate > 0 else (0.0 if not left else None)
+        phase = "synthesizing" if done < len(self.jobs) else ("done" if self.files else "assembling")
+        return BookProgress(phase, done, len(self.jobs), len(self.reused), len(self.skipped),
+                            sum(self.duration.values()), elapsed, rate, eta, len(self.written), len(self.plan.chapters))
+
+    # -- assembly tasks ----------------------------------------------------------------------------
+    def _send(self, task: str, spec: dict[str, Any], chapter: int) -> None:
+        if self._sender is None:
+            self._sender = celery_sender(self.settings)
+        reply = f"{self.keys.prefix}:book:{self.id}:reply:{secrets.token_hex(8)}"
+        spec = {**spec, "reply": reply, "run_key": self.run_key, "run_id": self.run_id}
+        self._sender.send_task(task, kwargs={"spec": spec})
+        self.tasks[reply] = (task, spec, chapter)
+
+    def _segments(self, ch: ChapterPlan) -> list[list[Any]]:
+        return [[segment_key(s.job_id), s.pause_after_s] for s in ch.segments if self.state[s.job_id] != "skipped"]
+
+    def _collect(self) -> list[tuple[str, dict[str, Any], int, dict[str, Any]]]:
+        if not self.tasks:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for key in self.tasks:
+            pipe.lpop(key)
+        out = []
+        for key, raw in zip(list(self.tasks), pipe.execute()):
+            if raw is not None:
+                task, spec, chapter = self.tasks.pop(key)
+                out.append((task, spec, chapter, json.loads(raw)))
+                self.last_event = time.monotonic()
+        if time.monotonic() - self.last_event > self.opts.stall_s:  # a worker died holding a task: send again
+            self.last_event = time.monotonic()
+            for key, (task, spec, chapter) in list(self.tasks.items()):
+                log.warning("book %s: no reply to %s for chapter %d, sending it again", self.id, task, chapter)
+                del self.tasks[key]
+                self._send(task, {k: v for k, v in spec.items() if k not in ("reply", "run_key", "run_id")}, chapter)
+        return out
+
+    def _step(self) -> list[ChapterResult]:
+        """One round: read statuses, queue measurements and files as they become possible, take replies."""
+        self._offer_held()
+        self._refresh()
+        asked = {(t, c) for t, _, c in self.tasks.values()}
+        for ch in self.plan.chapters:
+            ready = all(self.state[s.job_id] in ("done", "skipped") for s in ch.segments)
+            if ready and ch.index not in self.measured and ("ttsfarm.measure_chapter", ch.index) not in asked:
+                self._send("ttsfarm.measure_chapter", {"rate": self.plan.sample_rate,
+                                                       "segments": self._segments(ch)}, ch.index)
+        new: list[ChapterResult] = []
+        for task, spec, chapter, reply in self._collect():
+            if task == "ttsfarm.assemble_chapter" and spec.get("gen") != self.gen:
+                continue
+            if not reply.get("ok"):
+                if reply.get("code") != "SEGMENT_MISSING":
+                    raise TTSFarmError.from_dict(reply)
+                self._resubmit_missing(reply.get("missing", []))
+                self.measured.pop(chapter, None)
+                if task == "ttsfarm.assemble_chapter":  # lost after measuring: measure and choose the gain again
+                    self.gain, self.gen = None, self.gen + 1
+                    self.written.clear()
+                continue
+            if task == "ttsfarm.measure_chapter":
+                self.measured[chapter] = reply
+            elif task == "ttsfarm.assemble_chapter":
+                ch = self.plan.chapters[[c.index for c in self.plan.chapters].index(chapter)]
+                self.written[chapter] = ChapterResult(chapter, ch.title, reply["key"], reply["url"], reply["duration_s"],
+                                                      len(ch.segments), reply["bytes"])
+                new.append(self.written[chapter])
+            else:
+                self.files = reply["urls"]
+        if self.gain is None and len(self.measured) == len(self.plan.chapters):
+            self._assemble_all()
+        if self.gain is not None and len(self.written) == len(self.plan.chapters) and not self.files and not self.tasks:
+            self._send("ttsfarm.write_book_files", {"out": self.out, "files": self._manifest()}, 0)
+        return new
+
+    def _resubmit_missing(self, keys: list[str]) -> None:
+        ids = [k.split("/", 1)[0] for k in keys if k.split("/", 1)[0] in self.jobs]
+        log.warning("book %s: %d stored segment(s) are gone, making them again", self.id, len(ids))
+        for j in ids:
+            self.reused.discard(j)
+            self.duration.pop(j, None)
+        self._submit_jobs(ids, force=True)
+
+    def _assemble_all(self) -> None:
+        loud = loudness_of([m["hist"] for m in self.measured.values()])
+        peak = max(float(m["peak"]) for m in self.measured.values())
+        gain_db, limited = book_gain(loud, peak, self.opts)
+        self.gain = (loud, gain_db, limited)
+        o = self.opts
+        for ch in self.plan.chapters:
+            self._send("ttsfarm.assemble_chapter", {
+                "gen": self.gen, "rate": self.plan.sample_rate, "segments": self._segments(ch), "gain": 10 ** (gain_db / 20),
+                "head_s": o.head_s, "tail_s": o.tail_s, "fade_ms": o.fade_ms, "ceiling": 10 ** (o.peak_db / 20),
+                "format": o.format, "out": self.out,
+                "file": f"{ch.file_stem}.{o.format}",
+                "tags": {"title": ch.title, "album": self.plan.book.title, "artist": self.plan.book.author,
+                         "tracknumber": str(ch.index)}}, ch.index)
+
+    def _manifest(self) -> dict[str, str]:
+        loud, gain_db, limited = self.gain or (0.0, 0.0, False)
+        chapters = [dataclasses.asdict(self.written[c.index]) for c in self.plan.chapters]
+        manifest = {"book_id": self.id, "title": self.plan.book.title, "author": self.plan.book.author,
+                    "language": self.plan.book.language, "voice": self.plan.voice, "format": self.opts.format,
+                    "sample_rate": self.plan.sample_rate, "options": dict(self.plan.options),
+                    "loudness": {"target_db": self.opts.loudness_db, "measured_db": round(loud, 2),
+                                 "gain_db": round(gain_db, 2), "gain_capped": limited, "peak_ceiling_db": self.opts.peak_db},
+                    "duration_s": round(sum(c["duration_s"] for c in chapters), 3), "chapters": chapters,
+                    "created": time.time(), "generator": "ttsfarm"}
+        m3u = ["#EXTM3U", f"#PLAYLIST:{self.plan.book.title}"]
+        for c in chapters:
+            m3u += [f"#EXTINF:{round(c['duration_s'])},{c['title']}", c["file"]]
+        return {"manifest.json": json.dumps(manifest, ensure_ascii=False, indent=2), "playlist.m3u8": "\n".join(m3u) + "\n"}
+
+    def results(self, timeout: float | None = None, on_progress: Any = None) -> Iterator[ChapterResult]:
+        """Drive the book to its end, yielding each chapter once its file is written; ``on_progress``
+        is called with a ``BookProgress`` every round (about four a second)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while not self.files:
+                yield from self._step()
+                if on_progress is not None:
+                    on_progress(self._progress())
+                if self.files:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise JobTimeoutError(f"book {self.id} did not finish within {timeout} s")
+                time.sleep(max(0.25, len(self._pending()) / 20000))  # ~20k status reads a second at most
+        finally:
+            self.close()
+
+    def cancel(self) -> int:
+        """Cancel the segments not yet made (workers skip them); a later run queues them again."""
+        pipe = self.r.pipeline(transaction=False)
+        for j in self._pending():
+            pipe.hget(self.keys.status(j), "state")
+        live = [j for j, st in zip(self._pending(), pipe.execute()) if st in (b"queued", b"running")]
+        for j in live:
+            pipe.hset(self.keys.status(j), mapping={"state": "cancelled", "finished": time.time()})
+        pipe.execute()
+        self.close()
+        return len(live)
+
+    def close(self) -> None:
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+
+    def wait(self, timeout: float | None = None, on_progress: Any = None) -> BookResult:
+        for _ in self.results(timeout, on_progress):
+            pass
+        return self.result()
+
+    def result(self) -> BookResult:
+        """The finished book (after ``wait`` or the end of ``results``)."""
+        if not self.files:
+            raise JobError(f"book {self.id} is not finished", code="BOOK_NOT_FINISHED")
+        loud, gain_db, capped = self.gain or (0.0, 0.0, False)
+        return BookResult(self.id, self.plan.book.title, self.out,
+                          tuple(self.written[c.index] for c in self.plan.chapters), self.files["manifest.json"],
+                          self.files["playlist.m3u8"], len(self.jobs), len(self.reused),
+                          len(self.jobs) - len(self.reused) - len(self.skipped),
+                          tuple(self.skipped.values()) + tuple(p for c in self.plan.chapters for p in c.skipped),
+                          loud, gain_db, capped, time.monotonic() - self.started)
+
+
+def celery_sender(settings: Settings) -> Any:
+    """A Celery app that only sends, configured like ``workers.app`` (same broker and key prefix)."""
+    from celery import Celery
+
+    app = Celery("ttsfarm-book", broker=settings.redis.url, set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"], task_send_sent_event=True,
+                    broker_connection_retry_on_startup=True,
+                    broker_transport_options={"global_keyprefix": f"{settings.redis.key_prefix}:celery:"})
+    return app
