@@ -43,6 +43,9 @@ class RuntimeSettings:
     cuda_device_id: int = 0
     cuda_mem_limit_mb: int = 4096
     cuda_arena_extend_strategy: str = "kSameAsRequested"
+    cuda_io_binding: bool = True  # Piper on CUDA: IO binding from reused host staging buffers (pipeline/voices/gpu.py)
+    cuda_width_multiple: int = 32  # ... padded phoneme width rounded up to a multiple of this
+    cuda_batch_sizes: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)  # ... and the batch up to the next of these
     warmup: bool = True
     model_cache_dir: str = "~/.cache/ttsfarm"
     precision: str = "auto"
@@ -107,6 +110,7 @@ class StorageSettings:
 class WorkerSettings:
     name: str = ""
     metrics_port: int = 0
+    metrics_host: str = "0.0.0.0"  # the metrics endpoint's bind address
     fault_inject: str = ""  # the reliability suite's fault injection (workers/farm.py Faults); empty in production
 
 

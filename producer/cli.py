@@ -176,7 +176,7 @@ def cmd_voices(args: argparse.Namespace) -> int:
     key = Keys(settings.redis.key_prefix).workers()
 
     def beats() -> dict[str, dict[str, Any]]:
-        return versions_by_node({k.decode(): json.loads(v) for k, v in r.hgetall(key).items()})
+        return versions_by_node({k.decode() if isinstance(k, bytes) else k: json.loads(v) for k, v in r.hgetall(key).items()})
 
     before = {node: (info.get("reload") or {}).get("at", 0) for node, info in beats().items()}
     replies = broadcast_reload(control_app(settings), args.voice, destination=args.destination, timeout=args.reply_timeout)

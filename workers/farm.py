@@ -29,6 +29,7 @@ from pipeline.voices.base import SynthesisOptions
 from producer.contract import Keys
 from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
 from workers.events import JobEvents
+from workers.metrics import WorkerMetrics
 from workers.publisher import Publisher
 from workers.queue import Entry, StreamQueue
 
@@ -56,6 +57,7 @@ class FarmWorker:
         bank: VoiceBank | None = None,
         storage: Any = None,
         connection: redis.Redis | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.hostname = hostname
@@ -71,6 +73,8 @@ class FarmWorker:
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
         self.events = events or JobEvents(None, hostname, enabled=False)
         self.faults = Faults(settings.worker.fault_inject)
+        self.metrics = metrics or WorkerMetrics(enabled=False)
+        self.last_beat = 0.0
         self.stopping = threading.Event()
         self.ready = threading.Event()
         self.state = "loading"
@@ -86,6 +90,7 @@ class FarmWorker:
 
     def start(self) -> None:
         self.stopping.clear()
+        self.metrics.serve(self)
         t = threading.Thread(target=self._run, name="ttsfarm-main", daemon=True)
         t.start()
         self._threads = [t]
@@ -100,8 +105,11 @@ class FarmWorker:
             return
         self.state = "serving"
         self.ready.set()
+        self.metrics.voices_loaded(self.bank)
         n = max(1, self.settings.queue.inference_threads)
         self.loops = [InferenceLoop(self, i) for i in range(n)]
+        for loop in self.loops:
+            loop.on_batch = self.metrics.batch
         threads = [threading.Thread(target=loop.run, name=f"ttsfarm-loop-{i}", daemon=True) for i, loop in enumerate(self.loops)]
         for t in threads:
             t.start()
@@ -122,6 +130,11 @@ class FarmWorker:
         info = {"state": state or self.state, "ts": time.time(), "pid": os.getpid(),
                 "voices": sorted(self.bank.loaded()), "error": str(self.error) if self.error else "",
                 "batches": sum(loop.batches for loop in self.loops), "segments": sum(loop.segments for loop in self.loops)}
+        self.last_beat = time.time()
+        if state is None:
+            self.metrics.serve(self)  # in multiprocess mode: take the endpoint over if its holder exited
+        info.update(self.metrics.heartbeat_fields(sum(loop.segments for loop in self.loops)) or {})
+        info["voice_info"] = self.bank.describe()
         try:
             self.r.hset(self.keys.workers(), f"{self.hostname}:{os.getpid()}", json.dumps(info))
         except redis.RedisError as exc:
@@ -134,6 +147,7 @@ class FarmWorker:
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         self.events.close()
+        self.metrics.close()
 
 
 class InferenceLoop:
@@ -208,6 +222,7 @@ class InferenceLoop:
                 assert e.job is not None
                 if self.farm.publisher.fail(e.job.job_id, exc.code, exc.message):
                     self.farm.events.failed(e.job.job_id, exc.code, exc.message)
+                    self.farm.metrics.error(exc.code, job_id=e.job.job_id, message=exc.message)
             self.queue.ack(entries)
         except Exception as exc:
             if len(entries) > 1:
@@ -226,6 +241,7 @@ class InferenceLoop:
         if failures >= self.q.max_deliveries:
             self.dead_letter(e, "TOO_MANY_FAILURES", message)
             return
+        self.farm.metrics.error(str(getattr(exc, "code", "SEGMENT_FAILED")), stage="attempt", job_id=job.job_id, message=message)
         delay = min(5.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
         log.warning("segment %s/%d failed (%d of %d): %s; retrying in %.1f s", job.job_id, job.seg, failures,
                     self.q.max_deliveries, message, delay)
@@ -234,7 +250,7 @@ class InferenceLoop:
 
     def _limit(self, entry: Entry) -> int:
         voice = entry.job.voice if entry.job else ""
-        spec = self.settings.catalogue.voices.get(voice)
+        spec = self.farm.bank.catalogue.voices.get(voice)  # the bank's: a hot reload may change max_batch
         return max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
 
     def _gather(self) -> list[Entry]:
@@ -242,7 +258,7 @@ class InferenceLoop:
         head = choose_head(heads, now_ms(), self.lanes, self.q)
         if head is None:
             return []
-        spec = self.settings.catalogue.voices.get(head.voice)
+        spec = self.farm.bank.catalogue.voices.get(head.voice)
         limit = max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
         window_end = min(head.arrived_ms, now_ms()) + self.q.window_ms
         claimed = self.queue.claim(head.stream, limit)
@@ -283,6 +299,7 @@ class InferenceLoop:
                          maxlen=100_000, approximate=True)
         if e.job is not None and self.farm.publisher.fail(e.job.job_id, code, message):
             self.farm.events.failed(e.job.job_id, code, message)
+        self.farm.metrics.error(code, stage="dead_letter", job_id=e.job.job_id if e.job else "", message=message)
         self.queue.ack([e])
         log.warning("dead-lettered %s %s: [%s] %s", e.stream, e.entry_id, code, message)
 
@@ -302,6 +319,7 @@ class InferenceLoop:
             elif job.deadline and time.time() > job.deadline:
                 if pub.fail(job.job_id, "DEADLINE_EXCEEDED", "the job's deadline passed before it ran", state="expired"):
                     events.failed(job.job_id, "DEADLINE_EXCEEDED", "deadline passed")
+                    self.farm.metrics.error("DEADLINE_EXCEEDED", job_id=job.job_id)
                 self.queue.ack([e])
             else:
                 live.append(e)
@@ -320,18 +338,23 @@ class InferenceLoop:
             except InputError as exc:
                 if pub.fail(job.job_id, exc.code, exc.message):
                     events.failed(job.job_id, exc.code, exc.message)
+                    self.farm.metrics.error(exc.code, job_id=job.job_id, message=exc.message)
                 self.queue.ack([e])
         if not ready:
             return
         opts = SynthesisOptions.from_dict(dict(ready[0][0].job.options))  # type: ignore[union-attr]
         batch_id = f"{self.consumer}#{next(self.batch_ids)}"
+        started = time.time()
         start = time.perf_counter()
         audios = voice.synthesize_batch([ids for _, ids in ready], opts)
         infer_s = time.perf_counter() - start
         self.batches += 1
         stats = {"batch_id": batch_id, "size": len(ready), "voice": voice.name, "infer_s": infer_s,
                  "padding_waste": padding_waste([len(ids) for _, ids in ready]),
-                 "queue_wait_s": [(time.time() * 1000 - e.arrived_ms) / 1000 for e, _ in ready]}
+                 "queue_wait_s": [(started * 1000 - e.arrived_ms) / 1000 for e, _ in ready],
+                 "lanes": [e.job.lane for e, _ in ready],  # type: ignore[union-attr]
+                 "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready],
+                 "audio_s": sum(len(a) for a in audios) / voice.sample_rate, "started": started}
         for (e, _), audio in zip(ready, audios):
             self._publish(e, audio, voice.sample_rate, batch_id)
         if self.on_batch:
@@ -363,6 +386,7 @@ class InferenceLoop:
         outcome = self.farm.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
                                                       batch_id=batch_id, worker=self.consumer)
         self.segments += 1
+        self.farm.metrics.segment_published(job, len(pcm) / 2 / job.sample_rate)
         if outcome.done >= job.total and not self.farm.publisher.is_final(outcome.state):
             url = self._retry_transient(lambda: self.farm.publisher.store_and_finish(job), f"storing job {job.job_id}")
             if url:

@@ -7,6 +7,7 @@ shutdown: SIGTERM lets the batch in flight finish and be acked before the proces
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from celery import bootsteps
@@ -26,13 +27,16 @@ class StreamConsumerStep(bootsteps.StartStopStep):
             return
         from workers.events import JobEvents
         from workers.farm import FarmWorker
+        from workers.metrics import WorkerMetrics
 
         settings = c.app.conf.ttsfarm_settings
         events = JobEvents(c.app, c.hostname, enabled=True)
         if self.farm is None:
-            self.farm = FarmWorker(settings, hostname=c.hostname, events=events)
+            metrics = WorkerMetrics.from_settings(settings.worker, os.environ)
+            self.farm = FarmWorker(settings, hostname=c.hostname, events=events, metrics=metrics)
         else:
             self.farm.events = events
+        c.ttsfarm_farm = self.farm  # for the remote control commands (workers.control)
         log.info("ttsfarm stream consumer starting on %s", c.hostname)
         self.farm.start()
 

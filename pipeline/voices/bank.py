@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
@@ -68,6 +69,8 @@ class VoiceBank:
         self._voices: dict[str, Voice] = {}
         self._warm: set[int] = set()  # ids of sessions already warmed up (voices may share one)
         self._lock = threading.Lock()
+        self._reload_lock = threading.Lock()
+        self.versions: dict[str, int] = {}  # 1 when first loaded, +1 per reload
 
     def route(self, voice: str | None, lang: str) -> VoiceSpec:
         return route(self.catalogue, voice, lang)
@@ -82,6 +85,7 @@ class VoiceBank:
             if voice is None:
                 voice = self._builder(self.catalogue.get(name), self.factory)
                 self._voices[name] = voice
+                self.versions.setdefault(name, 1)
         if load and getattr(voice, "_session", True) is None:
             with self._lock:
                 self._load(voice)
@@ -94,11 +98,58 @@ class VoiceBank:
         session_id = id(getattr(voice, "session", voice))
         if self.runtime.warmup and session_id not in self._warm:
             self._warm.add(session_id)
-            start = time.perf_counter()
-            lang = voice.languages[0]
-            ids = voice.phonemize(WARMUP_TEXT.get(lang, WARMUP_TEXT["en"]), lang).ids
-            voice.synthesize_batch([ids] * min(2, voice.max_batch), SynthesisOptions.noiseless())
-            log.info("voice %s warmed up in %.2f s", voice.name, time.perf_counter() - start)
+            self._warm_up(voice)
+
+    def _warm_up(self, voice: Voice) -> None:
+        start = time.perf_counter()
+        lang = voice.languages[0]
+        ids = voice.phonemize(WARMUP_TEXT.get(lang, WARMUP_TEXT["en"]), lang).ids
+        voice.synthesize_batch([ids] * min(2, voice.max_batch), SynthesisOptions.noiseless())
+        log.info("voice %s warmed up in %.2f s", voice.name, time.perf_counter() - start)
+
+    def reload(self, catalogue: Catalogue, names: Sequence[str] | None = None) -> dict[str, int]:
+        """Hot reload: build each named voice (default: every concrete voice of ``catalogue``) again from
+        ``catalogue``, each with a fresh session, warm them up, then swap them all in at once.
+
+        Until the swap the old voices serve; a batch that took its voice before the swap finishes on the
+        old one (it holds the object), and the next batch gets the new one. If any voice fails to build,
+        nothing is swapped and the error propagates. Returns the new version of each reloaded voice.
+        """
+        with self._reload_lock:
+            wanted = list(names) if names else [n for n, spec in catalogue.voices.items() if spec.engine != "blend"]
+            specs = {name: catalogue.get(name) for name in wanted}  # UNKNOWN_VOICE before any work
+            factory = SessionFactory(self.runtime)  # an empty session cache: fresh sessions, shared among these
+            fresh: dict[str, Voice] = {}
+            warmed: set[int] = set()
+            for name, spec in specs.items():
+                voice = self._builder(spec, factory)
+                voice.load()  # type: ignore[attr-defined]
+                session_id = id(getattr(voice, "session", voice))
+                if self.runtime.warmup and session_id not in warmed:
+                    warmed.add(session_id)
+                    self._warm_up(voice)
+                fresh[name] = voice
+            with self._lock:
+                merged = {**self.catalogue.voices, **specs}
+                self.catalogue = Catalogue(voices=merged, default_voice=self.catalogue.default_voice)
+                self._voices.update(fresh)
+                for name in fresh:
+                    self.versions[name] = self.versions.get(name, 0) + 1
+                return {name: self.versions[name] for name in fresh}
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Per loaded voice: version, model file, precision, session id and its create time (heartbeat, metrics)."""
+        with self._lock:
+            voices = dict(self._voices)
+            versions = dict(self.versions)
+        out: dict[str, dict[str, Any]] = {}
+        for name, voice in voices.items():
+            info = getattr(voice, "info", None)
+            session = getattr(voice, "_session", None)
+            out[name] = {"version": versions.get(name, 1), "precision": getattr(voice, "precision", ""),
+                         "model": info.model.name if info else "", "create_s": round(info.create_s, 4) if info else None,
+                         "session": f"{id(session):x}" if session is not None else ""}
+        return out
 
     def concrete_names(self) -> list[str]:
         return [name for name, spec in self.catalogue.voices.items() if spec.engine != "blend"]

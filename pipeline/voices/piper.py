@@ -58,6 +58,7 @@ class PiperVoice:
         self.model, self.precision = choose_model(prepared.path, spec, runtime if precision is None else _with(runtime, precision))
         self._factory = factory
         self._session: Any = None
+        self._runner: Any = None  # pipeline.voices.gpu.IoBindingRunner when the session runs on CUDA
         self.info: SessionInfo | None = None
         from pipeline.text.en import EnglishPhonemizer
 
@@ -73,6 +74,10 @@ class PiperVoice:
         """Create the inference session (phonemizing needs none)."""
         if self._session is None:
             self._session, self.info = self._factory.create(self.model)
+            from pipeline.voices.gpu import IoBindingRunner, wants_io_binding
+
+            if wants_io_binding(self.info.providers, self._factory.settings):
+                self._runner = IoBindingRunner.for_settings(self._session, self._factory.settings)
 
     def phonemize(self, text: str, lang: str) -> Phonemized:
         if lang not in self.languages:
@@ -107,6 +112,8 @@ class PiperVoice:
     def synthesize_batch(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]:
         if not batch:
             return []
+        if self._runner is not None:
+            return self._runner.synthesize(batch, self.scales(opts), self.hop)
         audio, frames = self.session.run(["output", FRAME_LENGTHS], self.feeds(batch, opts))
         return self.split_outputs(audio, frames)
 

@@ -1,0 +1,199 @@
+"""The Piper voice on a CUDA device: IO binding from reused host staging buffers, shapes rounded up.
+
+``PiperVoice`` switches to this path when its session's first provider is CUDA; on CPU it keeps its
+plain ``session.run``. Three things keep the device steady under a stream of batches of every shape:
+
+* Inputs are written into host staging buffers (pinned with ``torch.empty(..., pin_memory=True)``
+  when torch with CUDA is present, plain numpy otherwise) that are kept per thread and reused from
+  batch to batch; a buffer grows only when a batch does not fit, never shrinks, and is never
+  allocated per batch. onnxruntime copies them to the device from there.
+* The audio output is bound to the device and copied into a reused host buffer (pinned when it can
+  be); ``frame_lengths`` comes back to the host directly.
+* Padded shapes are rounded up: the phoneme width to a multiple of ``cuda_width_multiple`` and the
+  batch to the next of ``cuda_batch_sizes`` (extra rows repeat the first item and are dropped), so the
+  device arena (capped by ``cuda_mem_limit_mb``, grown by ``cuda_arena_extend_strategy``; both in
+  ``SessionFactory``) sees a few sizes again and again instead of a new one per batch.
+
+The same code runs against the CPU execution provider (``device="cpu"``): that is how it is tested on
+a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.settings import RuntimeSettings
+from pipeline.voices.base import PhonemeIds
+from pipeline.voices.piper_graph import FRAME_LENGTHS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShapePolicy:
+    """How far a padded batch is rounded up."""
+
+    width_multiple: int = 32
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+    @classmethod
+    def from_settings(cls, runtime: RuntimeSettings) -> ShapePolicy:
+        sizes = tuple(sorted({max(1, int(b)) for b in runtime.cuda_batch_sizes})) or (1,)
+        return cls(width_multiple=max(1, runtime.cuda_width_multiple), batch_sizes=sizes)
+
+    def width(self, n: int) -> int:
+        m = max(1, self.width_multiple)
+        return max(m, -(-n // m) * m)
+
+    def batch(self, n: int) -> int:
+        for size in self.batch_sizes:
+            if size >= n:
+                return size
+        top = self.batch_sizes[-1]
+        return -(-n // top) * top
+
+
+def cuda_pinning_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+class HostBufferPool:
+    """Named flat host buffers, reused across batches; ``get`` returns a view of the shape asked for.
+
+    A buffer is replaced by a larger one only when a request does not fit (growing by at least half,
+    so a slowly rising width does not reallocate every time). ``allocations`` counts those events."""
+
+    def __init__(self, *, pinned: bool = False) -> None:
+        self.pinned = pinned
+        self.allocations = 0
+        self._buffers: dict[str, tuple[np.ndarray, Any]] = {}  # name -> (uint8 view, owner keeping it alive)
+
+    def capacity(self, name: str) -> int:
+        buf = self._buffers.get(name)
+        return 0 if buf is None else int(buf[0].nbytes)
+
+    def get(self, name: str, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        count = math.prod(shape)
+        need = max(1, count * dtype.itemsize)
+        have = self.capacity(name)
+        if have < need:
+            self._buffers[name] = self._allocate(max(need, have + have // 2))
+            self.allocations += 1
+        raw = self._buffers[name][0]
+        return np.frombuffer(raw.data, dtype=dtype, count=count).reshape(tuple(shape))
+
+    def _allocate(self, nbytes: int) -> tuple[np.ndarray, Any]:
+        nbytes = -(-nbytes // 4096) * 4096
+        if self.pinned:
+            import torch
+
+            owner = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            return owner.numpy(), owner
+        raw = np.empty(nbytes, dtype=np.uint8)
+        return raw, raw
+
+
+class _DeviceArray:
+    """A device pointer presented through ``__cuda_array_interface__``, so torch can read it in place."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...]) -> None:
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (ptr, False), "version": 3, "strides": None}
+
+
+class IoBindingRunner:
+    """Runs a prepared Piper graph (outputs ``output`` and ``frame_lengths``) through IO binding."""
+
+    def __init__(self, session: Any, *, device: str = "cuda", device_id: int = 0, policy: ShapePolicy | None = None,
+                 pinned: bool | None = None) -> None:
+        self.session = session
+        self.device = device
+        self.device_id = device_id
+        self.policy = policy or ShapePolicy()
+        self.pinned = (device == "cuda" and cuda_pinning_available()) if pinned is None else pinned
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.pools: list[HostBufferPool] = []  # one per thread that ran a batch
+        self.shapes_seen: set[tuple[int, int]] = set()
+
+    @classmethod
+    def for_settings(cls, session: Any, runtime: RuntimeSettings) -> IoBindingRunner:
+        return cls(session, device="cuda", device_id=runtime.cuda_device_id, policy=ShapePolicy.from_settings(runtime))
+
+    @property
+    def pool(self) -> HostBufferPool:
+        """This thread's staging buffers (threads sharing a session must not share buffers)."""
+        pool = getattr(self._local, "pool", None)
+        if pool is None:
+            pool = self._local.pool = HostBufferPool(pinned=self.pinned)
+            self._local.binding = self.session.io_binding()
+            with self._lock:
+                self.pools.append(pool)
+        return pool
+
+    def run(self, batch: Sequence[PhonemeIds], scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(audio of shape (n, samples) in this thread's host buffer, frames per item) for the n items.
+
+        The audio view is overwritten by this thread's next batch: copy what you keep."""
+        n = len(batch)
+        rows, width = self.policy.batch(n), self.policy.width(max(len(ids) for ids in batch))
+        pool = self.pool
+        ids = pool.get("input", (rows, width), np.int64)
+        lengths = pool.get("input_lengths", (rows,), np.int64)
+        scale = pool.get("scales", (3,), np.float32)
+        ids.fill(0)
+        for row in range(rows):
+            item = batch[row] if row < n else batch[0]  # padding rows repeat the first item
+            ids[row, : len(item)] = item
+            lengths[row] = len(item)
+        scale[:] = scales
+        with self._lock:
+            self.shapes_seen.add((rows, width))
+        io = self._local.binding
+        io.clear_binding_inputs()
+        io.clear_binding_outputs()
+        for name, arr in (("input", ids), ("input_lengths", lengths), ("scales", scale)):
+            io.bind_input(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+        io.bind_output("output", self.device, self.device_id)
+        io.bind_output(FRAME_LENGTHS, "cpu")
+        self.session.run_with_iobinding(io)
+        audio_value, frames_value = io.get_outputs()
+        audio = self._to_host(audio_value, pool)
+        frames = np.asarray(frames_value.numpy()).reshape(-1)
+        return audio.reshape(rows, -1)[:n], frames[:n]
+
+    def _to_host(self, value: Any, pool: HostBufferPool) -> np.ndarray:
+        shape = tuple(int(d) for d in value.shape())
+        dst = pool.get("output", shape, np.float32)
+        if self.device == "cuda" and self.pinned:
+            import torch
+
+            src = torch.as_tensor(_DeviceArray(value.data_ptr(), shape), device=f"cuda:{self.device_id}")
+            torch.from_numpy(dst).copy_(src)
+        else:
+            np.copyto(dst, value.numpy())
+        return dst
+
+    def synthesize(self, batch: Sequence[PhonemeIds], scales: np.ndarray, hop: int) -> list[np.ndarray]:
+        """One waveform per item, cut at its own frame count and copied out of the staging buffer."""
+        if not batch:
+            return []
+        audio, frames = self.run(batch, scales)
+        return [audio[row, : int(f) * hop].astype(np.float32, copy=True) for row, f in enumerate(frames)]
+
+
+def wants_io_binding(providers: Sequence[str], runtime: RuntimeSettings) -> bool:
+    """The IO-binding path is for sessions whose first provider is CUDA (and when it is not turned off)."""
+    return bool(providers) and providers[0] == "CUDAExecutionProvider" and runtime.cuda_io_binding
+
