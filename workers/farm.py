@@ -81,12 +81,16 @@ class FarmWorker:
         self.error: TTSFarmError | None = None
         self._threads: list[threading.Thread] = []
         self.loops: list[InferenceLoop] = []
+        self._device_max_batch: int | None = None
 
     @property
     def device_max_batch(self) -> int:
-        q = self.settings.queue
-        on_cuda = any("CUDA" in str(p) for p in self.bank.factory.providers()) and not self.bank.factory.fell_back_to_cpu
-        return q.max_batch_cuda if on_cuda else q.max_batch_cpu
+        """The batch cap of the device the sessions really run on (known once the voices are loaded)."""
+        if self._device_max_batch is None:
+            q = self.settings.queue
+            on_cuda = any("CUDA" in p for info in self.bank.factory.sessions() for p in info.providers[:1])
+            self._device_max_batch = q.max_batch_cuda if on_cuda else q.max_batch_cpu
+        return self._device_max_batch
 
     def start(self) -> None:
         self.stopping.clear()

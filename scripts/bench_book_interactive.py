@@ -1,0 +1,114 @@
+"""Do interactive jobs keep their first-chunk latency while a book is made on the same farm?
+
+Runs the same open-loop stream of short interactive English jobs twice on a private farm (redis-server +
+workers started here): once alone, once while an English audiobook is being made in the bulk lane. Writes
+JSON and prints a Markdown table of first-chunk latency and queue time for the interactive jobs.
+
+    .venv/bin/python scripts/bench_book_interactive.py --workers 2 --rate 1.0 --duration 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from pipeline.settings import load_settings
+from producer.bench import LoadSpec, LocalFarm, run_load, wait_quiet, worker_env
+from producer.bench_report import summarize
+
+PARAGRAPH = (
+    "The farm reads long books in the bulk lane while callers wait for short answers in the interactive lane. "
+    "Every sentence of a chapter becomes a job of its own, so a book never blocks the queue for long. "
+    "Workers take interactive work first, and give the bulk lane a batch now and then so that it never starves. "
+)
+
+
+def write_book(folder: Path, chapters: int, paragraphs: int) -> Path:
+    lines = []
+    for c in range(1, chapters + 1):
+        lines.append(f"# Chapter {c}\n")
+        lines += [PARAGRAPH + "\n" for _ in range(paragraphs)]
+    path = folder / "book.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def phase(farm: LocalFarm, spec: LoadSpec, book: Path | None, out: Path) -> dict:
+    settings = load_settings(env={**farm.env})
+    book_state: dict = {}
+    thread = None
+    if book is not None:
+        from producer.book import run_book
+
+        def make() -> None:
+            start = time.monotonic()
+            result = run_book(settings, book, "joe", str(out), book_id=f"bench{int(time.time())}", timeout=3600)
+            book_state.update(seconds=round(time.monotonic() - start, 1), chapters=len(result.chapters),
+                              audio_min=round(sum(c.duration_s for c in result.chapters) / 60, 2))
+
+        thread = threading.Thread(target=make, daemon=True)
+        thread.start()
+        time.sleep(10)  # the book's first segments are queued and running before the interactive load starts
+    raw = run_load(settings, spec, pids=farm.pids, storage_dir=farm.storage_dir)
+    summary = summarize(raw)
+    backlog = farm_backlog(settings)
+    if thread is not None:
+        thread.join(3600)
+    fc = summary["first_chunk_ms"].get("en_short", {})
+    return {"first_chunk_ms": fc, "queue_ms": summary["queue_ms"].get("interactive"), "jobs": summary["jobs"],
+            "bulk_backlog_at_end": backlog, "book": book_state}
+
+
+def farm_backlog(settings) -> dict:  # type: ignore[no-untyped-def]
+    import redis
+
+    from producer.contract import Keys
+
+    r = redis.Redis.from_url(settings.redis.url)
+    raw = r.hgetall(Keys(settings.redis.key_prefix).backlog("bulk"))
+    return {k.decode(): float(v) for k, v in raw.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=1.0, help="interactive jobs per second (Poisson)")
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--chapters", type=int, default=6)
+    ap.add_argument("--paragraphs", type=int, default=8)
+    ap.add_argument("--out", default="bench-results/book_interactive.json")
+    ap.add_argument("--max-load", type=float, default=0.8)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    quiet = wait_quiet(args.max_load, wait_max_s=900)
+    tmp = Path(tempfile.mkdtemp(prefix="ttsfarm-bookbench-"))
+    book = write_book(tmp, args.chapters, args.paragraphs)
+    farm = LocalFarm(workers=args.workers, env=worker_env(threads=1)).start()
+    try:
+        spec = LoadSpec(mix="en_short", rate=args.rate, duration_s=args.duration, seed=7)
+        alone = phase(farm, spec, None, tmp / "none")
+        (tmp / "out").mkdir()
+        with_book = phase(farm, spec, book, tmp / "out")
+    finally:
+        farm.stop()
+    result = {"args": vars(args), "quiet": quiet, "load_after": round(__import__("os").getloadavg()[0], 2),
+              "alone": alone, "with_book": with_book}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print("| interactive en_short | first chunk P50 | P95 | P99 | queue P50 | queue P99 | jobs done |")
+    print("|---|---|---|---|---|---|---|")
+    for name, ph in (("alone", alone), ("while a book is made", with_book)):
+        fc, q = ph["first_chunk_ms"], ph["queue_ms"] or {}
+        print(f"| {name} | {fc.get('p50')} ms | {fc.get('p95')} ms | {fc.get('p99')} ms | {q.get('p50')} ms | {q.get('p99')} ms "
+              f"| {ph['jobs'].get('done')} |")
+    print(f"book: {with_book['book']}; load before {quiet['load_1m']}, after {result['load_after']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
