@@ -32,7 +32,9 @@ def write_book(folder: Path, chapters: int, paragraphs: int) -> Path:
     lines = []
     for c in range(1, chapters + 1):
         lines.append(f"# Chapter {c}\n")
-        lines += [PARAGRAPH + "\n" for _ in range(paragraphs)]
+        # every sentence unique: a book's repeated sentences are made once, which would make the book trivial
+        lines += [f"In chapter {c}, part {p}: " + PARAGRAPH.replace(". ", f", says voice number {p}. ") + "\n"
+                  for p in range(1, paragraphs + 1)]
     path = folder / "book.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
@@ -53,10 +55,11 @@ def phase(farm: LocalFarm, spec: LoadSpec, book: Path | None, out: Path) -> dict
 
         thread = threading.Thread(target=make, daemon=True)
         thread.start()
-        time.sleep(10)  # the book's first segments are queued and running before the interactive load starts
+        time.sleep(3)  # the book's first segments are queued and running before the interactive load starts
     raw = run_load(settings, spec, pids=farm.pids, storage_dir=farm.storage_dir)
     summary = summarize(raw)
     backlog = farm_backlog(settings)
+    book_state["running_when_load_ended"] = thread is not None and thread.is_alive()
     if thread is not None:
         thread.join(3600)
     fc = summary["first_chunk_ms"].get("en_short", {})

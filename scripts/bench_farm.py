@@ -1,0 +1,411 @@
+"""The farm against its baselines, on the same texts and the same cores (issue 5).
+
+    python scripts/bench_farm.py --stages ceiling,piper,farm,latency,scaling,length,longrun [--out bench-results/farm]
+
+Stages (each writes ``<out>/<stage>.json`` with the 1-minute load average before and after it):
+
+* ``ceiling``  the raw Piper voice in this process, phoneme ids ready, on every segment of the English
+               workload: batch 1/4/8 (items sorted by length) at 1 and 2 intra-op threads, and two
+               processes of one thread each; FP32 and INT8. The best row is the ceiling.
+* ``piper``    piper-tts's own API, sequential: ``piper.PiperVoice.load`` + ``synthesize`` per job text.
+* ``farm``     the farm (own redis-server + workers) on the same jobs, closed loop, batching off (max
+               batch 1) and on (max batch 8), FP32 and INT8.
+* ``latency``  the mixed workload: saturation first (closed loop), then Poisson arrivals at 70 % of it.
+* ``scaling``  saturation throughput with 1, 2 and 4 worker processes.
+* ``length``   one bulk job of 1, 4, 16 and 64 paragraphs: time, worker RSS, Redis memory.
+* ``longrun``  short jobs for ``--longrun-s`` seconds: worker RSS over the run and the job count reached.
+
+Audio is compared as *speech* seconds (model output, without the pauses the farm inserts between
+segments), so the farm and the in-process baselines count the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.settings import Settings, load_settings
+from producer.bench import (
+    PARAGRAPHS_EN,
+    BenchConfig,
+    ForeignLoad,
+    LoadSpec,
+    LocalFarm,
+    PlannedJob,
+    make_jobs,
+    run_bench,
+    run_load,
+    wait_quiet,
+    worker_env,
+)
+from producer.bench_report import summarize, write_results
+
+log = logging.getLogger("bench_farm")
+WORKLOAD = {"mix": "en", "jobs": 40, "seed": 11}
+
+
+def loadavg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def workload_jobs() -> list[PlannedJob]:
+    return make_jobs(WORKLOAD["mix"], WORKLOAD["jobs"], seed=WORKLOAD["seed"])
+
+
+def workload_ids(settings: Settings, voice: Any) -> list[tuple[int, ...]]:
+    from pipeline.synth import plan
+
+    ids = []
+    for job in workload_jobs():
+        for p in plan(job.text, job.voice, settings):
+            ids.append(voice.phonemize(p.segment.text, p.segment.lang).ids)
+    return ids
+
+
+def _voice(settings: Settings, precision: str, threads: int) -> Any:
+    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.runtime import SessionFactory
+
+    runtime = dataclasses.replace(settings.runtime, device="cpu", intra_op_threads=threads, inter_op_threads=1, warmup=False)
+    voice = PiperVoice(settings.catalogue.get("joe"), SessionFactory(runtime), precision=precision)
+    voice.load()
+    return voice
+
+
+def _warm(voice: Any, ids: list[tuple[int, ...]], batch: int) -> None:
+    from pipeline.voices.base import SynthesisOptions
+
+    voice.synthesize_batch(sorted(ids, key=len)[-batch:], SynthesisOptions())  # the widest shape
+
+
+def _timed(voice: Any, ids: list[tuple[int, ...]], batch: int) -> tuple[float, float]:
+    from pipeline.voices.base import SynthesisOptions
+
+    opts = SynthesisOptions()
+    items = sorted(ids, key=len)
+    samples = 0
+    start = time.perf_counter()
+    for i in range(0, len(items), batch):
+        samples += sum(len(a) for a in voice.synthesize_batch(items[i : i + batch], opts))
+    return time.perf_counter() - start, samples / voice.sample_rate
+
+
+def _child(precision: str, threads: int, batch: int, ids: list[tuple[int, ...]], barrier: Any, out: Any) -> None:
+    settings = load_settings(env=dict(os.environ))
+    voice = _voice(settings, precision, threads)
+    _warm(voice, ids, batch)
+    barrier.wait()
+    t0 = time.perf_counter()
+    spent, audio = _timed(voice, ids, batch)
+    out.put((t0, time.perf_counter(), spent, audio))
+
+
+def ceiling_row(settings: Settings, precision: str, procs: int, threads: int, batch: int, ids: list[tuple[int, ...]]) -> dict[str, Any]:
+    before = loadavg()
+    if procs == 1:
+        voice = _voice(settings, precision, threads)
+        _warm(voice, ids, batch)
+        spent, audio = _timed(voice, ids, batch)
+        wall = spent
+    else:
+        ctx = mp.get_context("spawn")
+        barrier, out = ctx.Barrier(procs), ctx.Queue()
+        shares = [sorted(ids, key=len)[i::procs] for i in range(procs)]
+        children = [ctx.Process(target=_child, args=(precision, threads, batch, share, barrier, out)) for share in shares]
+        for c in children:
+            c.start()
+        results = [out.get(timeout=900) for _ in children]
+        for c in children:
+            c.join()
+        audio = sum(r[3] for r in results)
+        wall = max(r[1] for r in results) - min(r[0] for r in results)  # all started together after warm-up
+    row = {"precision": precision, "processes": procs, "threads": threads, "batch": batch, "items": len(ids),
+           "speech_s": round(audio, 2), "wall_s": round(wall, 3), "speech_s_per_s": round(audio / wall, 3),
+           "load_before": before, "load_after": loadavg()}
+    log.info("ceiling %s", row)
+    return row
+
+
+def stage_ceiling(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    ids = workload_ids(settings, _voice(settings, "fp32", 1))
+    rows = []
+    for precision in ("fp32", "int8"):
+        for procs, threads, batch in ((1, 2, 1), (1, 2, 4), (1, 2, 8), (1, 1, 1), (2, 1, 1), (2, 1, 4)):
+            rows.append(ceiling_row(settings, precision, procs, threads, batch, ids))
+    best = {p: max((r for r in rows if r["precision"] == p), key=lambda r: r["speech_s_per_s"]) for p in ("fp32", "int8")}
+    return {"rows": rows, "best": best}
+
+
+def stage_piper(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from piper import PiperVoice as PiperTTS
+
+    from pipeline.voices.runtime import resolve_resource
+
+    spec = settings.catalogue.get("joe")
+    voice = PiperTTS.load(resolve_resource(spec.model), config_path=resolve_resource(str(spec.options["config"])))
+    jobs = workload_jobs()
+    list(voice.synthesize(jobs[0].text))  # warm-up
+    samples, before = 0, loadavg()
+    start = time.perf_counter()
+    for job in jobs:
+        for chunk in voice.synthesize(job.text):
+            samples += len(chunk.audio_int16_array)
+    wall = time.perf_counter() - start
+    audio = samples / voice.config.sample_rate
+    return {"what": "piper-tts 1.8.0 PiperVoice.load + synthesize, one job after another, default SessionOptions, FP32 model",
+            "jobs": len(jobs), "speech_s": round(audio, 2), "wall_s": round(wall, 3), "speech_s_per_s": round(audio / wall, 3),
+            "load_before": before, "load_after": loadavg()}
+
+
+def farm_saturation(label: str, *, workers: int, threads: int, max_batch: int = 1, precision: str = "fp32",
+                    inference_threads: int = 1, concurrency: int = 0, env: dict[str, str] | None = None,
+                    out: Path | None = None, mix: str = "en", duration_s: float = 1e9, max_jobs: int | None = None) -> dict[str, Any]:
+    """The farm closed loop on the workload jobs (or ``mix`` for ``duration_s``): the throughput side."""
+    conc = concurrency or max(4, 2 * workers * inference_threads * max_batch)
+    load = LoadSpec(mix=mix, concurrency=conc, duration_s=duration_s, max_jobs=max_jobs or WORKLOAD["jobs"],
+                    seed=WORKLOAD["seed"], timeout_s=600)
+    config = BenchConfig(workers=workers, threads=threads, max_batch=max_batch, precision=precision,
+                         inference_threads=inference_threads, env=env or {}, load=load, warmup_jobs=2, label=label)
+    result = run_bench(config)
+    if out is not None:
+        write_results(result, out, name=label)
+    s = result["phases"]["load"]
+    row = {"label": label, "workers": workers, "threads": threads, "inference_threads": inference_threads,
+           "max_batch": max_batch, "precision": precision, "concurrency": conc, "env": env or {},
+           "jobs_done": s["jobs"]["done"], **s["throughput"], "mean_batch": s["mean_batch_size_per_segment"],
+           "batch_sizes": s["batch_sizes"], "padding_waste": s["padding_waste"],
+           "first_chunk_ms": s["first_chunk_ms"]["all"], "queue_ms": s["queue_ms"],
+           "worker_rss_mb_max": {p: w["rss_mb_max"] for p, w in s["workers"].items()},
+           "worker_cpu_util": {p: w["cpu_util"] for p, w in s["workers"].items()},
+           "load_before": result["load_average_before"][0], "load_after": result["load_average_after"][0]}
+    log.info("farm %s", {k: row[k] for k in ("label", "speech_s_per_s", "jobs_per_s", "mean_batch", "load_before", "load_after")})
+    return row
+
+
+def stage_farm(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for precision in ("fp32", "int8"):
+        for max_batch in (1, 8):
+            rows.append(farm_saturation(f"farm-{precision}-b{max_batch}", workers=args.workers, threads=args.threads,
+                                        max_batch=max_batch, precision=precision, out=args.out))
+    return {"layout": f"{args.workers} worker(s) x {args.threads} intra-op thread(s)", "rows": rows}
+
+
+def stage_latency(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    results = {}
+    for mix in args.latency_mixes.split(","):
+        load = LoadSpec(mix=mix, duration_s=args.latency_s, seed=5, timeout_s=600)
+        config = BenchConfig(workers=args.workers, threads=args.threads, load=load, saturate_s=args.saturate_s,
+                             saturate_concurrency=4 * args.workers, load_fraction=0.7, warmup_jobs=4, label=f"latency-{mix}")
+        result = run_bench(config)
+        write_results(result, args.out, name=f"latency-{mix}")
+        results[mix] = {phase: {k: v for k, v in s.items() if k not in ("per_job", "timeline")} for phase, s in result["phases"].items()}
+        results[mix]["load_before"] = result["load_average_before"][0]
+        results[mix]["load_after"] = result["load_average_after"][0]
+        results[mix]["rate"] = result["config"]["load"]["rate"]
+    return results
+
+
+def stage_scaling(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for workers, threads in ((1, 2), (2, 1), (4, 1)):
+        rows.append(farm_saturation(f"scaling-{workers}w", workers=workers, threads=threads, out=args.out,
+                                    concurrency=4 * workers))
+    return {"rows": rows}
+
+
+def _redis_used_mb(url: str) -> float:
+    import redis
+
+    return round(int(redis.Redis.from_url(url).info("memory")["used_memory"]) / 2**20, 1)
+
+
+def stage_length(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    farm = LocalFarm(workers=args.workers, env=worker_env(threads=args.threads, precision="fp32")).start()
+    rows = []
+    try:
+        s = settings.replace(redis={"url": farm.url, "key_prefix": farm.prefix})
+        for n in (1, 4, 16, 64):
+            text = "\n\n".join(PARAGRAPHS_EN[i % len(PARAGRAPHS_EN)] for i in range(n))
+            before, redis_before = loadavg(), _redis_used_mb(farm.url)
+            peak = {"redis_mb": redis_before}
+
+            def redis_peak(peak: dict[str, float] = peak) -> list[int]:
+                peak["redis_mb"] = max(peak["redis_mb"], _redis_used_mb(farm.url))
+                return farm.pids()
+
+            raw = run_load(s, LoadSpec(concurrency=1, duration_s=1e9, timeout_s=3600, drain_s=3600), pids=redis_peak,
+                           storage_dir=farm.storage_dir, sample_every_s=0.5,
+                           plans=[PlannedJob(0, "en_book", "bulk", "joe", text)])
+            summ = summarize(raw)
+            job = summ["per_job"][0]
+            rows.append({"paragraphs": n, "chars": len(text), "segments": job["segments"], "audio_s": job["audio_s"],
+                         "state": job["state"], "first_chunk_ms": job["first_chunk_ms"], "e2e_s": round((job["e2e_ms"] or 0) / 1000, 2),
+                         "worker_rss_mb": {p: {"start": w["rss_mb_start"], "max": w["rss_mb_max"], "end": w["rss_mb_end"]}
+                                           for p, w in summ["workers"].items()},
+                         "redis_used_mb_before": redis_before, "redis_used_mb_peak": peak["redis_mb"],
+                         "load_before": before, "load_after": loadavg()})
+            log.info("length %s", rows[-1])
+    finally:
+        farm.stop()
+    return {"layout": f"{args.workers} x {args.threads}", "rows": rows}
+
+
+def stage_longrun(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    load = LoadSpec(mix="en_short", concurrency=4 * args.workers, duration_s=args.longrun_s, max_jobs=args.longrun_jobs,
+                    seed=9, timeout_s=600)
+    config = BenchConfig(workers=args.workers, threads=args.threads, precision="fp32", load=load, warmup_jobs=20, label="longrun")
+    result = run_bench(config)
+    write_results(result, args.out, name="longrun-run")
+    s = result["phases"]["load"]
+    return {"rss_after_warmup": rss_after(s, args.longrun_warmup_jobs), "jobs_done": s["jobs"]["done"], "jobs_submitted": s["jobs"]["submitted"], "seconds": s["submit_s"],
+            "throughput": s["throughput"], "first_chunk_ms": s["first_chunk_ms"]["all"],
+            "workers": {p: {k: v for k, v in w.items() if k != "series"} for p, w in s["workers"].items()},
+            "load_before": result["load_average_before"][0], "load_after": result["load_average_after"][0]}
+
+
+def _fc(p: dict[str, Any] | None) -> str:
+    return "–" if not p or not p.get("n") else f"{p['p50']:.0f} / {p['p95']:.0f} / {p['p99']:.0f}"
+
+
+def _load(doc: dict[str, Any]) -> str:
+    c = doc.get("contamination") or {}
+    return f"{doc['load_average_before'][0]:.2f} → {doc['load_average_after'][0]:.2f}; others {c.get('foreign_cores', '?')} cores"
+
+
+def report(farm_dir: Path, tune_dir: Path) -> str:
+    """Markdown tables of whatever stages have results (for docs/BENCHMARKS.md)."""
+    out: list[str] = []
+
+    def read(folder: Path, stage: str) -> dict[str, Any] | None:
+        path = folder / f"{stage}.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    if (doc := read(farm_dir, "ceiling")):
+        out += [f"ceiling — `{doc['command']}` — load {_load(doc)}", "",
+                "| precision | processes × threads | batch | speech s | wall s | speech s/s | load before → after |", "|---|---|---:|---:|---:|---:|---|"]
+        out += [f"| {r['precision']} | {r['processes']} × {r['threads']} | {r['batch']} | {r['speech_s']} | {r['wall_s']} | "
+                f"**{r['speech_s_per_s']}** | {r['load_before']} → {r['load_after']} |" for r in doc["result"]["rows"]]
+        out.append("")
+    if (doc := read(farm_dir, "piper")):
+        r = doc["result"]
+        out += [(f"piper-tts — `{doc['command']}` — load {_load(doc)}: {r['jobs']} jobs, {r['speech_s']} speech s in "
+                 f"{r['wall_s']} s = **{r['speech_s_per_s']} speech s/s**"), ""]
+    for stage in ("farm", "scaling"):
+        if (doc := read(farm_dir, stage)):
+            out += [f"{stage} — `{doc['command']}` — load {_load(doc)}", "",
+                    ("| run | workers × threads | max batch | precision | speech s/s | jobs/s | mean batch | batch sizes | padding waste | "
+                     "first chunk P50/P95/P99 ms | worker RSS max MB | load before → after |"), "|---|---|---:|---|---:|---:|---:|---|---:|---|---|---|"]
+            for r in doc["result"]["rows"]:
+                pw = (r.get("padding_waste") or {}).get("mean")
+                out.append(f"| {r['label']} | {r['workers']} × {r['threads']} | {r['max_batch']} | {r['precision']} | **{r['speech_s_per_s']}** | "
+                           f"{r['jobs_per_s']} | {r['mean_batch']} | {r['batch_sizes']} | {'–' if pw is None else pw} | {_fc(r['first_chunk_ms'])} | "
+                           f"{', '.join(str(v) for v in r['worker_rss_mb_max'].values())} | {r['load_before']:.2f} → {r['load_after']:.2f} |")
+            out.append("")
+    if (doc := read(tune_dir, "layouts")):
+        out += [f"layouts — `{doc['command']}` — load {_load(doc)}", "",
+                ("| layout | saturation speech s/s | saturation jobs/s | 70 %: jobs/s offered | en_short first chunk P50/P95/P99 | zh_short | "
+                 "en_paragraph | queue P50 ms interactive / bulk | load before → after |"), "|---|---:|---:|---:|---|---|---|---|---|"]
+        for r in doc["result"]["rows"]:
+            a, fc = r["at_70pct"], r["at_70pct"]["first_chunk_ms"]
+            q = a["queue_ms"]
+            out.append(f"| {r['layout']} | **{r['saturation']['speech_s_per_s']}** | {r['saturation']['jobs_per_s']} | {a['rate_jobs_per_s']} | "
+                       f"{_fc(fc.get('en_short'))} | {_fc(fc.get('zh_short'))} | {_fc(fc.get('en_paragraph'))} | "
+                       f"{(q.get('interactive') or {}).get('p50')} / {(q.get('bulk') or {}).get('p50')} | {r['load_before']:.2f} → {r['load_after']:.2f} |")
+        out.append("")
+    for stage in ("session", "spinning"):
+        if (doc := read(tune_dir, stage)):
+            out += [f"{stage} — `{doc['command']}` — load {_load(doc)}", "", "```", json.dumps(doc["result"], indent=1)[:3000], "```", ""]
+    if (doc := read(farm_dir, "length")):
+        out += [f"length — `{doc['command']}` — load {_load(doc)}", "",
+                "| paragraphs | segments | audio s | first chunk ms | end to end s | worker RSS start → max MB | Redis used peak MB |",
+                "|---:|---:|---:|---:|---:|---|---:|"]
+        for r in doc["result"]["rows"]:
+            rss = "; ".join(f"{w['start']} → {w['max']}" for w in r["worker_rss_mb"].values())
+            out.append(f"| {r['paragraphs']} | {r['segments']} | {r['audio_s']:.0f} | {r['first_chunk_ms']:.0f} | {r['e2e_s']} | {rss} | {r['redis_used_mb_peak']} |")
+        out.append("")
+    if (doc := read(farm_dir, "longrun")):
+        r = doc["result"]
+        out += [(f"longrun — `{doc['command']}` — load {_load(doc)}: {r['jobs_done']} of {r['jobs_submitted']} jobs in {r['seconds']} s; "
+                 f"{r['throughput']}; first chunk {_fc(r['first_chunk_ms'])}"), "", "```", json.dumps(r["workers"], indent=1),
+                json.dumps(r.get("rss_after_warmup"), indent=1), "```"]
+    return "\n".join(out)
+
+
+def rss_after(summary: dict[str, Any], jobs: int) -> dict[str, Any]:
+    """Each worker's RSS when ``jobs`` jobs had ended and at the end: growth after warm-up, in %."""
+    ends = sorted(r["t_sched"] + r["e2e_ms"] / 1000 for r in summary["per_job"] if r["e2e_ms"] is not None)
+    if len(ends) < jobs:
+        return {}
+    t0 = min(r["t_sched"] for r in summary["per_job"])
+    at = ends[jobs - 1] - t0
+    out: dict[str, Any] = {"after_jobs": jobs, "at_s": round(at, 1), "jobs_after": len(ends) - jobs}
+    for pid, w in summary["workers"].items():
+        series = w["series"]
+        start = min(series, key=lambda p: abs(p[0] - at))[1]
+        end = series[-1][1]
+        out[pid] = {"rss_mb_then": start, "rss_mb_end": end, "growth_pct": round(100 * (end - start) / start, 2),
+                    "rss_mb_first": series[0][1]}
+    return out
+
+
+STAGES = {"ceiling": stage_ceiling, "piper": stage_piper, "farm": stage_farm, "latency": stage_latency,
+          "scaling": stage_scaling, "length": stage_length, "longrun": stage_longrun}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "farm")
+    ap.add_argument("--workers", type=int, default=2, help="farm layout of the farm/latency/length/longrun stages")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--latency-mixes", default="mixed")
+    ap.add_argument("--latency-s", type=float, default=60.0)
+    ap.add_argument("--saturate-s", type=float, default=40.0)
+    ap.add_argument("--longrun-s", type=float, default=600.0)
+    ap.add_argument("--longrun-jobs", type=int, default=10_000)
+    ap.add_argument("--longrun-warmup-jobs", type=int, default=1000, help="RSS growth is measured from when this many jobs had ended")
+    ap.add_argument("--max-load", type=float, default=0.0, help="wait (up to --wait-max-s) for the load average to fall below this")
+    ap.add_argument("--wait-max-s", type=float, default=2400.0)
+    ap.add_argument("--idle-cores", type=float, default=0.1,
+                    help="... or until fewer than this many cores were busy for 10 s (0: the load average alone decides)")
+    ap.add_argument("--jobs", type=int, default=WORKLOAD["jobs"], help="jobs in the English workload")
+    ap.add_argument("--report", action="store_true", help="print Markdown tables of the results in --out (and --tune-out)")
+    ap.add_argument("--tune-out", type=Path, default=ROOT / "bench-results" / "tune")
+    args = ap.parse_args(argv)
+    WORKLOAD["jobs"] = args.jobs
+    if args.report:
+        print(report(args.out, args.tune_out))
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(env=dict(os.environ))
+    args.out.mkdir(parents=True, exist_ok=True)
+    for stage in [s.strip() for s in args.stages.split(",") if s.strip()]:
+        quiet = wait_quiet(args.max_load, idle_cores=args.idle_cores, wait_max_s=args.wait_max_s) if args.max_load > 0 else None
+        before = list(os.getloadavg())
+        start = time.time()
+        foreign = ForeignLoad()
+        result = STAGES[stage](settings, args)
+        doc = {"stage": stage, "command": "python scripts/bench_farm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+               "workload": WORKLOAD, "cores": os.cpu_count(), "load_average_before": before,
+               "load_average_after": list(os.getloadavg()),
+               "quiet_wait": quiet, "contamination": foreign.result(), "seconds": round(time.time() - start, 1),
+               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
+        (args.out / f"{stage}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+        log.info("stage %s done in %.0f s (load %.2f -> %.2f)", stage, doc["seconds"], before[0], doc["load_average_after"][0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""CPU tuning on this machine: worker processes x intra-op threads, and onnxruntime session options.
+
+    python scripts/tune_cpu.py --stages layouts,session [--mix mixed] [--out bench-results/tune]
+
+* ``layouts``  the farm (own redis-server + workers) as 1 process x 2 threads, 2 processes x 1 thread,
+               and 1 process x 1 thread with 2 inference loops sharing its session
+               (``queue.inference_threads = 2``): saturation throughput (closed loop), then first-chunk
+               latency under Poisson arrivals at 70 % of that layout's own saturation.
+* ``session``  the Piper voice in this process (2 intra-op threads, batch 1, the English workload):
+               graph optimization level, CPU memory arena and thread spinning, one at a time against
+               the defaults, each measured ``--repeats`` times taking turns.
+* ``spinning`` the farm's best two-thread layout with spinning on and off (spinning threads busy-wait
+               for work and take a core from whoever else needs it).
+
+Each writes ``<out>/<stage>.json`` with the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.settings import Settings, load_settings
+from producer.bench import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_quiet
+from producer.bench_report import write_results
+
+log = logging.getLogger("tune_cpu")
+LAYOUTS = {"1x2": (1, 2, 1), "2x1": (2, 1, 1), "1x1-2loops": (1, 1, 2)}  # workers, intra-op threads, inference loops
+SESSION_VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "opt-extended": {"graph_optimization": "extended"},
+    "opt-basic": {"graph_optimization": "basic"},
+    "no-arena": {"cpu_mem_arena": False},
+    "no-spinning": {"allow_spinning": False},
+}
+
+
+def loadavg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def farm_layout(label: str, workers: int, threads: int, loops: int, args: argparse.Namespace, env: dict[str, str] | None = None) -> dict[str, Any]:
+    load = LoadSpec(mix=args.mix, duration_s=args.load_s, seed=5, timeout_s=600)
+    config = BenchConfig(workers=workers, threads=threads, inference_threads=loops, precision=args.precision, env=env or {},
+                         load=load, saturate_s=args.saturate_s, saturate_concurrency=4 * workers * loops, load_fraction=0.7,
+                         warmup_jobs=4, label=label)
+    result = run_bench(config)
+    write_results(result, args.out, name=label)
+    sat, lo = result["phases"]["saturation"], result["phases"]["load"]
+    row = {"layout": label, "workers": workers, "intra_op_threads": threads, "inference_threads": loops, "env": env or {},
+           "saturation": {**sat["throughput"], "first_chunk_ms": sat["first_chunk_ms"]},
+           "at_70pct": {"rate_jobs_per_s": result["config"]["load"]["rate"], **lo["throughput"],
+                        "first_chunk_ms": lo["first_chunk_ms"], "e2e_ms": lo["e2e_ms"], "queue_ms": lo["queue_ms"],
+                        "jobs": lo["jobs"], "submit_lag_ms": lo["submit_lag_ms"]},
+           "workers_rss_mb_max": {p: w["rss_mb_max"] for p, w in lo["workers"].items()},
+           "load_before": result["load_average_before"][0], "load_after": result["load_average_after"][0]}
+    log.info("%s: saturation %.2f speech s/s, %.3f jobs/s; at 70%% first chunk P50 %s ms (load %.2f -> %.2f)", label,
+             sat["throughput"]["speech_s_per_s"], sat["throughput"]["jobs_per_s"], lo["first_chunk_ms"]["all"]["p50"],
+             row["load_before"], row["load_after"])
+    return row
+
+
+def stage_layouts(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    names = [n for n in args.layouts.split(",") if n]
+    return {"mix": args.mix, "rows": [farm_layout(n, *LAYOUTS[n], args) for n in names]}
+
+
+def stage_spinning(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for spin in ("true", "false"):
+        rows.append(farm_layout(f"1x2-spinning-{spin}", 1, 2, 1, args, env={"TTSFARM_RUNTIME_ALLOW_SPINNING": spin}))
+    return {"mix": args.mix, "rows": rows}
+
+
+def stage_session(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.runtime import SessionFactory
+    from scripts.bench_farm import _timed, _warm, workload_ids
+
+    voices = {}
+    for name, change in SESSION_VARIANTS.items():
+        runtime = dataclasses.replace(settings.runtime, device="cpu", intra_op_threads=2, inter_op_threads=1, warmup=False, **change)
+        voices[name] = PiperVoice(settings.catalogue.get("joe"), SessionFactory(runtime), precision=args.precision)
+        voices[name].load()
+    ids = workload_ids(settings, next(iter(voices.values())))
+    runs: dict[str, list[float]] = {name: [] for name in voices}
+    before = loadavg()
+    for name, v in voices.items():
+        _warm(v, ids, 1)
+    for _ in range(args.repeats):  # taking turns, so drifting load from elsewhere hits every variant alike
+        for name, v in voices.items():
+            spent, audio = _timed(v, ids, 1)
+            runs[name].append(audio / spent)
+    rows = [{"variant": name, "change": SESSION_VARIANTS[name], "speech_s_per_s_runs": [round(x, 3) for x in r],
+             "speech_s_per_s_median": round(sorted(r)[len(r) // 2], 3)} for name, r in runs.items()]
+    return {"threads": 2, "batch": 1, "precision": args.precision, "items": len(ids), "rows": rows,
+            "load_before": before, "load_after": loadavg()}
+
+
+STAGES = {"layouts": stage_layouts, "session": stage_session, "spinning": stage_spinning}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stages", default="layouts,session")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--mix", default="mixed")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--saturate-s", type=float, default=30.0)
+    ap.add_argument("--load-s", type=float, default=45.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "tune")
+    ap.add_argument("--max-load", type=float, default=0.0, help="before each stage wait until the machine is quiet")
+    ap.add_argument("--wait-max-s", type=float, default=2400.0)
+    ap.add_argument("--idle-cores", type=float, default=0.1,
+                    help="... or until fewer than this many cores were busy for 10 s (0: the load average alone decides)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(env=dict(os.environ))
+    args.out.mkdir(parents=True, exist_ok=True)
+    for stage in [s for s in args.stages.split(",") if s]:
+        quiet = wait_quiet(args.max_load, idle_cores=args.idle_cores, wait_max_s=args.wait_max_s) if args.max_load > 0 else None
+        before = list(os.getloadavg())
+        start = time.time()
+        foreign = ForeignLoad()
+        result = STAGES[stage](settings, args)
+        doc = {"stage": stage, "command": "python scripts/tune_cpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+               "cores": os.cpu_count(), "load_average_before": before, "load_average_after": list(os.getloadavg()),
+               "quiet_wait": quiet, "contamination": foreign.result(),
+               "seconds": round(time.time() - start, 1), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
+        (args.out / f"{stage}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+        log.info("stage %s done in %.0f s (load %.2f -> %.2f)", stage, doc["seconds"], before[0], doc["load_average_after"][0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

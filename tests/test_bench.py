@@ -1,0 +1,98 @@
+"""`ttsfarm bench`: the job mix, the summaries, and a tiny real run (own redis-server + 1 worker)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from producer.bench import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
+from producer.bench_report import batch_sizes, markdown_summary, pct, summarize, write_results
+from producer.cli import build_parser
+
+
+def test_make_jobs_follows_the_mix_and_the_rate() -> None:
+    jobs = make_jobs("mixed", 2000, rate=10.0, seed=1)
+    kinds = {k: sum(j.kind == k for j in jobs) / len(jobs) for k in MIXES["mixed"]}
+    for kind, weight in MIXES["mixed"].items():
+        assert abs(kinds[kind] - weight) < 0.05
+        assert all(j.lane == KINDS[kind].lane and j.voice == KINDS[kind].voice for j in jobs if j.kind == kind)
+    gaps = [b.at_s - a.at_s for a, b in itertools.pairwise(jobs)]
+    assert all(g >= 0 for g in gaps)
+    assert abs(sum(gaps) / len(gaps) - 0.1) < 0.01  # Poisson at 10 jobs/s: mean gap 100 ms
+    assert make_jobs("en", 5, seed=3) == make_jobs("en", 5, seed=3)
+    assert all(j.at_s == 0.0 for j in make_jobs("zh", 5))  # closed loop: no schedule
+
+
+def test_percentiles_and_batch_histogram() -> None:
+    p = pct([10.0, 20.0, None, 30.0, 40.0])
+    assert p["n"] == 4 and p["p50"] == 25.0 and p["max"] == 40.0
+    assert pct([])["p50"] is None
+    rows = [{"batches": ["a", "b"]}, {"batches": ["a"]}, {"batches": ["c"]}]
+    hist, mean = batch_sizes(rows)
+    assert hist == {"1": 2, "2": 1}
+    assert mean == pytest.approx((2 * 2 + 1 + 1) / 4)
+
+
+def test_summary_counts_audio_inside_the_window_only() -> None:
+    t0 = 1000.0
+    recs = []
+    for i in range(10):
+        rec = JobRecord(plan=PlannedJob(i, "en_short", "interactive", "joe", "Hi."), t_sched=t0 + i, t_submit=t0 + i,
+                        job_id=f"job{i:08d}", segments=1, state="done", first_chunk=t0 + i + 0.1, ended=t0 + i + 0.2,
+                        audio_s=2.0, pause_s=0.5, status={"created": t0 + i, "started": t0 + i + 0.05, "batch:0": f"b{i}"})
+        rec.chunks = [(t0 + i + 0.1, 2.0)]
+        recs.append(rec)
+    raw = {"t0": t0, "t_stop_submit": t0 + 10, "t_end": t0 + 11, "records": recs, "proc_samples": [],
+           "closed_loop": True, "spec": {"mix": "en_short", "rate": 0.0, "concurrency": 1}}
+    s = summarize(raw)
+    assert s["throughput"]["window_s"] == 9.0  # the first 10 % (1 s) is left out
+    assert s["throughput"]["audio_s_per_s"] == pytest.approx(9 * 2.0 / 9.0)
+    assert s["throughput"]["speech_s_per_s"] == pytest.approx(9 * 1.5 / 9.0)
+    assert s["first_chunk_ms"]["en_short"]["p50"] == pytest.approx(100.0, abs=0.01)
+    assert s["queue_ms"]["interactive"]["p50"] == pytest.approx(50.0, abs=0.01)
+    assert s["batch_sizes"] == {"1": 10}
+
+
+def test_cli_has_a_bench_command() -> None:
+    args = build_parser().parse_args(["bench", "--workers", "2", "--threads", "1", "--max-batch", "8", "--rate", "3",
+                                      "--redis", "redis://h:1/0", "--set", "TTSFARM_RUNTIME_ALLOW_SPINNING=false"])
+    assert args.workers == 2 and args.threads == 1 and args.max_batch == 8 and args.rate == 3.0
+    assert args.bench_redis == "redis://h:1/0" and args.set == ["TTSFARM_RUNTIME_ALLOW_SPINNING=false"]
+
+
+@pytest.mark.slow
+def test_tiny_bench_run_writes_every_field(tmp_path: Path) -> None:
+    config = BenchConfig(workers=1, threads=2, max_batch=4, warmup_jobs=1,
+                         load=LoadSpec(mix="mixed", concurrency=3, duration_s=60, max_jobs=8, seed=2, timeout_s=120))
+    start = time.time()
+    result = run_bench(config)
+    assert time.time() - start < 240
+    out = write_results(result, tmp_path / "res")
+    data = json.loads((out / "bench.json").read_text())
+    assert (out / "bench-load.png").stat().st_size > 10_000
+    for key in ("config", "worker_env", "load_average_before", "load_average_after", "phases"):
+        assert key in data
+    assert data["worker_env"]["TTSFARM_QUEUE_MAX_BATCH_CPU"] == "4"
+    s = data["phases"]["load"]
+    assert s["jobs"]["submitted"] == 8 and s["jobs"]["done"] == 8
+    t = s["throughput"]
+    assert 0 < t["speech_s_per_s"] <= t["audio_s_per_s"] < 200 and t["jobs_per_s"] > 0
+    for field in ("first_chunk_ms", "e2e_ms"):
+        p = s[field]["all"]
+        assert p["n"] == 8 and 0 < p["p50"] <= p["p95"] <= p["p99"] <= p["max"] < 120_000
+    for row in s["per_job"]:
+        assert row["state"] == "done" and row["audio_s"] > 0.3
+        assert 0 < row["first_chunk_ms"] <= row["e2e_ms"]
+        assert row["queue_ms"] is not None and row["queue_ms"] >= 0
+        assert len(row["batches"]) == row["segments"]
+    assert set(s["queue_ms"]) >= {"all", "interactive"}
+    assert sum(int(k) * v for k, v in s["batch_sizes"].items()) >= sum(r["segments"] for r in s["per_job"])
+    assert s["padding_waste"] is not None and "note" in s["padding_waste"]
+    (worker,) = s["workers"].values()
+    assert 100 < worker["rss_mb_start"] < 4000 and worker["rss_mb_max"] >= worker["rss_mb_start"]
+    assert worker["series"] and worker["cpu_s"] > 0
+    assert "| load |" in markdown_summary(data)
