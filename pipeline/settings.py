@@ -83,6 +83,7 @@ class QueueSettings:
     results_maxlen: int = 4000
     job_ttl_s: int = 86400
     inference_threads: int = 1
+    interactive_loops: int = 0  # of those loops, how many take interactive work only (see docs/BENCHMARKS.md)
     max_deliveries: int = 5
     claim_idle_ms: int = 30_000
     max_backlog_interactive_segments: int = 2000

@@ -110,8 +110,10 @@ class FarmWorker:
         self.state = "serving"
         self.ready.set()
         self.metrics.voices_loaded(self.bank)
-        n = max(1, self.settings.queue.inference_threads)
-        self.loops = [InferenceLoop(self, i) for i in range(n)]
+        q = self.settings.queue
+        reserved = max(0, q.interactive_loops)
+        n = max(1, q.inference_threads, reserved + 1)  # at least one loop serves every lane
+        self.loops = [InferenceLoop(self, i, lanes=("interactive",) if i < reserved else None) for i in range(n)]
         for loop in self.loops:
             loop.on_batch = self.metrics.batch
         threads = [threading.Thread(target=loop.run, name=f"ttsfarm-loop-{i}", daemon=True) for i, loop in enumerate(self.loops)]
@@ -155,12 +157,16 @@ class FarmWorker:
 
 
 class InferenceLoop:
-    def __init__(self, farm: FarmWorker, index: int) -> None:
+    """One consuming loop. ``lanes`` limits it to some lanes: a loop reserved for the interactive lane
+    keeps a caller's first chunk from waiting behind a long bulk (book) segment."""
+
+    def __init__(self, farm: FarmWorker, index: int, *, lanes: tuple[str, ...] | None = None) -> None:
         self.farm = farm
         self.settings = farm.settings
         self.q = farm.settings.queue
         self.consumer = f"{farm.hostname}:{os.getpid()}:{index}:{secrets.token_hex(3)}"
         self.queue = StreamQueue(farm.r, farm.keys, len(self.q.bucket_edges_s) + 1, self.consumer)
+        self.lane_filter = lanes
         self.lanes = LaneState()
         self.carry: list[Entry] = []
         self.batch_ids = itertools.count()
@@ -198,7 +204,7 @@ class InferenceLoop:
 
     # -- forming a batch -------------------------------------------------------------------------
     def step(self) -> None:
-        if time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
+        if self.lane_filter is None and time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
             self._last_reclaim = time.monotonic()
             self.carry += self.queue.reclaim(self.q.claim_idle_ms)
             self.queue.prune_consumers(min_idle_ms=10 * self.q.claim_idle_ms)
@@ -259,6 +265,8 @@ class InferenceLoop:
 
     def _gather(self) -> list[Entry]:
         heads = self.queue.peek(block_ms=250)
+        if self.lane_filter is not None:
+            heads = [h for h in heads if h.lane in self.lane_filter]
         head = choose_head(heads, now_ms(), self.lanes, self.q)
         if head is None:
             return []
