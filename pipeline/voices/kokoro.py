@@ -5,21 +5,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from pipeline.errors import NOTHING_TO_SPEAK, TEXT_TOO_LONG, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
-from pipeline.voices.runtime import SessionFactory, SessionInfo, assemble_parts, resolve_resource
+from pipeline.voices.runtime import LazySession, SessionFactory, assemble_parts, resolve_resource
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
 
 
-class KokoroVoice:
+class KokoroVoice(LazySession):
     """One Kokoro style from the catalogue. Items of a batch run one by one (the graph takes batch 1)."""
 
     def __init__(self, spec: VoiceSpec, factory: SessionFactory) -> None:
@@ -46,19 +45,6 @@ class KokoroVoice:
         self.default_speed = float(spec.defaults.get("speed", 1.0))
         self.model = model
         self._factory = factory
-        self._session: Any = None
-        self.info: SessionInfo | None = None
-
-    @property
-    def session(self) -> Any:
-        if self._session is None:
-            self.load()
-        return self._session
-
-    def load(self) -> None:
-        """Create the inference session (phonemizing needs none)."""
-        if self._session is None:
-            self._session, self.info = self._factory.create(self.model)
 
     def phonemize(self, text: str, lang: str) -> Phonemized:
         if lang not in self.languages:

@@ -14,7 +14,7 @@ from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import RuntimeSettings, VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
 from pipeline.voices.piper_graph import FRAME_LENGTHS, int8_paths, prepare_piper_graph
-from pipeline.voices.runtime import SessionFactory, SessionInfo, resolve_resource
+from pipeline.voices.runtime import LazySession, SessionFactory, resolve_resource
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def choose_model(prepared: Path, spec: VoiceSpec, runtime: RuntimeSettings) -> t
     return model, "int8"
 
 
-class PiperVoice:
+class PiperVoice(LazySession):
     """A Piper voice from the catalogue. Thread-safe: the session may be run from several threads."""
 
     def __init__(self, spec: VoiceSpec, factory: SessionFactory, *, precision: str | None = None) -> None:
@@ -57,27 +57,17 @@ class PiperVoice:
         runtime = factory.settings
         self.model, self.precision = choose_model(prepared.path, spec, runtime if precision is None else _with(runtime, precision))
         self._factory = factory
-        self._session: Any = None
         self._runner: Any = None  # pipeline.voices.gpu.IoBindingRunner when the session runs on CUDA
-        self.info: SessionInfo | None = None
         from pipeline.text.en import EnglishPhonemizer
 
         self._phonemizer = EnglishPhonemizer()
 
-    @property
-    def session(self) -> Any:
-        if self._session is None:
-            self.load()
-        return self._session
+    def _on_load(self) -> None:
+        from pipeline.voices.gpu import IoBindingRunner, wants_io_binding
 
-    def load(self) -> None:
-        """Create the inference session (phonemizing needs none)."""
-        if self._session is None:
-            self._session, self.info = self._factory.create(self.model)
-            from pipeline.voices.gpu import IoBindingRunner, wants_io_binding
-
-            if wants_io_binding(self.info.providers, self._factory.settings):
-                self._runner = IoBindingRunner.for_settings(self._session, self._factory.settings)
+        assert self.info is not None
+        if wants_io_binding(self.info.providers, self._factory.settings):
+            self._runner = IoBindingRunner.for_settings(self._session, self._factory.settings)
 
     def phonemize(self, text: str, lang: str) -> Phonemized:
         if lang not in self.languages:

@@ -155,3 +155,28 @@ class SessionFactory:
         info = SessionInfo(model=model, providers=tuple(session.get_providers()), create_s=time.perf_counter() - start)
         log.info("session for %s on %s in %.2f s", model.name, info.providers[0], info.create_s)
         return session, info
+
+
+class LazySession:
+    """A voice whose inference session is created on first use (phonemizing needs none).
+    Subclasses set ``model`` and ``_factory`` and may extend ``_on_load``."""
+
+    model: Path
+    _factory: SessionFactory
+    _session: Any = None
+    info: SessionInfo | None = None
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            self.load()
+        return self._session
+
+    def load(self) -> None:
+        """Create the inference session (the factory shares one per model file)."""
+        if self._session is None:
+            self._session, self.info = self._factory.create(self.model)
+            self._on_load()
+
+    def _on_load(self) -> None:
+        """Hook run once the session exists."""
