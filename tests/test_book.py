@@ -321,6 +321,15 @@ def test_limiter_holds_the_ceiling_and_leaves_quiet_audio_alone() -> None:
     assert np.max(np.abs(np.diff(y))) <= np.max(np.abs(np.diff(x)))  # no new edge
 
 
+def test_limiter_holds_the_ceiling_over_long_loud_segments() -> None:
+    """Minutes of audio mostly over the ceiling: the gain's running sums must not drift above it."""
+    rng = np.random.default_rng(7)
+    for rate, seconds in ((22050, 90), (24000, 47), (16000, 300)):
+        x = (rng.standard_normal(rate * seconds) * 0.4).astype(np.float32)
+        y = limit_peaks(x.copy(), rate, ceiling=0.708)
+        assert np.max(np.abs(y)) <= 0.708 * (1 + 1e-6), (rate, seconds)
+
+
 def test_gated_loudness_and_one_gain_for_the_book() -> None:
     rate = 24000
     loud, quiet = LoudnessMeter(rate), LoudnessMeter(rate)

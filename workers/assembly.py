@@ -91,7 +91,9 @@ def limit_peaks(x: Audio, rate: int, ceiling: float, reach_ms: float = 10.0) -> 
     nf = -(-len(x) // f)
     frames = np.zeros(nf * f, np.float32)
     frames[: len(x)] = np.abs(x)
-    need = np.minimum(1.0, ceiling / np.maximum(frames.reshape(nf, f).max(axis=1), 1e-9))
+    # float64 throughout: a float32 running sum over minutes of frames drifts by ~1e-4, enough to let
+    # the averaged gain rise over what a frame needs (a sample 2 LSB over the ceiling was seen).
+    need = np.minimum(1.0, ceiling / np.maximum(frames.reshape(nf, f).max(axis=1).astype(np.float64), 1e-9))
     k = max(2, int(reach_ms))
     m = k - 1
     g = sliding_window_view(np.pad(need, k, constant_values=1.0), 2 * k + 1).min(axis=1)
