@@ -82,14 +82,20 @@ class QueueSettings:
     chunk_ms: int = 500
     results_maxlen: int = 4000
     job_ttl_s: int = 86400
-    inference_threads: int = 1
-    interactive_loops: int = 0  # of those loops, how many take interactive work only (see docs/BENCHMARKS.md)
+    inference_threads: int = 0  # loops per worker process; 0: one per core on CPU, one on CUDA (+ the reserved)
+    interactive_loops: int = 1  # of those loops, how many take interactive work only (see docs/BENCHMARKS.md)
+    shared_loop_nice: int = 19  # OS nice of the other loops when some are reserved (0: leave them alone)
     max_deliveries: int = 5
     claim_idle_ms: int = 30_000
     max_backlog_interactive_segments: int = 2000
     max_backlog_interactive_seconds: float = 3600.0
     max_backlog_bulk_segments: int = 200_000
     max_backlog_bulk_seconds: float = 720_000.0
+
+    @property
+    def n_buckets(self) -> int:
+        """Length buckets per lane: one more than the edges."""
+        return len(self.bucket_edges_s) + 1
 
 
 @dataclass(frozen=True)

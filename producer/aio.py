@@ -14,7 +14,7 @@ from pipeline.errors import JobNotFoundError, JobTimeoutError, TransientError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.client import _raise_if_failed
-from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.contract import ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
@@ -46,12 +46,8 @@ class AsyncClient:
     async def ensure_groups(self) -> None:
         if self._groups_ready:
             return
-        for stream in self.keys.queues(len(self.settings.queue.bucket_edges_s) + 1):
-            try:
-                await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        streams = self.keys.queues(self.settings.queue.n_buckets)
+        await self.redis.eval(ENSURE_GROUPS, len(streams), *streams, GROUP)
         self._groups_ready = True
 
     async def submit(self, text: bytes | str, **request: Any) -> AsyncJob:

@@ -157,7 +157,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     r = redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s)
-    return run(r, Keys(settings.redis.key_prefix), len(settings.queue.bucket_edges_s) + 1, watch=args.watch,
+    return run(r, Keys(settings.redis.key_prefix), settings.queue.n_buckets, watch=args.watch,
                iterations=args.iterations)
 
 

@@ -13,7 +13,7 @@ import redis
 from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
-from producer.contract import GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.contract import ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
@@ -54,12 +54,8 @@ class Client:
     def ensure_groups(self) -> None:
         if self._groups_ready:
             return
-        for stream in self.keys.queues(len(self.settings.queue.bucket_edges_s) + 1):
-            try:
-                self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        streams = self.keys.queues(self.settings.queue.n_buckets)
+        self.redis.eval(ENSURE_GROUPS, len(streams), *streams, GROUP)
         self._groups_ready = True
 
     def submit(self, text: bytes | str, **request: Any) -> Job:

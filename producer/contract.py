@@ -22,6 +22,17 @@ _JOB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # also a storage key part: no dots
 LANES = ("interactive", "bulk")
 CHUNK_MS_RANGE = (20, 5000)
 GROUP = "workers"
+# Creates the consumer group ARGV[1] on each queue stream in KEYS unless it is there: one round trip,
+# the same call from the sync SDK, the asyncio SDK and the workers.
+ENSURE_GROUPS = """
+for _, key in ipairs(KEYS) do
+  local reply = redis.pcall('XGROUP', 'CREATE', key, ARGV[1], '0', 'MKSTREAM')
+  if type(reply) == 'table' and reply.err and not string.find(reply.err, 'BUSYGROUP') then
+    return redis.error_reply(reply.err)
+  end
+end
+return #KEYS
+"""
 STATES_FINAL = ("done", "failed", "cancelled", "expired")
 
 
@@ -34,8 +45,8 @@ class Keys:
     def queue(self, lane: str, bucket: int) -> str:
         return f"{self.prefix}:q:{lane}:{bucket}"
 
-    def queues(self, n_buckets: int) -> list[str]:
-        return [self.queue(lane, b) for lane in LANES for b in range(n_buckets)]
+    def queues(self, n_buckets: int, lanes: tuple[str, ...] = LANES) -> list[str]:
+        return [self.queue(lane, b) for lane in lanes for b in range(n_buckets)]
 
     def status(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"

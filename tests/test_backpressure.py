@@ -24,7 +24,7 @@ def test_submit_beyond_the_lane_limit_is_refused_and_ack_drains(settings: Settin
     client.submit("The bulk lane has its own limit.", voice="joe", lane="bulk")
 
     keys = Keys(s.redis.key_prefix)
-    q = StreamQueue(r, keys, len(s.queue.bucket_edges_s) + 1, "tester")
+    q = StreamQueue(r, keys, s.queue.n_buckets, "tester")
     taken = [e for stream in q.streams if ":interactive:" in stream for e in q.claim(stream, 10)]
     assert len(taken) == 3
     q.ack(taken[:2])

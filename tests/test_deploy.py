@@ -261,7 +261,7 @@ def test_scaled_object_covers_every_queue_stream() -> None:
     assert so["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"]
     settings = load_settings(env={k: v for k, v in _one("ConfigMap")["data"].items() if k.startswith("TTSFARM_")})
     keys = Keys(settings.redis.key_prefix)
-    streams = keys.queues(len(settings.queue.bucket_edges_s) + 1)
+    streams = keys.queues(settings.queue.n_buckets)
     triggers = so["spec"]["triggers"]
     assert sorted(t["metadata"]["stream"] for t in triggers) == sorted(streams)
     auth = _one("TriggerAuthentication")

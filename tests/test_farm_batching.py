@@ -36,11 +36,14 @@ FAR = [
 
 @pytest.fixture
 def make_farm(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Farm]]:
-    """Farms on private key prefixes, each to start its worker when the test is ready; stopped after."""
+    """Farms on private key prefixes, each to start its worker when the test is ready; stopped after.
+    Their workers run one inference loop (unless a test asks for more), so that which batch takes which
+    job depends on the batcher alone."""
     farms: list[Farm] = []
 
     def make(**env: str) -> Farm:
-        farm = Farm(redis_url, tmp_path / f"farm{len(farms)}", **env)
+        one_loop = {"TTSFARM_QUEUE_INFERENCE_THREADS": "1", "TTSFARM_QUEUE_INTERACTIVE_LOOPS": "0"}
+        farm = Farm(redis_url, tmp_path / f"farm{len(farms)}", **{**one_loop, **env})
         farm.root.mkdir()
         farms.append(farm)
         return farm

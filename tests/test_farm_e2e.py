@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 import soundfile as sf
 
 from pipeline.audio import from_pcm16, to_pcm16

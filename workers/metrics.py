@@ -319,7 +319,7 @@ class FarmCollector:
     def _queues(self, family: Any) -> Iterator[Any]:
         farm = self.farm
         keys: Keys = farm.keys
-        n_buckets = len(farm.settings.queue.bucket_edges_s) + 1
+        n_buckets = farm.settings.queue.n_buckets
         streams = [(lane, b, keys.queue(lane, b)) for lane in LANES for b in range(n_buckets)]
         try:
             pipe = farm.r.pipeline(transaction=False)

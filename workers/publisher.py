@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, final_fields
+from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields
 from workers.storage import Storage
 
 log = logging.getLogger(__name__)

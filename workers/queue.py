@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from producer.backlog import RELEASE
-from producer.contract import GROUP, Keys, SegmentJob
+from producer.contract import ENSURE_GROUPS, GROUP, LANES, Keys, SegmentJob
 from workers.batcher import Head
 
 log = logging.getLogger(__name__)
@@ -49,20 +49,17 @@ def parse_entry(stream: str, entry_id: Any, fields: dict[bytes, bytes]) -> Entry
 
 
 class StreamQueue:
-    def __init__(self, r: redis.Redis, keys: Keys, n_buckets: int, consumer: str) -> None:
+    """The bucket streams of some lanes (default: all), read through the consumer group as ``consumer``."""
+
+    def __init__(self, r: redis.Redis, keys: Keys, n_buckets: int, consumer: str, lanes: tuple[str, ...] = LANES) -> None:
         self.r = r
         self.keys = keys
-        self.streams = keys.queues(n_buckets)
+        self.streams = keys.queues(n_buckets, lanes)
         self.consumer = consumer
         self._release = r.register_script(RELEASE)
 
     def ensure_groups(self) -> None:
-        for stream in self.streams:
-            try:
-                self.r.xgroup_create(stream, GROUP, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        self.r.eval(ENSURE_GROUPS, len(self.streams), *self.streams, GROUP)
 
     def _delivered_ids(self) -> dict[str, str]:
         pipe = self.r.pipeline(transaction=False)

@@ -77,6 +77,13 @@ def assemble_parts(parts_ref: str, sha_ref: str, cache_dir: Path, name: str) -> 
     return out
 
 
+def cuda_wanted(settings: RuntimeSettings) -> bool:
+    """Whether sessions will be asked to run on CUDA: configured for it, and onnxruntime has the provider."""
+    import onnxruntime as ort
+
+    return settings.device in ("cuda", "auto") and "CUDAExecutionProvider" in ort.get_available_providers()
+
+
 class SessionFactory:
     """One per process. ``create`` returns a warm-able session and records how long it took."""
 
@@ -90,9 +97,7 @@ class SessionFactory:
         import onnxruntime as ort
 
         s = self.settings
-        available = ort.get_available_providers()
-        wants_cuda = s.device in ("cuda", "auto")
-        if wants_cuda and "CUDAExecutionProvider" in available:
+        if cuda_wanted(s):
             cuda = {
                 "device_id": s.cuda_device_id,
                 "gpu_mem_limit": s.cuda_mem_limit_mb * 1024 * 1024,
@@ -104,7 +109,7 @@ class SessionFactory:
         if s.device == "cuda":
             if not s.cpu_fallback:
                 raise ModelError("device = cuda but onnxruntime has no CUDA provider here", code="DEVICE_UNAVAILABLE")
-            log.warning("CUDA asked for but not available (%s); serving on CPU", ", ".join(available))
+            log.warning("CUDA asked for but not available (%s); serving on CPU", ", ".join(ort.get_available_providers()))
             self.fell_back_to_cpu = True
         return ["CPUExecutionProvider"]
 
