@@ -70,6 +70,7 @@ class BenchConfig:
     workers: int = 1
     threads: int | None = None
     inference_threads: int | None = None
+    interactive_loops: int | None = None
     max_batch: int | None = None
     precision: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -98,7 +99,7 @@ def run_bench(config: BenchConfig, *, base: Settings | None = None) -> dict[str,
             storage_dir = None
         else:
             env = worker_env(threads=config.threads, max_batch=config.max_batch, inference_threads=config.inference_threads,
-                             precision=config.precision, extra=config.env)
+                             interactive_loops=config.interactive_loops, precision=config.precision, extra=config.env)
             farm = LocalFarm(workers=config.workers, env=env).start()
             settings = base.replace(redis={"url": farm.url, "key_prefix": farm.prefix})
             pids = farm.pids

@@ -163,8 +163,9 @@ class LocalFarm:
 
 
 def worker_env(*, threads: int | None = None, max_batch: int | None = None, inference_threads: int | None = None,
-               precision: str | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The ``TTSFARM_*`` variables of a worker configuration."""
+               interactive_loops: int | None = None, precision: str | None = None,
+               extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``TTSFARM_*`` variables of a worker configuration (None: the setting's default)."""
     env = {"TTSFARM_RUNTIME_DEVICE": "cpu"}
     if threads is not None:
         env["TTSFARM_RUNTIME_INTRA_OP_THREADS"] = str(threads)
@@ -172,6 +173,8 @@ def worker_env(*, threads: int | None = None, max_batch: int | None = None, infe
         env["TTSFARM_QUEUE_MAX_BATCH_CPU"] = str(max_batch)
     if inference_threads is not None:
         env["TTSFARM_QUEUE_INFERENCE_THREADS"] = str(inference_threads)
+    if interactive_loops is not None:
+        env["TTSFARM_QUEUE_INTERACTIVE_LOOPS"] = str(interactive_loops)
     if precision is not None:
         env["TTSFARM_RUNTIME_PRECISION"] = precision
     env.update(extra or {})

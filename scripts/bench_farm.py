@@ -53,6 +53,9 @@ from producer.bench_report import summarize, write_results
 
 log = logging.getLogger("bench_farm")
 WORKLOAD = {"mix": "en", "jobs": 40, "seed": 11}
+# the layouts measured here are workers x intra-op threads with one loop each, nothing reserved (the numbers in
+# docs/BENCHMARKS.md were taken so, before the defaults became one loop per core plus a reserved one)
+PLAIN: dict[str, Any] = {"inference_threads": 1, "interactive_loops": 0}
 
 
 def loadavg() -> float:
@@ -169,14 +172,15 @@ def stage_piper(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def farm_saturation(label: str, *, workers: int, threads: int, max_batch: int = 1, precision: str = "fp32",
-                    inference_threads: int = 1, concurrency: int = 0, env: dict[str, str] | None = None,
+                    inference_threads: int = 1, interactive_loops: int = 0, concurrency: int = 0, env: dict[str, str] | None = None,
                     out: Path | None = None, mix: str = "en", duration_s: float = 1e9, max_jobs: int | None = None) -> dict[str, Any]:
     """The farm closed loop on the workload jobs (or ``mix`` for ``duration_s``): the throughput side."""
     conc = concurrency or max(4, 2 * workers * inference_threads * max_batch)
     load = LoadSpec(mix=mix, concurrency=conc, duration_s=duration_s, max_jobs=max_jobs or WORKLOAD["jobs"],
                     seed=WORKLOAD["seed"], timeout_s=600)
     config = BenchConfig(workers=workers, threads=threads, max_batch=max_batch, precision=precision,
-                         inference_threads=inference_threads, env=env or {}, load=load, warmup_jobs=2, label=label)
+                         inference_threads=inference_threads, interactive_loops=interactive_loops, env=env or {}, load=load,
+                         warmup_jobs=2, label=label)
     result = run_bench(config)
     if out is not None:
         write_results(result, out, name=label)
@@ -206,7 +210,7 @@ def stage_latency(settings: Settings, args: argparse.Namespace) -> dict[str, Any
     results = {}
     for mix in args.latency_mixes.split(","):
         load = LoadSpec(mix=mix, duration_s=args.latency_s, seed=5, timeout_s=600)
-        config = BenchConfig(workers=args.workers, threads=args.threads, load=load, saturate_s=args.saturate_s,
+        config = BenchConfig(workers=args.workers, threads=args.threads, **PLAIN, load=load, saturate_s=args.saturate_s,
                              saturate_concurrency=4 * args.workers, load_fraction=0.7, warmup_jobs=4, label=f"latency-{mix}")
         result = run_bench(config)
         write_results(result, args.out, name=f"latency-{mix}")
@@ -232,7 +236,7 @@ def _redis_used_mb(url: str) -> float:
 
 
 def stage_length(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    farm = LocalFarm(workers=args.workers, env=worker_env(threads=args.threads, precision="fp32")).start()
+    farm = LocalFarm(workers=args.workers, env=worker_env(threads=args.threads, **PLAIN, precision="fp32")).start()
     rows = []
     try:
         s = settings.replace(redis={"url": farm.url, "key_prefix": farm.prefix})
@@ -265,7 +269,8 @@ def stage_length(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
 def stage_longrun(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     load = LoadSpec(mix="en_short", concurrency=4 * args.workers, duration_s=args.longrun_s, max_jobs=args.longrun_jobs,
                     seed=9, timeout_s=600)
-    config = BenchConfig(workers=args.workers, threads=args.threads, precision="fp32", load=load, warmup_jobs=20, label="longrun")
+    config = BenchConfig(workers=args.workers, threads=args.threads, **PLAIN, precision="fp32", load=load, warmup_jobs=20,
+                         label="longrun")
     result = run_bench(config)
     write_results(result, args.out, name="longrun-run")
     s = result["phases"]["load"]

@@ -35,7 +35,10 @@ from producer.bench import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_q
 from producer.bench_report import write_results
 
 log = logging.getLogger("tune_cpu")
-LAYOUTS = {"1x2": (1, 2, 1), "2x1": (2, 1, 1), "1x1-2loops": (1, 1, 2)}  # workers, intra-op threads, inference loops
+# workers, intra-op threads, inference loops (0, 0: the "auto" layout, workers.farm.resolve_loops)
+LAYOUTS = {"1x2": (1, 2, 1), "2x1": (2, 1, 1), "1x1-2loops": (1, 1, 2), "auto": (1, 0, 0)}
+# the fixed layouts have no loop reserved for the interactive lane; "auto" is measured as the defaults give it
+RESERVED = {"auto": 1}
 SESSION_VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "opt-extended": {"graph_optimization": "extended"},
@@ -51,13 +54,16 @@ def loadavg() -> float:
 
 def farm_layout(label: str, workers: int, threads: int, loops: int, args: argparse.Namespace, env: dict[str, str] | None = None) -> dict[str, Any]:
     load = LoadSpec(mix=args.mix, duration_s=args.load_s, seed=5, timeout_s=600)
-    config = BenchConfig(workers=workers, threads=threads, inference_threads=loops, precision=args.precision, env=env or {},
-                         load=load, saturate_s=args.saturate_s, saturate_concurrency=4 * workers * loops, load_fraction=0.7,
+    env = env or {}
+    config = BenchConfig(workers=workers, threads=threads, inference_threads=loops, interactive_loops=RESERVED.get(label, 0),
+                         precision=args.precision, env=env,
+                         load=load, saturate_s=args.saturate_s, saturate_concurrency=4 * workers * (loops or os.cpu_count() or 1),
+                         load_fraction=0.7,
                          warmup_jobs=4, label=label)
     result = run_bench(config)
     write_results(result, args.out, name=label)
     sat, lo = result["phases"]["saturation"], result["phases"]["load"]
-    row = {"layout": label, "workers": workers, "intra_op_threads": threads, "inference_threads": loops, "env": env or {},
+    row = {"layout": label, "workers": workers, "intra_op_threads": threads, "inference_threads": loops, "env": env,
            "saturation": {**sat["throughput"], "first_chunk_ms": sat["first_chunk_ms"]},
            "at_70pct": {"rate_jobs_per_s": result["config"]["load"]["rate"], **lo["throughput"],
                         "first_chunk_ms": lo["first_chunk_ms"], "e2e_ms": lo["e2e_ms"], "queue_ms": lo["queue_ms"],
