@@ -101,7 +101,9 @@ def test_control_command_starts_one_reload_at_a_time() -> None:
             gate.wait(5)
             return {"joe": 2}
 
-    farm = SimpleNamespace(state="loading", bank=Bank(), metrics=WorkerMetrics(enabled=False), heartbeat=lambda: None)
+    bank = Bank()
+    farm = SimpleNamespace(state="loading", bank=bank, interactive_bank=bank, metrics=WorkerMetrics(enabled=False),
+                           heartbeat=lambda: None)
     farm.reloader = VoiceReloader(farm, load=lambda: SimpleNamespace(catalogue=None))  # type: ignore[arg-type]
     state = SimpleNamespace(consumer=SimpleNamespace(ttsfarm_farm=farm))
     assert ttsfarm_reload_voices(state, voices=["joe"])["ok"] is False  # still loading

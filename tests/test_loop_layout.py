@@ -14,25 +14,33 @@ def _settings(**env: str):  # type: ignore[no-untyped-def]
     return load_settings(env={f"TTSFARM_{k.upper()}": v for k, v in env.items()})
 
 
+def _layout(s) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+    return s.queue.inference_threads, s.runtime.intra_op_threads, s.queue.interactive_loop_threads
+
+
 def test_auto_on_cpu_is_one_single_threaded_loop_per_core_plus_the_reserved_ones() -> None:
+    # (loops in all, intra-op threads of the shared session, of the reserved loops' session)
     s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="1"), cores=2, cuda=False)
-    assert (s.queue.inference_threads, s.runtime.intra_op_threads) == (3, 1)
+    assert _layout(s) == (3, 1, 2)
     s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="0"), cores=16, cuda=False)
-    assert (s.queue.inference_threads, s.runtime.intra_op_threads) == (16, 1)
+    assert _layout(s)[:2] == (16, 1)
     # threads per loop asked for: the cores are divided among loops of that many threads
-    s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="1", runtime_intra_op_threads="4"),
-                      cores=16, cuda=False)
-    assert (s.queue.inference_threads, s.runtime.intra_op_threads) == (5, 4)
+    s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="1", runtime_intra_op_threads="4",
+                                queue_interactive_loop_threads="2"), cores=16, cuda=False)
+    assert _layout(s) == (5, 4, 2)
     s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="0", runtime_intra_op_threads="4"),
                       cores=2, cuda=False)
-    assert s.queue.inference_threads == 1  # never none
+    assert _layout(s)[0] == 1  # never none
 
 
 def test_auto_on_cuda_is_one_batching_loop_and_explicit_values_are_kept() -> None:
     s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="1"), cores=16, cuda=True)
-    assert (s.queue.inference_threads, s.runtime.intra_op_threads) == (2, 0)
-    explicit = _settings(queue_inference_threads="3", runtime_intra_op_threads="0")
-    assert resolve_loops(explicit, cores=2, cuda=False) == explicit
+    assert _layout(s) == (2, 0, 0)  # the reserved loop shares the device session
+    s = resolve_loops(_settings(queue_inference_threads="3", runtime_intra_op_threads="1"), cores=2, cuda=False)
+    assert _layout(s) == (3, 1, 2)
+    # onnxruntime picks the threads (0): that session already uses every core, the reserved loops share it
+    s = resolve_loops(_settings(queue_inference_threads="2", runtime_intra_op_threads="0"), cores=2, cuda=False)
+    assert _layout(s) == (2, 0, 0)
 
 
 def test_a_loop_lowers_only_its_own_thread_and_never_raises_it() -> None:
@@ -66,3 +74,47 @@ def test_cgroup_cpu_quota_v2_and_v1(tmp_path) -> None:  # type: ignore[no-untype
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
     assert cgroup_cpu_quota(str(v1)) == 4.0
     assert cgroup_cpu_quota(str(tmp_path / "none")) is None
+
+
+def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import redis
+
+    from workers.farm import FarmWorker, InferenceLoop
+
+    settings = _settings(queue_inference_threads="0", queue_interactive_loops="1", queue_interactive_loop_threads="2",
+                         runtime_device="cpu", storage_local_dir=str(tmp_path))
+    farm = FarmWorker(settings, hostname="t", connection=redis.Redis(port=1), storage=object())
+    assert farm.interactive_bank is not farm.bank  # nothing is loaded or connected to until start()
+    assert farm.interactive_bank.runtime.intra_op_threads == 2
+    assert farm.bank.runtime.intra_op_threads == 1
+    reserved, shared = InferenceLoop(farm, 0, lanes=("interactive",)), InferenceLoop(farm, 1)
+    farm.loops = [reserved, shared]
+    assert not farm.reserved_loop_free()  # not running yet
+    reserved.native_id = shared.native_id = threading.get_native_id()
+    assert farm.reserved_loop_free()
+    for shared_runs, bank in ((None, farm.interactive_bank), ("background", farm.interactive_bank), ("urgent", farm.bank)):
+        shared.running = shared_runs
+        assert reserved.voice_bank() is bank, shared_runs
+        assert shared.voice_bank() is farm.bank
+    shared.running = None
+    reserved.waiting = 3  # more callers wait: one thread per job does more work per core
+    assert reserved.voice_bank() is farm.bank
+    reserved.running = "urgent"
+    assert not farm.reserved_loop_free()
+
+
+def test_only_a_callers_first_segment_is_urgent() -> None:
+    from producer.contract import SegmentJob
+    from workers.farm import urgency
+    from workers.queue import Entry
+
+    def entry(lane: str, seg: int) -> Entry:
+        job = SegmentJob(job_id="abcdefgh12", seg=seg, total=3, text="Hello.", lang="en", voice="joe", request_voice="joe",
+                         format="wav", sample_rate=22050, lane=lane, est_s=1.0)
+        return Entry("q", "1-0", {}, job)
+
+    assert urgency([entry("interactive", 0)]) == "urgent"
+    assert urgency([entry("interactive", 1), entry("interactive", 0)]) == "urgent"
+    assert urgency([entry("interactive", 1), entry("interactive", 2)]) == "background"
+    assert urgency([entry("bulk", 0)]) == "background"
+    assert urgency([Entry("q", "1-0", {}, None, ValueError("bad"))]) == "background"

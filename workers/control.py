@@ -66,6 +66,8 @@ class VoiceReloader:
         try:
             catalogue = self._load().catalogue
             versions = farm.bank.reload(catalogue, voices or None)
+            if farm.interactive_bank is not farm.bank:  # the reserved loops' own sessions, swapped just after
+                farm.interactive_bank.reload(catalogue, voices or None)
             result.update(ok=True, voices=sorted(versions), versions=versions)
             log.info("voices reloaded in %.2f s: %s", time.perf_counter() - start,
                      ", ".join(f"{n} v{v}" for n, v in sorted(versions.items())))

@@ -9,6 +9,7 @@ goes to the dead-letter stream after ``max_deliveries``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -19,6 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ RECLAIM_EVERY_S = 2.0
 HEARTBEAT_S = 2.0
 TRANSIENT_RETRY_S = 900.0  # a storage or backend outage is waited out this long before giving up
 WINDOW_POLL_MS = 10
+RESERVED_HANDOVER_S = 0.005  # a shared loop that leaves an interactive head to a free reserved loop waits this
 
 
 def now_ms() -> int:
@@ -51,10 +54,9 @@ def now_ms() -> int:
 def lower_thread_priority(nice: int) -> int | None:
     """Set the calling thread's OS nice to ``nice`` (never raising its priority); the nice it now has.
 
-    On Linux the nice value belongs to the thread, so a loop that shares the cores with a loop reserved
-    for the interactive lane yields them at once when that loop has work; while it has none the loop runs
-    at full speed. An unprivileged process may lower its priority but never raise it back, so this is
-    set once per loop, not per batch. Elsewhere (or if refused) it logs and leaves the priority alone.
+    On Linux the nice value belongs to the thread. An unprivileged process may lower a thread's priority
+    but never raise it back, so each loop runs its bulk batches on a helper thread that lowered its own
+    once (``InferenceLoop.run_bulk``). Elsewhere (or if refused) it logs and leaves the priority alone.
     """
     try:
         tid = threading.get_native_id()
@@ -63,7 +65,7 @@ def lower_thread_priority(nice: int) -> int | None:
             os.setpriority(os.PRIO_PROCESS, tid, nice)
         return os.getpriority(os.PRIO_PROCESS, tid)
     except (OSError, AttributeError) as exc:
-        log.warning("cannot lower this loop's priority to nice %d: %s", nice, exc)
+        log.warning("cannot lower this thread's priority to nice %d: %s", nice, exc)
         return None
 
 
@@ -91,24 +93,31 @@ def usable_cores() -> int:
 
 
 def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | None = None) -> Settings:
-    """``settings`` with the loop layout decided when ``queue.inference_threads`` is 0 (auto).
+    """``settings`` with the loop layout made concrete.
 
-    On CPU: one loop per ``runtime.intra_op_threads`` cores (1 when that is 0 too), so every core runs one
-    single-threaded inference: on 2 cores this was 15-18 % faster than one two-threaded session, with a
-    lower first-chunk latency (docs/BENCHMARKS.md, CPU tuning). On CUDA one loop: the device batches.
-    The loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
+    ``queue.inference_threads = 0`` (auto): on CPU one loop per ``runtime.intra_op_threads`` cores (1 when
+    that is 0 too), so every core runs one single-threaded inference: on 2 cores this was faster than one
+    two-threaded session and than two processes (docs/BENCHMARKS.md, CPU tuning). On CUDA one loop: the
+    device batches. The loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
+    ``queue.interactive_loop_threads = 0``: on CPU the reserved loops run a session of their own with one
+    thread per usable core (a caller's first chunk comes sooner when the cores are free); on CUDA they
+    share the other loops' session.
     """
     q, rt = settings.queue, settings.runtime
-    if q.inference_threads > 0:
-        return settings
     reserved = max(0, q.interactive_loops)
     on_cuda = cuda_wanted(rt) if cuda is None else cuda
     if on_cuda:
-        return settings.replace(queue={"inference_threads": 1 + reserved})
+        return settings.replace(queue={"inference_threads": q.inference_threads or 1 + reserved,
+                                       "interactive_loop_threads": rt.intra_op_threads})
     cores = cores or usable_cores()
-    per_loop = rt.intra_op_threads or 1
-    return settings.replace(runtime={"intra_op_threads": per_loop},
-                            queue={"inference_threads": max(1, cores // per_loop) + reserved})
+    threads, loops = rt.intra_op_threads, q.inference_threads
+    if loops <= 0:
+        threads = threads or 1
+        loops = max(1, cores // threads) + reserved
+    # with onnxruntime choosing the threads (0) the session already uses every core: the reserved loops share it
+    interactive = q.interactive_loop_threads or (cores if threads else 0)
+    return settings.replace(runtime={"intra_op_threads": threads},
+                            queue={"inference_threads": loops, "interactive_loop_threads": interactive})
 
 
 class FarmWorker:
@@ -132,6 +141,12 @@ class FarmWorker:
         self.r = connection or redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s,
                                                     health_check_interval=30)
         self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
+        q, rt = settings.queue, settings.runtime
+        if bank is None and q.interactive_loops > 0 and q.interactive_loop_threads != rt.intra_op_threads:
+            own = dataclasses.replace(rt, intra_op_threads=q.interactive_loop_threads)
+            self.interactive_bank = VoiceBank(settings.catalogue, own)  # the reserved loops' sessions
+        else:
+            self.interactive_bank = self.bank
         if storage is None:
             from workers.storage import storage_from_settings
 
@@ -159,6 +174,18 @@ class FarmWorker:
             self._device_max_batch = q.max_batch_cuda if on_cuda else q.max_batch_cpu
         return self._device_max_batch
 
+    def reserved_loop_free(self) -> bool:
+        """Whether a loop reserved for the interactive lane is running and not inside a batch."""
+        return any(loop.lane_filter is not None and loop.native_id is not None and loop.running is None for loop in self.loops)
+
+    def shared_loop_serving_interactive(self) -> bool:
+        """Whether a loop that is not reserved is inside an urgent batch (a caller's first segment)."""
+        return any(loop.lane_filter is None and loop.running == "urgent" for loop in self.loops)
+
+    def banks(self) -> list[VoiceBank]:
+        """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""
+        return [self.bank] if self.interactive_bank is self.bank else [self.bank, self.interactive_bank]
+
     def start(self) -> None:
         self.stopping.clear()
         self.metrics.serve(self)
@@ -168,7 +195,8 @@ class FarmWorker:
 
     def _run(self) -> None:
         try:
-            self.bank.load_all()
+            for bank in self.banks():
+                bank.load_all()
         except TTSFarmError as exc:
             self.state, self.error = "failed", exc
             log.error("voices failed to load, taking no work: %s", exc)
@@ -181,8 +209,8 @@ class FarmWorker:
         reserved = max(0, q.interactive_loops)
         n = max(1, q.inference_threads, reserved + 1)  # at least one loop serves every lane
         self.loops = [InferenceLoop(self, i, lanes=("interactive",) if i < reserved else None) for i in range(n)]
-        log.info("%d inference loops (%d reserved for the interactive lane), runtime.intra_op_threads = %d", n, reserved,
-                 self.settings.runtime.intra_op_threads)
+        log.info("%d inference loops (%d reserved for the interactive lane); intra-op threads %d, reserved loops %d", n,
+                 reserved, self.bank.runtime.intra_op_threads, self.interactive_bank.runtime.intra_op_threads)
         for loop in self.loops:
             loop.on_batch = self.metrics.batch
         threads = [threading.Thread(target=loop.run, name=f"ttsfarm-loop-{i}", daemon=True) for i, loop in enumerate(self.loops)]
@@ -239,6 +267,7 @@ class InferenceLoop:
         # hold work it may not take, and the loop would spin instead of blocking
         self.queue = StreamQueue(farm.r, farm.keys, self.q.n_buckets, self.consumer, lanes or LANES)
         self.lane_filter = lanes
+        self.reserved = lanes == ("interactive",)
         self.lanes = LaneState()
         self.carry: list[Entry] = []
         self.batch_ids = itertools.count()
@@ -247,6 +276,22 @@ class InferenceLoop:
         self._last_reclaim = 0.0
         self.on_batch: Callable[[dict[str, Any]], None] | None = None
         self.native_id: int | None = None  # the OS thread id, once running
+        self.running: str | None = None  # "urgent" or "background" while a batch runs (see urgency), else None
+        self.index = index
+        self._bulk_runner: ThreadPoolExecutor | None = None  # runs bulk batches at a lower OS priority
+        self._bulk_tid: int | None = None
+        self._bulk_nice: int | None = None
+        self.waiting = 0  # entries of its lanes still waiting when it took its last batch
+
+    def voice_bank(self) -> VoiceBank:
+        """Where this batch's voice comes from. A reserved loop uses its own session (a thread per core)
+        when its job is the only interactive work about: a caller's first chunk then uses the idle cores
+        and those the background work yields. When more interactive jobs wait, one thread per job does
+        more work per core, and while a shared loop runs another caller's first segment the extra threads
+        would take its core: then it runs on the shared single-threaded session too."""
+        if self.reserved and not self.waiting and not self.farm.shared_loop_serving_interactive():
+            return self.farm.interactive_bank
+        return self.farm.bank
 
     def describe(self) -> dict[str, Any]:
         """For the heartbeat: which lanes it serves, and its OS thread and nice once it runs."""
@@ -257,13 +302,12 @@ class InferenceLoop:
             except OSError:
                 pass
         return {"consumer": self.consumer, "lanes": list(self.lane_filter) if self.lane_filter else "all",
-                "tid": self.native_id, "nice": nice}
+                "tid": self.native_id, "nice": nice, "bulk_tid": self._bulk_tid, "bulk_nice": self._bulk_nice,
+                "intra_op_threads": (self.farm.interactive_bank if self.reserved else self.farm.bank).runtime.intra_op_threads}
 
     def run(self) -> None:
         self.queue.ensure_groups()
         self.native_id = threading.get_native_id()
-        if self.lane_filter is None and self.q.interactive_loops > 0 and self.q.shared_loop_nice > 0:
-            lower_thread_priority(self.q.shared_loop_nice)
         backoff = 0.1
         while not self.farm.stopping.is_set():
             try:
@@ -277,6 +321,8 @@ class InferenceLoop:
                 log.exception("unexpected error in %s; entries stay pending and will be retried", self.consumer)
                 self.carry = []
                 self.farm.stopping.wait(0.5)
+        if self._bulk_runner is not None:
+            self._bulk_runner.shutdown(wait=True)
         self._release_carry()
 
     def _release_carry(self) -> None:
@@ -306,7 +352,28 @@ class InferenceLoop:
         cands = [Candidate(e, e.arrived_ms, e.job.est_s, _batch_key(e)) for e in self.carry if e.job]
         batch, rest = select_batch(cands, now_ms(), limit, self.q)
         self.carry = [c.item for c in rest]
-        self.run_isolated([c.item for c in batch])
+        self.running = urgency([c.item for c in batch])
+        try:
+            if self.running == "background" and self.q.bulk_nice > 0 and not self.reserved:
+                self.run_bulk([c.item for c in batch])
+            else:
+                self.run_isolated([c.item for c in batch])
+        finally:
+            self.running = None
+
+    def run_bulk(self, entries: list[Entry]) -> None:
+        """``run_isolated`` on this loop's background thread, which runs at OS nice ``queue.bulk_nice`` (the
+        loops reserved for the interactive lane never use one: a caller must not wait behind it): the
+        inference of a single-threaded session runs on the calling thread, so a book's segments yield the
+        cores at once to a caller's first segment (this loop's next batch, or another loop's), while they
+        take all the idle time. This thread waits for it; nothing else of the loop runs meanwhile."""
+        if self._bulk_runner is None:
+            def start() -> None:
+                self._bulk_tid = threading.get_native_id()
+                self._bulk_nice = lower_thread_priority(self.q.bulk_nice)
+
+            self._bulk_runner = ThreadPoolExecutor(1, thread_name_prefix=f"ttsfarm-bulk-{self.index}", initializer=start)
+        self._bulk_runner.submit(self.run_isolated, entries).result()
 
     def run_isolated(self, entries: list[Entry]) -> None:
         """Run a batch; if it fails, run its items one by one so a poison item cannot sink the others."""
@@ -352,12 +419,21 @@ class InferenceLoop:
 
     def _gather(self) -> list[Entry]:
         heads = self.queue.peek(block_ms=250)
+        if self.lane_filter is None and self.farm.reserved_loop_free():
+            # a reserved loop of this process is free: it takes the callers' first segments, on its own
+            # session with a thread per core, while this loop keeps to the rest
+            others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0)]
+            if heads and not others:
+                self.farm.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
+                return []
+            heads = others
         head = choose_head(heads, now_ms(), self.lanes, self.q)
         if head is None:
             return []
         spec = self.farm.bank.catalogue.voices.get(head.voice)
         limit = max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
         window_end = min(head.arrived_ms, now_ms()) + self.q.window_ms
+        undelivered = self.queue.undelivered
         claimed = self.queue.claim(head.stream, limit)
         if not claimed:
             return []
@@ -374,6 +450,7 @@ class InferenceLoop:
             if not more:
                 self.farm.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
             claimed += more
+        self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
         return claimed
 
     def _drop_malformed(self, entries: list[Entry]) -> list[Entry]:
@@ -422,7 +499,7 @@ class InferenceLoop:
                 live.append(e)
         if not live:
             return
-        voice = self.farm.bank.get(live[0].job.voice)  # type: ignore[union-attr]
+        voice = self.voice_bank().get(live[0].job.voice)  # type: ignore[union-attr]
         ready: list[tuple[Entry, tuple[int, ...]]] = []
         for e in live:
             job = e.job
@@ -489,6 +566,14 @@ class InferenceLoop:
             if url:
                 self.farm.events.succeeded(job.job_id, url)
         self.queue.ack([e])
+
+
+def urgency(entries: list[Entry]) -> str:
+    """"urgent" for a batch holding the first segment of an interactive job (a caller waits for its first
+    chunk), else "background": bulk work, and an interactive job's later segments, whose audio is needed
+    only once the segments before them have played (each takes a few per cent of its playing time)."""
+    urgent = any(e.job is not None and e.job.lane == "interactive" and e.job.seg == 0 for e in entries)
+    return "urgent" if urgent else "background"
 
 
 def _batch_key(e: Entry) -> tuple[object, ...]:

@@ -55,6 +55,7 @@ class StreamQueue:
         self.r = r
         self.keys = keys
         self.streams = keys.queues(n_buckets, lanes)
+        self.undelivered = 0  # entries no consumer had taken yet, over these streams, at the last peek
         self.consumer = consumer
         self._release = r.register_script(RELEASE)
 
@@ -66,6 +67,7 @@ class StreamQueue:
         for stream in self.streams:
             pipe.xinfo_groups(stream)
         ids: dict[str, str] = {}
+        lag = 0
         for stream, groups in zip(self.streams, pipe.execute(raise_on_error=False)):
             if isinstance(groups, Exception):
                 self.ensure_groups()
@@ -74,6 +76,8 @@ class StreamQueue:
             for g in groups:
                 if _s(g["name"]) == GROUP:
                     ids[stream] = _s(g["last-delivered-id"])
+                    lag += int(g.get("lag") or 0)  # Redis 7: entries not yet delivered (None when unknown)
+        self.undelivered = lag
         return ids
 
     def peek(self, block_ms: int) -> list[Head]:
