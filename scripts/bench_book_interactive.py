@@ -88,14 +88,16 @@ def main() -> int:
     ap.add_argument("--max-load", type=float, default=0.8)
     ap.add_argument("--loops", type=int, default=1, help="inference loops per worker (queue.inference_threads)")
     ap.add_argument("--interactive-loops", type=int, default=0, help="of those, reserved for the interactive lane")
-    ap.add_argument("--shared-loop-nice", type=int, default=19, help="OS nice of the other loops (queue.shared_loop_nice)")
+    ap.add_argument("--bulk-nice", type=int, default=19, help="OS nice of bulk batches (queue.bulk_nice)")
+    ap.add_argument("--set", action="append", default=[], metavar="TTSFARM_KEY=VALUE", help="another worker setting")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     quiet = wait_quiet(args.max_load, wait_max_s=900)
     tmp = Path(tempfile.mkdtemp(prefix="ttsfarm-bookbench-"))
     book = write_book(tmp, args.chapters, args.paragraphs)
     env = worker_env(threads=1, inference_threads=args.loops, interactive_loops=args.interactive_loops,
-                     extra={"TTSFARM_QUEUE_SHARED_LOOP_NICE": str(args.shared_loop_nice)})
+                     extra={"TTSFARM_QUEUE_BULK_NICE": str(args.bulk_nice),
+                            **dict(kv.split("=", 1) for kv in args.set)})
     farm = LocalFarm(workers=args.workers, env=env).start()
     try:
         spec = LoadSpec(mix="en_short", rate=args.rate, duration_s=args.duration, seed=7)
