@@ -55,11 +55,10 @@ def loadavg() -> float:
 def farm_layout(label: str, workers: int, threads: int, loops: int, args: argparse.Namespace, env: dict[str, str] | None = None) -> dict[str, Any]:
     load = LoadSpec(mix=args.mix, duration_s=args.load_s, seed=5, timeout_s=600)
     env = env or {}
+    in_flight = 4 * workers * (loops or os.cpu_count() or 1)
     config = BenchConfig(workers=workers, threads=threads, inference_threads=loops, interactive_loops=RESERVED.get(label, 0),
-                         precision=args.precision, env=env,
-                         load=load, saturate_s=args.saturate_s, saturate_concurrency=4 * workers * (loops or os.cpu_count() or 1),
-                         load_fraction=0.7,
-                         warmup_jobs=4, label=label)
+                         precision=args.precision, env=env, load=load, saturate_s=args.saturate_s,
+                         saturate_concurrency=in_flight, load_fraction=0.7, warmup_jobs=4, label=label)
     result = run_bench(config)
     write_results(result, args.out, name=label)
     sat, lo = result["phases"]["saturation"], result["phases"]["load"]

@@ -176,11 +176,11 @@ class FarmWorker:
 
     def reserved_loop_free(self) -> bool:
         """Whether a loop reserved for the interactive lane is running and not inside a batch."""
-        return any(loop.lane_filter is not None and loop.native_id is not None and loop.running is None for loop in self.loops)
+        return any(loop.reserved and loop.native_id is not None and loop.running is None for loop in self.loops)
 
     def shared_loop_serving_interactive(self) -> bool:
         """Whether a loop that is not reserved is inside an urgent batch (a caller's first segment)."""
-        return any(loop.lane_filter is None and loop.running == "urgent" for loop in self.loops)
+        return any(not loop.reserved and loop.running == "urgent" for loop in self.loops)
 
     def banks(self) -> list[VoiceBank]:
         """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""
