@@ -14,7 +14,7 @@ from pipeline.errors import JobNotFoundError, JobTimeoutError, TransientError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.client import _raise_if_failed
-from producer.contract import ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
@@ -82,11 +82,11 @@ class AsyncJob:
         return decode_status(raw)
 
     async def cancel(self) -> bool:
-        st = await self.status()
-        if st["state"] in STATES_FINAL:
-            return False
-        await self.client.redis.hset(self.client.keys.status(self.id), mapping={"state": "cancelled", "finished": time.time()})
-        return True
+        """Like ``Job.cancel``."""
+        outcome = int(await self.client.redis.eval(CANCEL, 1, self.client.keys.status(self.id), time.time()))
+        if outcome < 0:
+            raise JobNotFoundError(f"no job {self.id!r} (unknown or expired)")
+        return outcome == 1
 
     async def stream(self, *, after_seq: int = -1, timeout: float | None = None, block_ms: int = 500) -> AsyncIterator[Chunk]:
         reader = ResultsReader(total=self.total, skip_through_seq=after_seq)

@@ -13,7 +13,7 @@ import redis
 from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
-from producer.contract import ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
@@ -106,14 +106,10 @@ class Job:
 
     def cancel(self) -> bool:
         """Stop the job: segments not yet started are skipped. False if it had already ended."""
-        key = self.client.keys.status(self.id)
-        state = self.client.redis.hget(key, "state")
-        if state is None:
+        outcome = int(self.client.redis.eval(CANCEL, 1, self.client.keys.status(self.id), time.time()))
+        if outcome < 0:
             raise JobNotFoundError(f"no job {self.id!r}")
-        if state.decode() in STATES_FINAL:
-            return False
-        self.client.redis.hset(key, mapping={"state": "cancelled", "finished": time.time()})
-        return True
+        return outcome == 1
 
     def stream(self, *, after_seq: int = -1, timeout: float | None = None, block_ms: int = 500) -> Iterator[Chunk]:
         """Yield the job's chunks in order as they are published; ``after_seq`` resumes a stream.

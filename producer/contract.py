@@ -34,6 +34,15 @@ end
 return #KEYS
 """
 STATES_FINAL = ("done", "failed", "cancelled", "expired")
+# Cancels the job whose status hash is KEYS[1] unless it has ended; ARGV[1]: now. Atomic, so a worker's
+# finish cannot slip between the check and the write. Returns -1 (no such job), 0 (had ended), 1.
+CANCEL = f"""
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return -1 end
+if {" or ".join(f"state == '{s}'" for s in STATES_FINAL)} then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished', ARGV[1])
+return 1
+"""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from pipeline.audio import from_pcm16, to_pcm16
-from pipeline.errors import NOTHING_TO_SPEAK, UNKNOWN_VOICE, UNSUPPORTED_FORMAT, InputError
+from pipeline.errors import NOTHING_TO_SPEAK, UNKNOWN_VOICE, UNSUPPORTED_FORMAT, InputError, JobNotFoundError
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
 from producer.contract import Keys, SegmentJob
@@ -173,6 +173,32 @@ def test_cancelled_job_is_skipped(farm: Farm, redis_url: str) -> None:
     with pytest.raises(Exception) as exc:
         job.wait(timeout=30)
     assert "CANCELLED" in str(getattr(exc.value, "code", exc.value))
+
+
+def test_a_cancel_is_never_undone_by_a_segment_starting(farm: Farm, redis_url: str) -> None:
+    """A worker checks a job's state, then marks it started: a cancel landing in between must stand."""
+    import secrets
+
+    import redis
+
+    from producer.client import Client
+    from workers.publisher import Publisher
+
+    r = redis.Redis.from_url(redis_url)
+    keys = Keys(f"tc{secrets.token_hex(4)}")  # a prefix no worker reads
+    client = Client(r, farm.settings.replace(redis={"key_prefix": keys.prefix}))
+    seg = SegmentJob(job_id="cancelrace1", seg=0, total=2, text="Hello.", lang="en", voice="joe", request_voice="joe",
+                     format="wav", sample_rate=22050)
+    r.hset(keys.status(seg.job_id), mapping={"state": "queued", "total": 2, "created": time.time()})
+    job = client.job(seg.job_id)
+    assert job.cancel() is True
+    publisher = Publisher(r, keys, storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
+    assert publisher.mark_started(seg, "w@test") is True  # the job's first start is still recorded...
+    assert r.hget(keys.status(seg.job_id), "state") == b"cancelled"  # ...but does not make it running again
+    assert job.cancel() is False
+    r.delete(keys.status(seg.job_id))  # expired meanwhile
+    with pytest.raises(JobNotFoundError):
+        job.cancel()
 
 
 def test_job_stream_resumes_after_seq(farm: Farm) -> None:

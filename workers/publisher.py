@@ -40,6 +40,17 @@ return 1
 """
 
 
+# KEYS: status. ARGV: now, worker. The first segment to start marks the job started and running, but
+# never over a state a client or a finish wrote meanwhile (a cancel between the worker's state check and
+# this mark would otherwise be undone). Returns 1 for the job's first start, else 0.
+_MARK_STARTED = """
+if redis.call('HSETNX', KEYS[1], 'started', ARGV[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], 'state') == 'queued' then redis.call('HSET', KEYS[1], 'state', 'running') end
+redis.call('HSET', KEYS[1], 'worker', ARGV[2])
+return 1
+"""
+
+
 @dataclass
 class SegmentOutcome:
     done: int
@@ -56,6 +67,7 @@ class Publisher:
         self.maxlen = maxlen
         self.ttl = ttl_s
         self._finalize = r.register_script(_FINALIZE)
+        self._mark_started = r.register_script(_MARK_STARTED)
 
     def job_state(self, job_id: str) -> str:
         state = self.r.hget(self.keys.status(job_id), "state")
@@ -63,11 +75,7 @@ class Publisher:
 
     def mark_started(self, job: SegmentJob, worker: str) -> bool:
         """True for the first segment of a job to start anywhere (the job's start)."""
-        key = self.keys.status(job.job_id)
-        first = bool(self.r.hsetnx(key, "started", time.time()))
-        if first:
-            self.r.hset(key, mapping={"state": "running", "worker": worker})
-        return first
+        return bool(self._mark_started(keys=[self.keys.status(job.job_id)], args=[time.time(), worker]))
 
     def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str) -> SegmentOutcome:
         """Chunks of one finished segment, then its part for assembly, in one round trip."""
