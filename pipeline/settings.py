@@ -119,7 +119,7 @@ class WorkerSettings:
     name: str = ""
     metrics_port: int = 0
     metrics_host: str = "0.0.0.0"  # the metrics endpoint's bind address
-    fault_inject: str = ""  # the reliability suite's fault injection (workers/farm.py Faults); empty in production
+    fault_inject: str = ""  # the reliability suite's fault injection (workers/loop.py Faults); empty in production
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from producer.bench import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_q
 from producer.bench_report import write_results
 
 log = logging.getLogger("tune_cpu")
-# workers, intra-op threads, inference loops (0, 0: the "auto" layout, workers.farm.resolve_loops)
+# workers, intra-op threads, inference loops (0, 0: the "auto" layout, workers.layout.resolve_loops)
 LAYOUTS = {"1x2": (1, 2, 1), "2x1": (2, 1, 1), "1x1-2loops": (1, 1, 2), "auto": (1, 0, 0)}
 # the fixed layouts have no loop reserved for the interactive lane; "auto" is measured as the defaults give it
 RESERVED = {"auto": 1}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Farm
-from workers.farm import usable_cores
+from workers.layout import usable_cores
 
 pytestmark = pytest.mark.slow
 

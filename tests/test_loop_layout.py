@@ -7,7 +7,7 @@ import os
 import threading
 
 from pipeline.settings import load_settings
-from workers.farm import lower_thread_priority, resolve_loops
+from workers.layout import lower_thread_priority, resolve_loops
 
 
 def _settings(**env: str):  # type: ignore[no-untyped-def]
@@ -60,7 +60,7 @@ def test_a_loop_lowers_only_its_own_thread_and_never_raises_it() -> None:
 
 
 def test_cgroup_cpu_quota_v2_and_v1(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from workers.farm import cgroup_cpu_quota
+    from workers.layout import cgroup_cpu_quota
 
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert cgroup_cpu_quota(str(tmp_path)) is None
@@ -79,7 +79,8 @@ def test_cgroup_cpu_quota_v2_and_v1(tmp_path) -> None:  # type: ignore[no-untype
 def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import redis
 
-    from workers.farm import FarmWorker, InferenceLoop
+    from workers.farm import FarmWorker
+    from workers.loop import InferenceLoop
 
     settings = _settings(queue_inference_threads="0", queue_interactive_loops="1", queue_interactive_loop_threads="2",
                          runtime_device="cpu", storage_local_dir=str(tmp_path))
@@ -105,7 +106,7 @@ def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp
 
 def test_only_a_callers_first_segment_is_urgent() -> None:
     from producer.contract import SegmentJob
-    from workers.farm import urgency
+    from workers.layout import urgency
     from workers.queue import Entry
 
     def entry(lane: str, seg: int) -> Entry:

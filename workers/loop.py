@@ -1,0 +1,382 @@
+"""The inference loop a worker process runs: peek, pick a queue, gather a batch inside the window,
+run it through the voice, publish each item, ack.
+
+Errors are caught per batch: a bad entry fails its job with a code, an unexpected error leaves the
+entries pending so they are reclaimed and retried, and a poison entry goes to the dead-letter stream
+after ``max_deliveries``. Background batches (bulk, callers' later segments) run on a helper thread at
+a lower OS priority (``workers.layout``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import random
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from pipeline.errors import InputError, TransientError
+from pipeline.voices.bank import VoiceBank
+from pipeline.voices.base import SynthesisOptions
+from producer.contract import LANES
+from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
+from workers.layout import lower_thread_priority, urgency
+from workers.queue import Entry, StreamQueue
+
+if TYPE_CHECKING:
+    from workers.farm import FarmWorker
+
+log = logging.getLogger(__name__)
+
+RECLAIM_EVERY_S = 2.0
+TRANSIENT_RETRY_S = 900.0  # a storage or backend outage is waited out this long before giving up
+WINDOW_POLL_MS = 10
+RESERVED_HANDOVER_S = 0.005  # a shared loop that leaves an interactive head to a free reserved loop waits this
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class InferenceLoop:
+    """One consuming loop. ``lanes`` limits it to some lanes: a loop reserved for the interactive lane
+    keeps a caller's first chunk from waiting behind a long bulk (book) segment."""
+
+    def __init__(self, farm: FarmWorker, index: int, *, lanes: tuple[str, ...] | None = None) -> None:
+        self.farm = farm
+        self.settings = farm.settings
+        self.q = farm.settings.queue
+        self.consumer = f"{farm.hostname}:{os.getpid()}:{index}:{secrets.token_hex(3)}"
+        # a reserved loop reads only its lanes' streams: peeking the others would return at once while they
+        # hold work it may not take, and the loop would spin instead of blocking
+        self.queue = StreamQueue(farm.r, farm.keys, self.q.n_buckets, self.consumer, lanes or LANES)
+        self.lane_filter = lanes
+        self.reserved = lanes == ("interactive",)
+        self.lanes = LaneState()
+        self.carry: list[Entry] = []
+        self.batch_ids = itertools.count()
+        self.batches = 0
+        self.segments = 0
+        self._last_reclaim = 0.0
+        self.on_batch: Callable[[dict[str, Any]], None] | None = None
+        self.native_id: int | None = None  # the OS thread id, once running
+        self.running: str | None = None  # "urgent" or "background" while a batch runs (see urgency), else None
+        self.index = index
+        self._bulk_runner: ThreadPoolExecutor | None = None  # runs bulk batches at a lower OS priority
+        self._bulk_tid: int | None = None
+        self._bulk_nice: int | None = None
+        self.waiting = 0  # entries of its lanes still waiting when it took its last batch
+
+    def voice_bank(self) -> VoiceBank:
+        """Where this batch's voice comes from. A reserved loop uses its own session (a thread per core)
+        when its job is the only interactive work about: a caller's first chunk then uses the idle cores
+        and those the background work yields. When more interactive jobs wait, one thread per job does
+        more work per core, and while a shared loop runs another caller's first segment the extra threads
+        would take its core: then it runs on the shared single-threaded session too."""
+        if self.reserved and not self.waiting and not self.farm.shared_loop_serving_interactive():
+            return self.farm.interactive_bank
+        return self.farm.bank
+
+    def describe(self) -> dict[str, Any]:
+        """For the heartbeat: which lanes it serves, and its OS thread and nice once it runs."""
+        nice = None
+        if self.native_id is not None:
+            try:
+                nice = os.getpriority(os.PRIO_PROCESS, self.native_id)
+            except OSError:
+                pass
+        return {"consumer": self.consumer, "lanes": list(self.lane_filter) if self.lane_filter else "all",
+                "tid": self.native_id, "nice": nice, "bulk_tid": self._bulk_tid, "bulk_nice": self._bulk_nice,
+                "intra_op_threads": (self.farm.interactive_bank if self.reserved else self.farm.bank).runtime.intra_op_threads}
+
+    def run(self) -> None:
+        self.queue.ensure_groups()
+        self.native_id = threading.get_native_id()
+        backoff = 0.1
+        while not self.farm.stopping.is_set():
+            try:
+                self.step()
+                backoff = 0.1
+            except redis.RedisError as exc:
+                log.warning("redis error in %s: %s; retrying in %.1f s", self.consumer, exc, backoff)
+                self.farm.stopping.wait(backoff)
+                backoff = min(5.0, backoff * 2)
+            except Exception:
+                log.exception("unexpected error in %s; entries stay pending and will be retried", self.consumer)
+                self.carry = []
+                self.farm.stopping.wait(0.5)
+        if self._bulk_runner is not None:
+            self._bulk_runner.shutdown(wait=True)
+        self._release_carry()
+
+    def _release_carry(self) -> None:
+        """On shutdown, entries claimed but not started go back on their queues at once (no idle wait)."""
+        if self.carry:
+            try:
+                self.queue.requeue(self.carry)
+                log.info("%s: %d claimed entries returned to their queues", self.consumer, len(self.carry))
+            except redis.RedisError as exc:
+                log.warning("could not return claimed entries (they will be reclaimed): %s", exc)
+            self.carry = []
+
+    # -- forming a batch -------------------------------------------------------------------------
+    def step(self) -> None:
+        if self.lane_filter is None and time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
+            self._last_reclaim = time.monotonic()
+            self.carry += self.queue.reclaim(self.q.claim_idle_ms)
+            self.queue.prune_consumers(min_idle_ms=10 * self.q.claim_idle_ms)
+        if not self.carry:
+            self.carry = self._gather()
+        if not self.carry:
+            return
+        self.carry = self._drop_malformed(self.carry)
+        if not self.carry:
+            return
+        limit = self._limit(self.carry[0])
+        cands = [Candidate(e, e.arrived_ms, e.job.est_s, _batch_key(e)) for e in self.carry if e.job]
+        batch, rest = select_batch(cands, now_ms(), limit, self.q)
+        self.carry = [c.item for c in rest]
+        self.running = urgency([c.item for c in batch])
+        try:
+            if self.running == "background" and self.q.bulk_nice > 0 and not self.reserved:
+                self.run_bulk([c.item for c in batch])
+            else:
+                self.run_isolated([c.item for c in batch])
+        finally:
+            self.running = None
+
+    def run_bulk(self, entries: list[Entry]) -> None:
+        """``run_isolated`` on this loop's background thread, which runs at OS nice ``queue.bulk_nice`` (the
+        loops reserved for the interactive lane never use one: a caller must not wait behind it): the
+        inference of a single-threaded session runs on the calling thread, so a book's segments yield the
+        cores at once to a caller's first segment (this loop's next batch, or another loop's), while they
+        take all the idle time. This thread waits for it; nothing else of the loop runs meanwhile."""
+        if self._bulk_runner is None:
+            def start() -> None:
+                self._bulk_tid = threading.get_native_id()
+                self._bulk_nice = lower_thread_priority(self.q.bulk_nice)
+
+            self._bulk_runner = ThreadPoolExecutor(1, thread_name_prefix=f"ttsfarm-bulk-{self.index}", initializer=start)
+        self._bulk_runner.submit(self.run_isolated, entries).result()
+
+    def run_isolated(self, entries: list[Entry]) -> None:
+        """Run a batch; if it fails, run its items one by one so a poison item cannot sink the others."""
+        try:
+            self.run_batch(entries)
+        except (redis.RedisError, TransientError):
+            raise  # the backend is down: the entries stay pending and are retried when it is back
+        except InputError as exc:  # the request itself is wrong (say, a voice this worker lacks): fail it now
+            for e in entries:
+                assert e.job is not None
+                if self.farm.publisher.fail(e.job.job_id, exc.code, exc.message):
+                    self.farm.events.failed(e.job.job_id, exc.code, exc.message)
+                    self.farm.metrics.error(exc.code, job_id=e.job.job_id, message=exc.message)
+            self.queue.ack(entries)
+        except Exception as exc:
+            if len(entries) > 1:
+                log.warning("batch of %d failed (%s); retrying its items one by one", len(entries), exc)
+                for e in entries:
+                    self.run_isolated([e])
+            else:
+                self._count_failure(entries[0], exc)
+
+    def _count_failure(self, e: Entry, exc: Exception) -> None:
+        job = e.job
+        assert job is not None
+        failures = int(self.farm.r.hincrby(self.farm.keys.status(job.job_id), f"failures:{job.seg}", 1))
+        e.deliveries = max(e.deliveries, failures)
+        message = f"{type(exc).__name__}: {exc}"
+        if failures >= self.q.max_deliveries:
+            self.dead_letter(e, "TOO_MANY_FAILURES", message)
+            return
+        self.farm.metrics.error(str(getattr(exc, "code", "SEGMENT_FAILED")), stage="attempt", job_id=job.job_id, message=message)
+        delay = min(5.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
+        log.warning("segment %s/%d failed (%d of %d): %s; retrying in %.1f s", job.job_id, job.seg, failures,
+                    self.q.max_deliveries, message, delay)
+        self.farm.stopping.wait(delay)
+        self.carry.insert(0, e)
+
+    def _limit(self, entry: Entry) -> int:
+        voice = entry.job.voice if entry.job else ""
+        spec = self.farm.bank.catalogue.voices.get(voice)  # the bank's: a hot reload may change max_batch
+        return max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
+
+    def _gather(self) -> list[Entry]:
+        heads = self.queue.peek(block_ms=250)
+        if self.lane_filter is None and self.farm.reserved_loop_free():
+            # a reserved loop of this process is free: it takes the callers' first segments, on its own
+            # session with a thread per core, while this loop keeps to the rest
+            others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0)]
+            if heads and not others:
+                self.farm.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
+                return []
+            heads = others
+        head = choose_head(heads, now_ms(), self.lanes, self.q)
+        if head is None:
+            return []
+        spec = self.farm.bank.catalogue.voices.get(head.voice)
+        limit = max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
+        window_end = min(head.arrived_ms, now_ms()) + self.q.window_ms
+        undelivered = self.queue.undelivered
+        claimed = self.queue.claim(head.stream, limit)
+        if not claimed:
+            return []
+        self.lanes.record(head.lane)
+        key = _batch_key(claimed[0]) if claimed[0].job else None
+        while limit > 1 and not self.farm.stopping.is_set():
+            same = sum(1 for e in claimed if e.job and _batch_key(e) == key)
+            left = window_end - now_ms()
+            if same >= limit or left <= 0:
+                break
+            # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
+            # default), which would stretch the window by up to that. Poll, and keep the time here.
+            more = self.queue.claim(head.stream, limit - same)
+            if not more:
+                self.farm.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
+            claimed += more
+        self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
+        return claimed
+
+    def _drop_malformed(self, entries: list[Entry]) -> list[Entry]:
+        good = []
+        for e in entries:
+            if e.job is None:
+                self.dead_letter(e, "MALFORMED_JOB", str(e.error))
+            elif e.deliveries > self.q.max_deliveries:
+                self.dead_letter(e, "TOO_MANY_DELIVERIES", f"delivered {e.deliveries} times without finishing")
+            else:
+                good.append(e)
+        return good
+
+    def dead_letter(self, e: Entry, code: str, message: str) -> None:
+        fields = {k.decode(errors="replace") if isinstance(k, bytes) else str(k): (v.decode(errors="replace") if isinstance(v, bytes) else str(v))
+                  for k, v in e.fields.items()}
+        self.farm.r.xadd(self.farm.keys.dead_letters(), {"stream": e.stream, "entry_id": e.entry_id, "code": code,
+                                                        "message": message[:2000], "deliveries": e.deliveries,
+                                                        "fields": json.dumps(fields, ensure_ascii=False)[:100_000]},
+                         maxlen=100_000, approximate=True)
+        if e.job is not None and self.farm.publisher.fail(e.job.job_id, code, message):
+            self.farm.events.failed(e.job.job_id, code, message)
+        self.farm.metrics.error(code, stage="dead_letter", job_id=e.job.job_id if e.job else "", message=message)
+        self.queue.ack([e])
+        log.warning("dead-lettered %s %s: [%s] %s", e.stream, e.entry_id, code, message)
+
+    # -- running a batch -------------------------------------------------------------------------
+    def run_batch(self, entries: list[Entry]) -> None:
+        pub, events = self.farm.publisher, self.farm.events
+        live: list[Entry] = []
+        for e in entries:
+            job = e.job
+            assert job is not None
+            state = pub.job_state(job.job_id)
+            if state == "cancelled":
+                pub.finish(job.job_id, "cancelled", {"code": "JOB_CANCELLED", "message": "cancelled by the client"})
+                self.queue.ack([e])
+            elif pub.is_final(state):
+                self.queue.ack([e])
+            elif job.deadline and time.time() > job.deadline:
+                if pub.fail(job.job_id, "DEADLINE_EXCEEDED", "the job's deadline passed before it ran", state="expired"):
+                    events.failed(job.job_id, "DEADLINE_EXCEEDED", "deadline passed")
+                    self.farm.metrics.error("DEADLINE_EXCEEDED", job_id=job.job_id)
+                self.queue.ack([e])
+            else:
+                live.append(e)
+        if not live:
+            return
+        voice = self.voice_bank().get(live[0].job.voice)  # type: ignore[union-attr]
+        ready: list[tuple[Entry, tuple[int, ...]]] = []
+        for e in live:
+            job = e.job
+            assert job is not None
+            if pub.mark_started(job, self.consumer):
+                events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
+            self.farm.faults.check(job.text)
+            try:
+                ready.append((e, voice.phonemize(job.text, job.lang).ids))
+            except InputError as exc:
+                if pub.fail(job.job_id, exc.code, exc.message):
+                    events.failed(job.job_id, exc.code, exc.message)
+                    self.farm.metrics.error(exc.code, job_id=job.job_id, message=exc.message)
+                self.queue.ack([e])
+        if not ready:
+            return
+        opts = SynthesisOptions.from_dict(dict(ready[0][0].job.options))  # type: ignore[union-attr]
+        batch_id = f"{self.consumer}#{next(self.batch_ids)}"
+        started = time.time()
+        start = time.perf_counter()
+        audios = voice.synthesize_batch([ids for _, ids in ready], opts)
+        infer_s = time.perf_counter() - start
+        self.batches += 1
+        stats = {"batch_id": batch_id, "size": len(ready), "voice": voice.name, "infer_s": infer_s,
+                 "padding_waste": padding_waste([len(ids) for _, ids in ready]),
+                 "queue_wait_s": [(started * 1000 - e.arrived_ms) / 1000 for e, _ in ready],
+                 "lanes": [e.job.lane for e, _ in ready],  # type: ignore[union-attr]
+                 "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready],
+                 "audio_s": sum(len(a) for a in audios) / voice.sample_rate, "started": started}
+        for (e, _), audio in zip(ready, audios):
+            self._publish(e, audio, voice.sample_rate, batch_id)
+        if self.on_batch:
+            self.on_batch(stats)
+
+    def _retry_transient(self, fn: Callable[[], Any], what: str) -> Any:
+        """Retry ``fn`` while it fails transiently (storage 5xx or unreachable), with backoff and jitter.
+        The loop waits here: the jobs behind it wait too, and nothing is lost or failed for an outage."""
+        deadline = time.monotonic() + TRANSIENT_RETRY_S
+        delay = 0.5
+        while True:
+            try:
+                return fn()
+            except TransientError as exc:
+                if self.farm.stopping.is_set() or time.monotonic() > deadline:
+                    raise
+                wait = delay * random.uniform(0.5, 1.0)
+                log.warning("%s failed transiently (%s); retrying in %.1f s", what, exc, wait)
+                self.farm.stopping.wait(wait)
+                delay = min(10.0, delay * 2)
+
+    def _publish(self, e: Entry, audio: Any, voice_rate: int, batch_id: str) -> None:
+        from pipeline.audio import to_pcm16
+        from pipeline.synth import finish_segment
+
+        job = e.job
+        assert job is not None
+        pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
+        outcome = self.farm.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
+                                                      batch_id=batch_id, worker=self.consumer)
+        self.segments += 1
+        self.farm.metrics.segment_published(job, len(pcm) / 2 / job.sample_rate)
+        if outcome.done >= job.total and not self.farm.publisher.is_final(outcome.state):
+            url = self._retry_transient(lambda: self.farm.publisher.store_and_finish(job), f"storing job {job.job_id}")
+            if url:
+                self.farm.events.succeeded(job.job_id, url)
+        self.queue.ack([e])
+
+
+def _batch_key(e: Entry) -> tuple[object, ...]:
+    job = e.job
+    assert job is not None
+    return (job.voice, tuple(sorted(job.options.items())))
+
+
+class Faults:
+    """Fault injection for the reliability suite, off unless ``worker.fault_inject`` is set:
+    ``raise:<marker>`` raises in any segment whose text contains the marker; ``exit:<marker>`` kills
+    the process there (a crash mid-batch)."""
+
+    def __init__(self, spec: str) -> None:
+        self.action, _, self.marker = spec.partition(":")
+
+    def check(self, text: str) -> None:
+        if not self.marker or self.marker not in text:
+            return
+        if self.action == "exit":
+            os._exit(70)
+        raise RuntimeError(f"injected fault on {self.marker!r}")
