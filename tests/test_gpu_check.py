@@ -1,0 +1,55 @@
+"""The one-call device check (scripts/gpu_check.sh) runs on CPU here, so it cannot rot between GPU loans.
+
+The CPU run measures nothing about a GPU; it proves every section of the script executes against the real
+voice and a real farm (redis-server, a worker process) and writes the result document the docs quote.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh"), "--device", "cpu", "--quick", "--voices", "joe",
+                           "--out", str(out), "--budget-s", "400"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((out / "gpu_check.json").read_text())
+    assert (out / "gpu_check.txt").read_text().startswith("gpu_check ")
+    assert doc["errors"] == [], doc["errors"]
+    env = doc["sections"]["env"]
+    assert env["ok"] and "CPUExecutionProvider" in env["providers"]
+    assert len(env["distributions"]) == 1, env["distributions"]  # one onnxruntime build installed, not two
+    sweep = doc["sections"]["sweep"]
+    cells = {(r["stage"], r["precision"], r["batch"]) for r in sweep}
+    stages = {s for s, _, _ in cells}
+    assert stages, sweep
+    for stage in stages:
+        for precision in ("fp32", "int8"):
+            assert {(stage, precision, 1), (stage, precision, 2)} <= cells
+    assert all(r["items_per_s"] > 0 and r["speech_s_per_s"] > 0 for r in sweep)
+    int8 = [r for r in sweep if r["precision"] == "int8"]
+    assert all("max_abs_vs_fp32" in r or "shape_vs_fp32" in r for r in int8)
+    modes = {r["mode"] for r in doc["sections"]["transfer"]}
+    assert {"session.run", "iobinding-pageable"} <= modes
+    assert all(v["speech_s_per_s"] > 0 for v in doc["sections"]["ceiling"].values())
+    farm = doc["sections"]["farm"]
+    assert farm["load"]["jobs"]["done"] > 0 and farm["load"]["first_chunk_ms"]["p50"] > 0
+    assert farm["saturation"]["throughput"]["speech_s_per_s"] > 0
+
+
+def test_gpu_check_refuses_a_cpu_build_when_cuda_is_asked(tmp_path: Path) -> None:
+    """A GPU host that ended up with the CPU wheel is an error with a clear message, not a slow pass."""
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh"), "--device", "cuda", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "asked for CUDA but onnxruntime has only" in proc.stderr and "docs/GPU.md" in proc.stderr
+    doc = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert doc["sections"]["env"]["ok"] is False
