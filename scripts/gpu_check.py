@@ -175,7 +175,7 @@ def sweep_section(check: Check, models: list[StageModel], device: str, batches: 
 
 def transfer_section(check: Check, models: list[StageModel], device: str, min_time_s: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    modes = ("session.run", "iobinding-pageable", "iobinding-pinned") if device == "cuda" else ("session.run", "iobinding-pageable")
+    modes = ("session.run", "iobinding-pageable", "iobinding-pinned")
     for model in models:
         if check.left_s() < 40:
             check.skip(f"transfer {model.label}: time budget")

@@ -175,28 +175,18 @@ def discover_models(settings: Any, wanted: list[str]) -> list[StageModel]:
 
 
 def precision_variant(path: Path, precision: str, work: Path) -> Path:
-    """The model in ``precision``: FP32 as served, FP16 converted with FP32 inputs/outputs, dynamic INT8."""
+    """The model in ``precision``: FP32 as served, FP16 with FP32 inputs/outputs, dynamic INT8."""
+    from pipeline.voices.precision import to_dynamic_int8, to_fp16
+
     if precision == "fp32":
         return path
     out = work / f"{path.stem}.{precision}.onnx"
     if out.is_file():
         return out
     if precision == "fp16":
-        import onnx
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-
-        model = onnx.load(str(path))
-        # keep_io_types: callers feed and read FP32; the random/shape ops stay FP32 (no FP16 kernels for them)
-        fp16 = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True,
-                                        op_block_list=["RandomNormalLike", "RandomUniformLike", "RandomNormal", "RandomUniform",
-                                                       "Range", "CumSum", "NonZero", "Resize", "Upsample"])
-        onnx.save(fp16, str(out))
-        return out
+        return to_fp16(path, out)
     if precision == "int8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantize_dynamic(str(path), str(out), weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv", "MatMul"])
-        return out
+        return to_dynamic_int8(path, out)
     raise ValueError(f"unknown precision {precision!r}")
 
 

@@ -4,8 +4,8 @@ Feeding modes (``StageRunner.run``):
 
 * ``session.run``          numpy in, numpy out: onnxruntime copies from pageable memory each call;
 * ``iobinding-pageable``   IO binding from the numpy arrays; outputs stay on the device, copied once;
-* ``iobinding-pinned``     inputs staged in a reused pinned host pool (``pipeline.voices.gpu.HostBufferPool``,
-                           torch pinned tensors), outputs copied once from the device into a pinned buffer.
+* ``iobinding-pinned``     the serving path (``pipeline.voices.binding.StageBinding``): inputs staged in a reused
+                           pinned host pool (torch pinned tensors), outputs copied once from the device into it.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class StageRunner:
         self.providers = self.sess.get_providers()
         self.cpu_nodes: int | str = "-"
         self.outputs = [o.name for o in self.sess.get_outputs()]
-        self._pool: Any = None
+        self._pinned: Any = None
         self._binding = self.sess.io_binding()
 
     def count_cpu_nodes(self, feeds: dict[str, np.ndarray]) -> dict[str, int]:
@@ -80,49 +80,27 @@ class StageRunner:
     def run(self, feeds: dict[str, np.ndarray], mode: str = "session.run") -> list[np.ndarray]:
         if mode == "session.run":
             return self.sess.run(None, feeds)
+        if mode == "iobinding-pinned":
+            return self.pinned_binding().run(feeds)
         io = self._binding
         io.clear_binding_inputs()
         io.clear_binding_outputs()
-        if mode == "iobinding-pinned":
-            pool = self.pool()
-            for name, arr in feeds.items():
-                staged = pool.get(name, arr.shape, arr.dtype)
-                np.copyto(staged, arr)
-                io.bind_input(name, "cpu", 0, staged.dtype, list(staged.shape), staged.ctypes.data)
-        else:
-            for name, arr in feeds.items():
-                io.bind_cpu_input(name, arr)
+        for name, arr in feeds.items():
+            io.bind_cpu_input(name, arr)
         for name in self.outputs:
             io.bind_output(name, self.device if self.device == "cuda" else "cpu", 0)
         self.sess.run_with_iobinding(io)
-        if mode == "iobinding-pinned" and self.device == "cuda":
-            return [self._to_pinned(name, v) for name, v in zip(self.outputs, io.get_outputs())]
         return io.copy_outputs_to_cpu()
 
-    def pool(self) -> Any:
-        if self._pool is None:
-            from pipeline.voices.gpu import HostBufferPool, cuda_pinning_available
+    def pinned_binding(self) -> Any:
+        if self._pinned is None:
+            from pipeline.voices.binding import StageBinding
 
-            self._pool = HostBufferPool(pinned=self.device == "cuda" and cuda_pinning_available())
-        return self._pool
-
-    def _to_pinned(self, name: str, value: Any) -> np.ndarray:
-        from pipeline.voices.gpu import _DeviceArray
-
-        shape = tuple(int(d) for d in value.shape())
-        dtype = np.float32 if "float" in value.data_type() else np.int64
-        dst = self.pool().get(f"out:{name}", shape, dtype)
-        if self.pool().pinned and dtype is np.float32:
-            import torch
-
-            src = torch.as_tensor(_DeviceArray(value.data_ptr(), shape), device="cuda:0")
-            torch.from_numpy(dst).copy_(src)
-        else:
-            np.copyto(dst, value.numpy())
-        return dst
+            self._pinned = StageBinding(self.sess, device=self.device)
+        return self._pinned
 
     def allocations(self, mode: str) -> int | None:
-        return self._pool.allocations if mode == "iobinding-pinned" and self._pool is not None else None
+        return self._pinned.allocations if mode == "iobinding-pinned" and self._pinned is not None else None
 
     def close(self) -> None:
         del self._binding, self.sess

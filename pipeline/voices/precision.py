@@ -1,0 +1,39 @@
+"""Precision variants of a stage graph, made at preparation time: FP16 for CUDA, dynamic INT8 to compare.
+
+* FP16 (``to_fp16``): weights and activations in half precision, inputs and outputs kept FP32 (callers feed
+  and read FP32), and the operators without half-precision CUDA kernels or whose result must stay exact
+  (random draws, ranges, cumulative sums, shape arithmetic) left in FP32. This is the usual precision of the
+  CUDA execution provider; whether a voice is served in it is decided by its quality gate.
+* Dynamic INT8 (``to_dynamic_int8``): Conv and MatMul weights in UINT8. ONNX Runtime's CUDA provider has no
+  kernels for the ConvInteger/MatMulInteger nodes this makes (they run on the CPU), so on a GPU it is a
+  measurement of what not to serve; on CPU, static INT8 with calibration is prepared by
+  ``pipeline/quantize.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FP16_KEEP_FP32 = ("RandomNormalLike", "RandomUniformLike", "RandomNormal", "RandomUniform", "Range", "CumSum", "NonZero",
+                  "Resize", "Upsample")
+
+
+def to_fp16(src: Path, dst: Path) -> Path:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(src))
+    half = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, op_block_list=list(FP16_KEEP_FP32))
+    tmp = dst.with_name(dst.name + ".tmp")
+    onnx.save(half, str(tmp))
+    tmp.replace(dst)
+    return dst
+
+
+def to_dynamic_int8(src: Path, dst: Path) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tmp = dst.with_name(dst.stem + ".tmp.onnx")
+    quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv", "MatMul"])
+    tmp.replace(dst)
+    return dst

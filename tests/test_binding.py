@@ -1,0 +1,73 @@
+"""Stage IO binding (pipeline/voices/binding.py) and precision variants (pipeline/voices/precision.py) on CPU.
+
+The binding code is the CUDA serving path; onnxruntime's CPU provider runs IO binding too, so the staging,
+binding and copy-back logic is checked here against plain ``session.run`` on a small real graph.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.voices.binding import StageBinding
+from pipeline.voices.precision import to_dynamic_int8, to_fp16
+
+
+def conv_vocoder(path: Path) -> Path:
+    """frames [B, 8, T] -> audio [B, 1, 4T]: a Conv1d then a stride-4 ConvTranspose (a vocoder's shape)."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 8, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 1, 4)).astype(np.float32) * 0.1, "w2")
+    nodes = [helper.make_node("Conv", ["frames", "w1"], ["h"], pads=[1, 1]),
+             helper.make_node("Tanh", ["h"], ["t"]),
+             helper.make_node("ConvTranspose", ["t", "w2"], ["audio"], strides=[4]),
+             helper.make_node("Shape", ["frames"], ["frames_shape"])]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["B", 8, "T"])],
+                              [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["B", 1, "S"]),
+                               helper.make_tensor_value_info("frames_shape", TensorProto.INT64, [3])], [w1, w2])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return conv_vocoder(tmp_path / "voc.onnx")
+
+
+def test_binding_matches_session_run_and_reuses_its_pool(model: Path) -> None:
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    bound = StageBinding(sess, device="cpu")
+    assert bound.pinned is False  # no CUDA here: a plain numpy pool
+    rng = np.random.default_rng(1)
+    for t in (20, 20, 13, 20):  # the same shape again must not allocate again
+        frames = rng.standard_normal((3, 8, t)).astype(np.float32)
+        audio, shape = bound.run({"frames": frames})
+        ref_audio, ref_shape = sess.run(None, {"frames": frames})
+        np.testing.assert_array_equal(audio, ref_audio)
+        np.testing.assert_array_equal(shape, ref_shape)
+    assert bound.allocations == 3  # input, audio, shape: allocated once (13 fits in the 20-frame buffers)
+    assert len(bound.shapes_seen) == 2
+    only_audio = bound.run({"frames": frames}, outputs=["audio"])
+    assert len(only_audio) == 1 and only_audio[0].shape == (3, 1, 80)
+
+
+def test_fp16_variant_keeps_fp32_io_and_halves_the_weights(model: Path, tmp_path: Path) -> None:
+    half = onnx.load(str(to_fp16(model, tmp_path / "voc.fp16.onnx")))
+    assert half.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert half.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert {i.data_type for i in half.graph.initializer} == {TensorProto.FLOAT16}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_dynamic_int8_variant_runs_and_stays_close(model: Path, tmp_path: Path) -> None:
+    q = to_dynamic_int8(model, tmp_path / "voc.int8.onnx")
+    assert any(n.op_type == "ConvInteger" for n in onnx.load(str(q)).graph.node)
+    frames = np.random.default_rng(2).standard_normal((1, 8, 30)).astype(np.float32)
+    ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(["audio"], {"frames": frames})[0]
+    out = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(["audio"], {"frames": frames})[0]
+    assert out.shape == ref.shape and float(np.max(np.abs(out - ref))) < 0.1 * float(np.max(np.abs(ref)))
