@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -77,8 +78,14 @@ def test_the_recognizer_without_its_extra_names_the_extra(blocked: str, monkeypa
 def test_the_wheel_alone_says_english_and_chinese(tmp_path: Path) -> None:
     """No --system-site-packages (it would hide a missing dependency) and no repository on the path: the
     wheel and its declared requirements (from the pip cache or the index) are all there is."""
+    src = tmp_path / "src"  # a copy: an in-tree build would leave build/ in the repository, and ship stale files from it
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        src.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, src / name)
+    for name in ("configs", "producer", "pipeline", "workers"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)],
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = wheels.glob("ttsfarm-*.whl")
