@@ -20,7 +20,9 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pipeline.settings import RuntimeSettings
 
@@ -101,27 +103,27 @@ def torch_cuda() -> tuple[str, bool]:
 
 
 def session_provider(runtime: RuntimeSettings) -> tuple[str, str]:
-    """The provider a session made by the voices' own factory runs a tiny model on, and the error if it fails."""
+    """The provider a session made by the voices' own factory (its fallbacks included) runs a tiny model on, and
+    the error if there is none."""
     import numpy as np
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, save_model
 
     from pipeline.voices.runtime import SessionFactory
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "doctor",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    factory = SessionFactory(runtime)
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), sess_options=factory.session_options(),
-                                       providers=factory.providers())
-        y = session.run(None, {"x": np.array([[-1, 0, 1, 2]], dtype=np.float32)})[0]
-        if not np.array_equal(y, [[0, 0, 1, 2]]):
-            return session.get_providers()[0], f"wrong result {y.tolist()}"
-        return session.get_providers()[0], ""
-    except Exception as exc:  # a provider that cannot start raises several unrelated classes
-        return "", str(exc).splitlines()[0] if str(exc) else repr(exc)
+    with tempfile.TemporaryDirectory(prefix="ttsfarm-doctor-") as tmp:
+        path = Path(tmp) / "relu.onnx"
+        save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+        try:
+            session, info = SessionFactory(runtime).create(path)
+            y = session.run(None, {"x": np.array([[-1, 0, 1, 2]], dtype=np.float32)})[0]
+        except Exception as exc:  # a provider that cannot start raises several unrelated classes
+            return "", str(exc).splitlines()[0] if str(exc) else repr(exc)
+    if not np.array_equal(y, [[0, 0, 1, 2]]):
+        return info.providers[0], f"wrong result {y.tolist()}"
+    return info.providers[0], ""
 
 
 def examine(runtime: RuntimeSettings, *, gpus: list[str] | None = None) -> Report:

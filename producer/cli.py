@@ -395,12 +395,19 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line as main() reads it: unknown arguments go on (``args.passed``) only where the command
+    hands them to another program; anywhere else they are an error (exit 2)."""
     parser = build_parser()
     args, passed = parser.parse_known_args(argv)
     if passed and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(passed)}")
     args.passed = passed
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
