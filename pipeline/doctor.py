@@ -29,7 +29,9 @@ from pipeline.settings import RuntimeSettings
 log = logging.getLogger(__name__)
 
 CUDA = "CUDAExecutionProvider"
-GPU_INSTALL = ("pip uninstall -y onnxruntime onnxruntime-gpu && pip install 'onnxruntime-gpu[cuda,cudnn]' "
+# Both builds out first: they share files, so removing one of two breaks the other.
+CPU_INSTALL = "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime"
+GPU_INSTALL = ("pip uninstall -y onnxruntime onnxruntime-gpu && pip install 'onnxruntime-gpu[cuda,cudnn]>=1.27' "
                "(docs/GPU.md, Install)")
 
 
@@ -115,7 +117,9 @@ def session_provider(runtime: RuntimeSettings) -> tuple[str, str]:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     with tempfile.TemporaryDirectory(prefix="ttsfarm-doctor-") as tmp:
         path = Path(tmp) / "relu.onnx"
-        save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+        # IR 8 (onnxruntime >= 1.10): onnx writes its newest IR by default, which older runtimes refuse.
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+        save_model(model, str(path))
         try:
             session, info = SessionFactory(runtime).create(path)
             y = session.run(None, {"x": np.array([[-1, 0, 1, 2]], dtype=np.float32)})[0]
@@ -137,7 +141,7 @@ def examine(runtime: RuntimeSettings, *, gpus: list[str] | None = None) -> Repor
     if len(report.distributions) > 1:
         names = " and ".join(n for n, _ in report.distributions)
         report.problems.append(f"{names} are both installed and share the onnxruntime package folder; keep one: "
-                               + (GPU_INSTALL if report.gpu else "pip uninstall -y onnxruntime-gpu"))
+                               + (GPU_INSTALL if report.gpu else CPU_INSTALL))
     try:
         import onnxruntime as ort
 
