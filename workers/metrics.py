@@ -89,6 +89,9 @@ RECORDED = (
                multiprocess_mode="livemostrecent"),
     MetricSpec("ttsfarm_voice_version", "gauge", "Version of the voice in service (1 at start, +1 per hot reload)", ("voice",),
                multiprocess_mode="livemax"),
+    MetricSpec("ttsfarm_voice_info", "gauge",
+               "1 for the execution provider and precision each voice is served on (0 for what a reload replaced)",
+               ("voice", "provider", "precision"), multiprocess_mode="livemax"),
 )
 
 # Read at scrape time by the process serving the endpoint.
@@ -139,6 +142,7 @@ class WorkerMetrics:
         self.error_counts: collections.Counter[str] = collections.Counter()
         self.recent_errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=10)
         self.last_reload: dict[str, Any] = {}
+        self._served: dict[str, tuple[str, str, str]] = {}  # voice -> its ttsfarm_voice_info labels now
         self._rate: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
         self._lock = threading.Lock()
         self._server: Any = None
@@ -273,6 +277,12 @@ class WorkerMetrics:
             return
         for name, info in bank.describe().items():
             self.m["ttsfarm_voice_version"].labels(name).set(info["version"])
+            served = (name, info.get("provider") or "", info.get("precision") or "")
+            before = self._served.get(name)
+            if before is not None and before != served:
+                self.m["ttsfarm_voice_info"].labels(*before).set(0)
+            self._served[name] = served
+            self.m["ttsfarm_voice_info"].labels(*served).set(1)
             if info.get("model") and info.get("create_s") is not None:
                 self.m["ttsfarm_session_create_seconds"].labels(info["model"]).set(info["create_s"])
 

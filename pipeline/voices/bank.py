@@ -138,7 +138,8 @@ class VoiceBank:
                 return {name: self.versions[name] for name in fresh}
 
     def describe(self) -> dict[str, dict[str, Any]]:
-        """Per loaded voice: version, model file, precision, session id and its create time (heartbeat, metrics)."""
+        """Per loaded voice: version, model file, precision, the provider its session runs on, session id and its
+        create time (heartbeat, metrics)."""
         with self._lock:
             voices = dict(self._voices)
             versions = dict(self.versions)
@@ -148,7 +149,8 @@ class VoiceBank:
             session = getattr(voice, "_session", None)
             out[name] = {"version": versions.get(name, 1), "precision": getattr(voice, "precision", ""),
                          "model": info.model.name if info else "", "create_s": round(info.create_s, 4) if info else None,
-                         "session": f"{id(session):x}" if session is not None else ""}
+                         "session": f"{id(session):x}" if session is not None else "",
+                         "provider": info.providers[0] if info and info.providers else ""}
         return out
 
     def concrete_names(self) -> list[str]:

@@ -6,6 +6,7 @@ device arena capped), CPU otherwise, and a clear ``ModelError`` when a model fil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -84,6 +85,20 @@ def cuda_wanted(settings: RuntimeSettings) -> bool:
     return settings.device in ("cuda", "auto") and "CUDAExecutionProvider" in ort.get_available_providers()
 
 
+@functools.cache
+def load_cuda_libraries() -> None:
+    """Before the first CUDA session: load CUDA and cuDNN from the nvidia-* pip packages that
+    ``onnxruntime-gpu[cuda,cudnn]`` installs (or torch's); libraries of the system (the CUDA image) need nothing."""
+    import onnxruntime as ort
+
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is not None:
+        try:
+            preload()
+        except Exception as exc:  # libraries it cannot find: the session will say what is missing
+            log.warning("onnxruntime.preload_dlls failed: %s", exc)
+
+
 class SessionFactory:
     """One per process. ``create`` returns a warm-able session and records how long it took."""
 
@@ -98,6 +113,7 @@ class SessionFactory:
 
         s = self.settings
         if cuda_wanted(s):
+            load_cuda_libraries()
             cuda = {
                 "device_id": s.cuda_device_id,
                 "gpu_mem_limit": s.cuda_mem_limit_mb * 1024 * 1024,

@@ -1,0 +1,1 @@
+"""The default settings and voice catalogue: data only, installed as the package ``ttsfarm_configs``."""
