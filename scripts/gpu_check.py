@@ -198,10 +198,12 @@ def transfer_section(check: Check, models: list[StageModel], device: str, min_ti
 
 
 class MemorySampler(threading.Thread):
-    """Device memory every second while the farm runs (nvidia-smi, whole device)."""
+    """Device memory every second while the farm runs (whole device), and the tail of the worker's log kept
+    in the output folder (the bench's farm folder is removed when it stops)."""
 
-    def __init__(self) -> None:
+    def __init__(self, out: Path) -> None:
         super().__init__(daemon=True)
+        self.out = out
         self.samples: list[tuple[float, float | None]] = []
         self._stop = threading.Event()
         self.t0 = time.monotonic()
@@ -209,6 +211,12 @@ class MemorySampler(threading.Thread):
     def run(self) -> None:
         while not self._stop.wait(1.0):
             self.samples.append((round(time.monotonic() - self.t0, 1), device_memory()["used_mb"]))
+            for log_file in Path(tempfile.gettempdir()).glob("ttsfarm-bench-*/worker0.log"):
+                try:
+                    data = log_file.read_bytes()[-200_000:]
+                    (self.out / "worker.log").write_bytes(data)
+                except OSError:
+                    pass
 
     def stop(self) -> None:
         self._stop.set()
@@ -252,7 +260,7 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
     config = BenchConfig(workers=1, env=env, load=load, saturate_s=sat_s, saturate_concurrency=4 * max_batch if device == "cuda" else 4,
                          load_fraction=0.7, warmup_jobs=4, label=f"gpu-check-farm-{device}")
     os.environ["TTSFARM_CONFIG_DIR"] = str(config_dir)  # this entry point's own process submits with the same catalogue
-    sampler = MemorySampler()
+    sampler = MemorySampler(check.out)
     sampler.start()
     try:
         result = run_bench(config)

@@ -71,3 +71,9 @@ def test_dynamic_int8_variant_runs_and_stays_close(model: Path, tmp_path: Path) 
     ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(["audio"], {"frames": frames})[0]
     out = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(["audio"], {"frames": frames})[0]
     assert out.shape == ref.shape and float(np.max(np.abs(out - ref))) < 0.1 * float(np.max(np.abs(ref)))
+
+
+def test_variants_are_written_in_an_ir_version_older_runtimes_read(model: Path, tmp_path: Path) -> None:
+    """onnx writes IR 14 by default; onnxruntime-gpu 1.31 reads up to 13. Opset 17 needs only IR 8."""
+    for made in (to_fp16(model, tmp_path / "a.onnx"), to_dynamic_int8(model, tmp_path / "b.onnx")):
+        assert onnx.load(str(made)).ir_version <= 10

@@ -13,9 +13,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 FP16_KEEP_FP32 = ("RandomNormalLike", "RandomUniformLike", "RandomNormal", "RandomUniform", "Range", "CumSum", "NonZero",
                   "Resize", "Upsample")
+
+
+def portable_ir(model: Any) -> Any:
+    """Lower the model's IR version to the least its opsets need: onnx writes its newest IR (14 with onnx
+    1.23), which onnxruntime-gpu 1.31 refuses (it reads up to 13), while the opsets here need 8 to 10."""
+    from onnx import helper
+
+    least = helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    model.ir_version = min(model.ir_version, max(least, 7))
+    return model
 
 
 def to_fp16(src: Path, dst: Path) -> Path:
@@ -25,7 +36,7 @@ def to_fp16(src: Path, dst: Path) -> Path:
     model = onnx.load(str(src))
     half = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, op_block_list=list(FP16_KEEP_FP32))
     tmp = dst.with_name(dst.name + ".tmp")
-    onnx.save(half, str(tmp))
+    onnx.save(portable_ir(half), str(tmp))
     tmp.replace(dst)
     return dst
 
@@ -34,6 +45,9 @@ def to_dynamic_int8(src: Path, dst: Path) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     tmp = dst.with_name(dst.stem + ".tmp.onnx")
+    import onnx
+
     quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv", "MatMul"])
+    onnx.save(portable_ir(onnx.load(str(tmp))), str(tmp))
     tmp.replace(dst)
     return dst
