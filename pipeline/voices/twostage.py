@@ -161,8 +161,8 @@ class TwoStageVoice:
         self.vocoder = vocoder
         self.hop = vocoder.hop
         self._sessions = dict(sessions or {})
-        precisions = {s.precision for s in self._sessions.values()}
-        self.precision = precisions.pop() if len(precisions) == 1 else "mixed" if precisions else "fp32"
+        precisions = [s.precision for s in self._sessions.values()]  # e.g. "int8+fp32": INT8 acoustic, FP32 vocoder
+        self.precision = precisions[0] if len(set(precisions)) == 1 else "+".join(precisions) if precisions else "fp32"
 
     # -- sessions (the VoiceBank loads, warms and describes them) -------------------------------------
     @property
