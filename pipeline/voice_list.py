@@ -63,8 +63,9 @@ def describe_voice(spec: VoiceSpec, settings: Settings) -> dict[str, Any]:
                              "gate": {p: _figures(prepared.verdict(stage, p)) for p in ("fp32", "int8") if _figures(prepared.verdict(stage, p))}}
     else:
         verdict = prepared.verdict("model", spec.precision) if prepared else None
-        stages["model"] = {"model": spec.model.rsplit("/", 1)[-1], "precision": spec.precision,
-                           "why": (verdict or {}).get("reason", "")}
+        file = prepared.stage_file("model", spec.precision) if prepared else None
+        stages["model"] = {"model": file.name if file else spec.model if len(spec.model) < 60 else spec.model[:57] + "...",
+                           "precision": spec.precision, "why": (verdict or {}).get("reason", "")}
         if spec.engine == "piper":
             from pipeline.voices.piper import choose_model
             from pipeline.voices.piper_graph import prepare_piper_graph

@@ -164,6 +164,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_voices(args: argparse.Namespace) -> int:
     """`voices [list]`: the catalogue with what this install serves. `voices prepare [VOICE...]`: build what the
     voices need into the model cache. `voices reload [VOICE...]`: hot reload on the running workers."""
+    if args.action not in ("list", "prepare", "reload"):  # `voices joe kumo`: list those
+        args.voice, args.action = [args.action, *args.voice], "list"
     if args.action == "list":
         from pipeline.voice_list import describe_catalogue, format_voices
 
@@ -332,8 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("voices", help="list the voices and what is served; prepare them into the model cache; hot reload them")
-    p.add_argument("action", nargs="?", default="list", choices=["list", "prepare", "reload"],
-                   help="list (default): engines, stages, precision served, license, gate figures; prepare: build "
+    p.add_argument("action", nargs="?", default="list", metavar="{list,prepare,reload}",
+                   help="list (default; `voices NAME...` lists those): engines, stages, precision served, license, gate figures; prepare: build "
                         "split stages, INT8 where its gate passes (once; idempotent); reload: on the running workers")
     p.add_argument("voice", nargs="*", help="voices (default: all)")
     p.add_argument("--json", action="store_true", help="list: JSON instead of text")
