@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError
-from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, calibration_reader, quantize_graph, read_sentences
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
 from pipeline.settings import Settings, VoiceSpec
@@ -32,6 +31,7 @@ from pipeline.voices.base import PhonemeIds, SynthesisOptions
 from pipeline.voices.piper_graph import FRAME_LENGTHS, prepare_piper_graph
 from pipeline.voices.piper_split import DECODER_CONTEXT, split_piper_graph
 from pipeline.voices.piper_stages import PIPER_PREPARER_VERSION, piper_two_stage
+from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import SessionFactory, resolve_resource
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.quantize_eval import EVAL_SENTENCES_EN  # noqa: E402
-from pipeline.settings import load_settings  # noqa: E402
-from pipeline.voices.base import SynthesisOptions  # noqa: E402
+from pipeline.quantize_eval import EVAL_SENTENCES_EN
+from pipeline.settings import load_settings
+from pipeline.voices.base import SynthesisOptions
 
 
 def main() -> int:
