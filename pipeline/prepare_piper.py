@@ -1,6 +1,7 @@
 """The Piper preparer: frame lengths exposed, the graph split into acoustic + decoder, INT8 per stage.
 
-1. ``prepare_piper_graph`` exposes ``frame_lengths`` (in a scratch folder of the work folder);
+1. ``prepare_piper_graph`` exposes ``frame_lengths`` (in a scratch folder of the work folder; for a voice
+   served as one graph, ``engine = "piper"``, also where ``PiperVoice`` reads it in the model cache);
 2. ``split_piper_graph`` writes ``acoustic.fp32.onnx`` and ``vocoder.fp32.onnx``; the pair is checked
    against the whole graph on held-out sentences, noise off (lengths equal, max abs diff <= 1e-3, else
    ``MODEL_CORRUPT``), and the figures go into both FP32 verdicts;
@@ -109,6 +110,8 @@ def _gate_acoustic_int8(spec: VoiceSpec, settings: Settings, work: Path, fp32_vo
 
 
 def build_piper(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
+    if spec.engine == "piper":  # served as one graph (e.g. on CUDA): its frame-length graph goes where PiperVoice reads it
+        prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir)
     scratch = work / "scratch"
     whole = prepare_piper_graph(resolve_resource(spec.model), scratch)
     split = split_piper_graph(whole.path, work / "acoustic.fp32.onnx", work / "vocoder.fp32.onnx")
