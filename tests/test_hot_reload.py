@@ -19,6 +19,7 @@ from pipeline.errors import MODEL_MISSING, UNKNOWN_VOICE, InputError, ModelError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
+from pipeline.voices.runtime import StageState
 from producer.contract import Keys
 from tests.conftest import Farm
 from tests.test_metrics import joe_only_config
@@ -38,6 +39,13 @@ class FakeVoice:
 
     def load(self) -> None:
         self._session = object()
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    def stage_sessions(self) -> dict[str, StageState]:
+        return {"model": StageState(Path(self.spec.model), self.precision, None, self._session)}
 
     def phonemize(self, text: str, lang: str) -> Phonemized:
         return Phonemized(ids=(1, 2, 3), phonemes="abc")
@@ -184,7 +192,8 @@ def test_reload_under_load_loses_and_fails_nothing(redis_url: str, tmp_path: Pat
 
         after = _joe(farm)
         info = after["voice_info"]["joe"]
-        assert info["version"] == 2 and info["precision"] == "fp32" and info["model"].endswith(".lengths.onnx")
+        assert info["version"] == 2 and info["precision"] == "fp32" and info["model"] == "acoustic.fp32.onnx+vocoder.fp32.onnx"
+        assert {stage: served["precision"] for stage, served in info["stages"].items()} == {"acoustic": "fp32", "vocoder": "fp32"}
         assert info["session"] != before["session"]
         assert after["reload"]["ok"] and after["reload"]["versions"] == {"joe": 2}
         assert after["errors"] == {}

@@ -92,6 +92,9 @@ RECORDED = (
     MetricSpec("ttsfarm_voice_info", "gauge",
                "1 for the execution provider and precision each voice is served on (0 for what a reload replaced)",
                ("voice", "provider", "precision"), multiprocess_mode="livemax"),
+    MetricSpec("ttsfarm_voice_stage_info", "gauge",
+               "1 per stage of a loaded voice, labelled with the model file and the precision really served",
+               ("voice", "stage", "model", "precision"), multiprocess_mode="livemax"),
 )
 
 # Read at scrape time by the process serving the endpoint.
@@ -285,6 +288,8 @@ class WorkerMetrics:
             self.m["ttsfarm_voice_info"].labels(*served).set(1)
             if info.get("model") and info.get("create_s") is not None:
                 self.m["ttsfarm_session_create_seconds"].labels(info["model"]).set(info["create_s"])
+            for stage, st in (info.get("stages") or {}).items():
+                self.m["ttsfarm_voice_stage_info"].labels(name, stage, st["model"], st["precision"]).set(1)
 
     @_safe
     def reloaded(self, result: Mapping[str, Any]) -> None:
