@@ -142,3 +142,30 @@ def test_an_unknown_source_is_refused(tiny_files: tuple[Path, Path], tmp_path: P
     with pytest.raises(InputError) as exc:
         _bank(spec, tmp_path).get("tiny")
     assert "nothing-like-it" in exc.value.message
+
+
+def test_cuda_path_io_binding_and_rounded_shapes_keep_every_item(voice: twostage.TwoStageVoice) -> None:
+    """What a CUDA session gets (IO binding from a reused pool, padded shapes rounded up to a few sizes), run on the
+    CPU provider: each item comes out as it does on the plain path, and the pool is not reallocated per batch."""
+    from pipeline.voices.binding import StageBinding
+    from pipeline.voices.gpu import ShapePolicy
+
+    ids = _ids(voice)
+    opts = SynthesisOptions.noiseless()
+    plain = voice.synthesize_batch(ids, opts)
+    for stage in (voice.acoustic.session, voice.vocoder.session):
+        stage.load()
+        stage._binding = StageBinding(stage.session, device="cpu")
+        stage.shape_policy = ShapePolicy(width_multiple=16, batch_sizes=(1, 2, 4, 8))
+    assert voice.acoustic.session.host_pool == "pageable"
+    for _ in range(3):
+        bound = voice.synthesize_batch(ids[:3], opts)  # 3 rows -> 4, widths rounded to 16
+        for a, b in zip(plain[:3], bound):
+            assert a.shape == b.shape and float(np.max(np.abs(a - b))) <= 1e-5
+    bound_all = voice.synthesize_batch(ids, opts)
+    assert [len(a) for a in bound_all] == [len(a) for a in plain]
+    shapes = voice.vocoder.session._binding.shapes_seen
+    assert all(s[0][0] in (1, 2, 4, 8) and 0 in (s[0][1] % 16, s[0][2] % 16) for s in shapes), shapes  # [B, T, C] or [B, C, T]
+    allocations = voice.vocoder.session._binding.allocations
+    voice.synthesize_batch(ids[:3], opts)
+    assert voice.vocoder.session._binding.allocations == allocations  # same shapes: the pool is reused

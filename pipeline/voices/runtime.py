@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_STAGE_FAILED, ModelError
 from pipeline.settings import RuntimeSettings
 
@@ -234,6 +236,28 @@ class StageSession(LazySession):
         self.voice = voice
         self.stage = stage
         self.precision = precision
+        self._binding: Any = None  # pipeline.voices.binding.StageBinding when the session runs on CUDA
+        self.shape_policy: Any = None  # pipeline.voices.gpu.ShapePolicy then: stages round padded shapes with it
+
+    @property
+    def host_pool(self) -> str:
+        """How inputs reach the device: "pinned" or "pageable" staging under IO binding, "" without it."""
+        if self._binding is None:
+            return ""
+        return "pinned" if self._binding.pinned else "pageable"
+
+    def _on_load(self) -> None:
+        from pipeline.voices.gpu import ShapePolicy, wants_io_binding
+
+        settings = self._factory.settings
+        if self.info is not None and wants_io_binding(self.info.providers, settings):
+            from pipeline.voices.binding import StageBinding
+
+            self._binding = StageBinding(self._session, device="cuda", device_id=settings.cuda_device_id)
+            self.shape_policy = ShapePolicy.from_settings(settings)
+            if not self._binding.pinned:
+                log.warning("voice %s, %s stage on CUDA: torch with CUDA is not installed, so host staging buffers are "
+                            "pageable (slower copies); install the gpu extra for pinned ones", self.voice, self.stage)
 
     def load(self) -> None:
         try:
@@ -244,6 +268,8 @@ class StageSession(LazySession):
     def run(self, outputs: list[str], feeds: dict[str, Any]) -> list[Any]:
         session = self.session
         try:
+            if self._binding is not None:  # outputs copied out of this thread's staging pool, reused next call
+                return [np.array(out, copy=True) for out in self._binding.run(feeds, outputs)]
             return list(session.run(outputs, feeds))
         except Exception as exc:  # onnxruntime raises several unrelated classes
             first = str(exc).splitlines()[0] if str(exc) else repr(exc)

@@ -94,9 +94,16 @@ class OnnxAcoustic:
         self.extra_feeds = extra_feeds
 
     def feeds(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> dict[str, np.ndarray]:
-        lengths = np.array([len(ids) for ids in batch], dtype=np.int64)
-        ids = np.zeros((len(batch), int(lengths.max())), dtype=np.int64)
-        for row, item in enumerate(batch):
+        """Padded ids (pad 0). On CUDA the width and the row count are rounded up by the session's shape policy
+        (extra rows repeat the first item and are dropped), so the device arena sees a few shapes again and again."""
+        policy = self.session.shape_policy
+        rows, width = len(batch), max(len(ids) for ids in batch)
+        if policy is not None:
+            rows, width = policy.batch(rows), policy.width(width)
+        padded = [batch[row] if row < len(batch) else batch[0] for row in range(rows)]
+        lengths = np.array([len(ids) for ids in padded], dtype=np.int64)
+        ids = np.zeros((rows, width), dtype=np.int64)
+        for row, item in enumerate(padded):
             ids[row, : len(item)] = item
         extra = dict(self.extra_feeds(opts)) if self.extra_feeds else {}
         return {self.graph.ids: ids, self.graph.lengths: lengths, **extra}
@@ -108,8 +115,8 @@ class OnnxAcoustic:
         frames, counts, durations = self.session.run([g.frames, g.frame_lengths, g.durations], self.feeds(batch, opts))
         frames = _to_ntc(np.asarray(frames), g.layout)
         counts = np.asarray(counts).reshape(-1)
-        durations = np.asarray(durations).reshape(len(batch), -1)
-        if frames.ndim != 3 or frames.shape[2] != self.channels or len(counts) != len(batch):
+        durations = np.asarray(durations).reshape(len(counts), -1)
+        if frames.ndim != 3 or frames.shape[2] != self.channels or len(counts) < len(batch):
             raise self.session.fail(f"frames shaped {frames.shape}, {len(counts)} frame counts for {len(batch)} items")
         out = []
         for row, item in enumerate(batch):
@@ -141,13 +148,17 @@ class OnnxVocoder:
             return []
         counts = [int(f.shape[0]) for f in frames]
         width = max(max(counts) + self.tail_frames, self.min_frames)
+        rows = len(frames)
+        policy = self.session.shape_policy  # on CUDA: rounded shapes (zero frames after each item, zero rows)
+        if policy is not None:
+            rows, width = policy.batch(rows), policy.width(width)
         channels = int(frames[0].shape[1])
-        batch = np.zeros((len(frames), width, channels), dtype=np.float32)
+        batch = np.zeros((rows, width, channels), dtype=np.float32)
         for row, item in enumerate(frames):
             batch[row, : item.shape[0]] = item
         feed = np.ascontiguousarray(np.transpose(batch, (0, 2, 1))) if self.layout == "channels_first" else batch
         (audio,) = self.session.run([self.audio_output], {self.frames_input: feed})
-        audio = np.asarray(audio).reshape(len(frames), -1)
+        audio = np.asarray(audio).reshape(rows, -1)
         if audio.shape[1] < width * self.hop:
             raise self.session.fail(f"{audio.shape[1]} samples for {width} frames (hop {self.hop})")
         return [np.ascontiguousarray(audio[row, : n * self.hop], dtype=np.float32) for row, n in enumerate(counts)]
