@@ -100,9 +100,10 @@ def timeout_arg(name: str, timeout: Any) -> float | None:
 
 
 def job_id_arg(job_id: Any) -> str:
-    value = name_arg("the job id", job_id)
-    assert value is not None
-    return value
+    """A job id to look up: a ``str`` (one that names no job is JOB_NOT_FOUND where it is looked up)."""
+    if not isinstance(job_id, str):
+        raise InputError(f"a job id is a string, not {_kind(job_id)}", code=BAD_OPTION)
+    return job_id
 
 
 def stream_args(after_seq: Any, timeout: Any, block_ms: Any) -> tuple[int, float | None, int]:

@@ -58,7 +58,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
                           optional=True, integer=True)
     sample_rate = integer_arg("sample_rate", request.get("sample_rate"), optional=True)  # the rates: check_sample_rate
     job_id = request.get("job_id")
-    if job_id is not None and not JOB_ID.fullmatch(job_id_arg(job_id)):
+    if job_id is not None and not JOB_ID.fullmatch(job_id_arg(job_id)[:100]):
         raise InputError("job_id must be 8 to 64 letters, digits, '_' or '-'", code=BAD_OPTION)
     spec = settings.catalogue.get(voice)
     rate = check_sample_rate(sample_rate) if sample_rate else output_rate(settings.catalogue, spec.name)
