@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
+from pipeline.errors import BAD_OPTION, InputError, JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.checks import job_id_arg, stream_args, wait_args
@@ -80,8 +80,13 @@ class Client:
 
     def submit_book(self, path: str | Path, *, out: str, **kwargs: Any) -> BookHandle:
         """Queue a book (.txt, .md, .epub) as per-segment bulk jobs; see ``producer.book.submit_book``."""
+        import inspect
+
         from producer.book import submit_book
 
+        unknown = sorted(set(kwargs) - set(inspect.signature(submit_book).parameters) - {"client", "path", "out"})
+        if unknown:
+            raise InputError(f"unknown book option(s) {', '.join(map(repr, unknown))}", code=BAD_OPTION)
         return submit_book(self, path, out=out, **kwargs)
 
     def job(self, job_id: str) -> Job:

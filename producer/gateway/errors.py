@@ -25,6 +25,7 @@ from pipeline.errors import (
     TransientError,
     TTSFarmError,
 )
+from producer.reader import STREAM_TRIMMED
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ def status_for(exc: TTSFarmError) -> int:
         return 504
     if isinstance(exc, JobError) and exc.code in ("JOB_CANCELLED", "JOB_EXPIRED"):
         return 409
+    if exc.code == STREAM_TRIMMED:  # the chunks asked for are gone from the results stream
+        return 410
     return 500  # ModelError, a job that failed on a worker for a server-side reason
 
 
