@@ -77,7 +77,8 @@ def submit_book(client: Any, path: str | Path, *, out: str, voice: str | None = 
     overrides ``opts.voice``; ``book`` is an already parsed book (``path`` then only names it)."""
     from pipeline.audio import check_format
 
-    path, out, book_id = book_args(path, out, book_id, manifest)
+    checked, out, book_id = book_args(path, out, book_id, manifest)
+    path = Path(checked)
     if opts is not None and not isinstance(opts, BookOptions):
         raise InputError(f"opts must be a BookOptions, not {type(opts).__name__}", code=BAD_OPTION)
     opts = opts or BookOptions()

@@ -19,7 +19,7 @@ from typing import Any
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
 from producer.book_formats import Book
-from producer.checks import integer_arg, name_arg, number_arg, options_arg
+from producer.checks import integer_arg, name_arg, number_arg, optional_name_arg, options_arg
 
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio
 LOUDNESS_FLOOR_DB = -70.0  # absolute gate; blocks below it are silence
@@ -148,7 +148,7 @@ def segment_key(job_id: str) -> str:
     return f"{job_id}/audio.pcm"
 
 
-def book_args(path: Any, out: Any, book_id: Any, manifest: Any) -> tuple[str | Path, str, str | None]:
+def book_args(path: Any, out: Any, book_id: Any, manifest: Any) -> tuple[str | os.PathLike[str], str, str | None]:
     """The arguments of ``submit_book`` that name things, checked for type (``producer.checks``)."""
     if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)) or not str(path):
         raise InputError(f"the book must be a file path (str or os.PathLike), not {type(path).__name__}", code=BAD_OPTION)
@@ -156,13 +156,13 @@ def book_args(path: Any, out: Any, book_id: Any, manifest: Any) -> tuple[str | P
         raise InputError(f"out must be s3://bucket/prefix or a folder, not {out!r}"[:200], code=BAD_OPTION)
     if manifest is not None and not isinstance(manifest, (str, os.PathLike, Mapping)):
         raise InputError(f"the chapter manifest must be a path or a mapping, not {type(manifest).__name__}", code=BAD_OPTION)
-    return path, out, name_arg("book_id", book_id, optional=True)
+    return path, out, optional_name_arg("book_id", book_id)
 
 
 def check_book_options(opts: BookOptions) -> None:
     """Every ``BookOptions`` field of the wrong type or out of range is BAD_OPTION (the voice, format and
     rate vocabularies are checked where they are used)."""
-    name_arg("voice", opts.voice, optional=True)
+    optional_name_arg("voice", opts.voice)
     name_arg("format", opts.format)
     integer_arg("sample_rate", opts.sample_rate, optional=True)
     options_arg(opts.options)
@@ -186,7 +186,7 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     from pipeline.voices.base import SynthesisOptions
 
     check_book_options(opts)
-    if not re.fullmatch(r"[\w.-]{1,64}", name_arg("book_id", book_id) or ""):
+    if not re.fullmatch(r"[\w.-]{1,64}", name_arg("book_id", book_id)):
         raise InputError(f"book id {book_id!r}: use 1 to 64 letters, digits, '.', '_' or '-'", code=BAD_OPTION)
     spec = settings.catalogue.get(opts.voice)
     rate = check_sample_rate(opts.sample_rate) if opts.sample_rate else output_rate(settings.catalogue, spec.name)

@@ -35,16 +35,19 @@ def text_arg(text: Any) -> str | bytes:
     raise InputError(f"the text must be a str or UTF-8 bytes, not {_kind(text)}", code=MALFORMED_JOB)
 
 
-def name_arg(name: str, value: Any, *, optional: bool = False) -> str | None:
-    """A short name (voice, format, lane, job id): a ``str``, or ``None`` where that means the default."""
-    if value is None and optional:
-        return None
+def name_arg(name: str, value: Any) -> str:
+    """A short name (voice, format, lane, book id): a ``str`` of at most ``MAX_NAME_CHARS``."""
     if not isinstance(value, str):
         raise InputError(f"{name} must be a string, not {_kind(value)}", code=BAD_OPTION)
     if len(value) > MAX_NAME_CHARS:
         raise InputError(f"{name} is {len(value)} characters long; no {name} is longer than {MAX_NAME_CHARS}",
                          code=BAD_OPTION)
     return value
+
+
+def optional_name_arg(name: str, value: Any) -> str | None:
+    """``name_arg``, or ``None`` where that means the default."""
+    return None if value is None else name_arg(name, value)
 
 
 def number_arg(name: str, value: Any, *, low: float, high: float, optional: bool = False,
@@ -57,8 +60,9 @@ def number_arg(name: str, value: Any, *, low: float, high: float, optional: bool
     if isinstance(value, bool) or not isinstance(value, kind):
         what = "an integer" if integer else "a number"
         raise InputError(f"{name} must be {what}, not {_kind(value)}", code=BAD_OPTION)
+    number: Any = value
     try:
-        v = int(value) if integer else float(value)
+        v = int(number) if integer else float(number)
         inside = (v > low if low_open else v >= low) and v <= high and (integer or math.isfinite(v))
     except (OverflowError, ValueError):  # an int too big for a float
         inside = False
@@ -74,17 +78,16 @@ def integer_arg(name: str, value: Any, *, optional: bool = False) -> int | None:
     return number_arg(name, value, low=-math.inf, high=math.inf, optional=optional, integer=True)  # type: ignore[no-any-return]
 
 
-def options_arg(options: Any) -> dict[str, float | None]:
+def options_arg(options: Any) -> dict[str, Any]:
     """Synthesis options: a mapping of option names to numbers (or ``None``: the voice's default). The
     names and ranges are the voices' own (``SynthesisOptions.from_dict``); here only their types."""
     if options is None:
         return {}
     if not isinstance(options, Mapping):
         raise InputError(f"options must be a mapping such as {{'speed': 1.2}}, not {_kind(options)}", code=BAD_OPTION)
-    out: dict[str, float | None] = {}
+    out: dict[str, Any] = {}
     for key, value in options.items():
         name = name_arg("an option name", key)
-        assert name is not None
         out[name] = number_arg(f"options[{name[:40]!r}]", value, low=-math.inf, high=math.inf, optional=True)
     return out
 

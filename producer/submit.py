@@ -12,7 +12,7 @@ from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
-from producer.checks import integer_arg, job_id_arg, name_arg, number_arg, options_arg, text_arg
+from producer.checks import integer_arg, job_id_arg, name_arg, number_arg, optional_name_arg, options_arg, text_arg
 from producer.contract import CHUNK_MS_RANGE, JOB_ID, LANES, Keys, SegmentJob, bucket_of, new_job_id
 
 
@@ -47,7 +47,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
         raise InputError(f"unknown request option(s) {', '.join(map(repr, unknown))}; known: {', '.join(REQUEST_KEYS)}",
                          code=BAD_OPTION)
     text = text_arg(text)
-    voice = name_arg("voice", request.get("voice"), optional=True)
+    voice = optional_name_arg("voice", request.get("voice"))
     fmt = check_format(name_arg("format", request.get("format", "wav")))
     lane = name_arg("lane", request.get("lane", "interactive"))
     if lane not in LANES:

@@ -14,7 +14,7 @@ from starlette.requests import HTTPConnection
 from pipeline.errors import UNKNOWN_VOICE, InputError, JobNotFoundError
 from pipeline.settings import Settings
 from producer.aio import AsyncClient, AsyncJob
-from producer.checks import name_arg
+from producer.checks import optional_name_arg
 from producer.gateway.errors import no_workers
 from producer.gateway.settings import GatewaySettings
 
@@ -73,7 +73,7 @@ class GatewayState:
     def resolve_voice(self, name: str | None) -> str:
         """A catalogue voice for a requested name: the name itself (any case), an alias, or the default."""
         catalogue = self.settings.catalogue
-        name = name_arg("voice", name, optional=True)
+        name = optional_name_arg("voice", name)
         if name is None or not name.strip():
             return catalogue.get(None).name
         key = str(name).strip()
