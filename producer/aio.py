@@ -14,7 +14,8 @@ from pipeline.errors import JobNotFoundError, JobTimeoutError, TransientError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.client import _raise_if_failed
-from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.checks import job_id_arg, stream_args, wait_args
+from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
@@ -27,6 +28,7 @@ class AsyncClient:
         self.keys = Keys(settings.redis.key_prefix)
         self._groups_ready = False
         self._admit = connection.register_script(ADMIT)
+        self._read_results = connection.register_script(READ_RESULTS)
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> AsyncClient:
@@ -50,7 +52,7 @@ class AsyncClient:
         await self.redis.eval(ENSURE_GROUPS, len(streams), *streams, GROUP)
         self._groups_ready = True
 
-    async def submit(self, text: bytes | str, **request: Any) -> AsyncJob:
+    async def submit(self, text: Any, **request: Any) -> AsyncJob:
         """Like ``Client.submit``. The frontend runs in a thread so the event loop keeps serving."""
         sub = await asyncio.to_thread(prepare_submission, self.settings, text, **request)
         try:
@@ -63,7 +65,7 @@ class AsyncClient:
         return AsyncJob(self, sub.job_id, sub.total)
 
     async def job(self, job_id: str) -> AsyncJob:
-        raw = await self.redis.hgetall(self.keys.status(job_id))
+        raw = await self.redis.hgetall(self.keys.status(job_id_arg(job_id)))
         if not raw:
             raise JobNotFoundError(f"no job {job_id!r} (unknown or expired)")
         return AsyncJob(self, job_id, int(decode_status(raw)["total"]))
@@ -88,16 +90,23 @@ class AsyncJob:
             raise JobNotFoundError(f"no job {self.id!r} (unknown or expired)")
         return outcome == 1
 
-    async def stream(self, *, after_seq: int = -1, timeout: float | None = None, block_ms: int = 500) -> AsyncIterator[Chunk]:
-        reader = ResultsReader(total=self.total, skip_through_seq=after_seq)
+    def stream(self, *, after_seq: int = -1, timeout: float | None = None, block_ms: int = 500) -> AsyncIterator[Chunk]:
+        """Like ``Job.stream``: ``async for chunk in job.stream()``. Bad arguments raise here, at the call."""
+        return self._stream(*stream_args(after_seq, timeout, block_ms))
+
+    async def _stream(self, after_seq: int, timeout: float | None, block_ms: int) -> AsyncIterator[Chunk]:
+        reader = ResultsReader(total=self.total, skip_through_seq=after_seq, job_id=self.id)
         deadline = None if timeout is None else time.monotonic() + timeout
         key = self.client.keys.results(self.id)
         failures = 0
         while not reader.finished:
             if deadline is not None and time.monotonic() > deadline:
                 raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s")
+            woke = None
             try:
-                reply = await self.client.redis.xread({key: reader.last_id}, count=256, block=block_ms)
+                entries = reader.take(await self.client._read_results(keys=[key], args=reader.read_args()))
+                if not entries:
+                    woke = await self.client.redis.xread({key: reader.last_id}, count=1, block=block_ms)
                 failures = 0
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 failures += 1
@@ -105,17 +114,17 @@ class AsyncJob:
                     raise TransientError(f"lost Redis while streaming job {self.id}: {exc}") from exc
                 await asyncio.sleep(min(2.0, 0.05 * 2**failures))
                 continue
-            if not reply:
-                st = await self.status()
-                if st["state"] in ("cancelled", "expired"):
-                    _raise_if_failed(self.id, {"state": st["state"], "code": f"JOB_{st['state'].upper()}"})
-                continue
-            for entry_id, fields in reply[0][1]:
+            for entry_id, fields in entries or ():
                 for chunk in reader.feed(entry_id, fields):
                     yield chunk
+            if not entries and not woke:
+                error = reader.idle_error((await self.status())["state"], stream_exists=entries is not None)
+                if error:
+                    raise error
         _raise_if_failed(self.id, reader.final or {})
 
     async def wait(self, timeout: float | None = None, *, poll_s: float = 0.02) -> JobResult:
+        timeout, poll_s = wait_args(timeout, poll_s)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             st = await self.status()

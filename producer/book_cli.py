@@ -20,6 +20,7 @@ from producer.book_plan import (
     default_book_id,
     plan_book,
 )
+from producer.checks import timeout_arg
 
 
 def run_book(settings: Settings, path: str | Path, voice: str | None, out: str, *, book_id: str | None = None,
@@ -100,6 +101,7 @@ def add_arguments(p: Any) -> None:
 
 
 def cmd_book(settings: Settings, args: Any) -> int:
+    timeout_arg("--timeout", args.timeout)  # before anything is queued
     options = {"speed": args.speed, **({"noise_scale": 0.0, "noise_w": 0.0} if args.noise_off else {})}
     opts = BookOptions(voice=args.voice, format=args.format, sample_rate=args.rate, options=options,
                        read_titles=not args.no_titles, loudness_db=args.loudness, peak_db=args.peak)

@@ -30,12 +30,15 @@ from producer.book_plan import (
     BookResult,
     ChapterPlan,
     ChapterResult,
+    book_args,
     book_gain,
+    check_book_options,
     default_book_id,
     loudness_of,
     plan_book,
     segment_key,
 )
+from producer.checks import timeout_arg
 from producer.contract import SegmentJob, bucket_of
 
 log = logging.getLogger(__name__)
@@ -74,9 +77,14 @@ def submit_book(client: Any, path: str | Path, *, out: str, voice: str | None = 
     overrides ``opts.voice``; ``book`` is an already parsed book (``path`` then only names it)."""
     from pipeline.audio import check_format
 
+    checked, out, book_id = book_args(path, out, book_id, manifest)
+    path = Path(checked)
+    if opts is not None and not isinstance(opts, BookOptions):
+        raise InputError(f"opts must be a BookOptions, not {type(opts).__name__}", code=BAD_OPTION)
     opts = opts or BookOptions()
     if voice is not None:
         opts = dataclasses.replace(opts, voice=voice)
+    check_book_options(opts)
 
     if check_format(opts.format) == "pcm":
         raise InputError("a chapter file is flac, ogg or wav", code="UNSUPPORTED_FORMAT")
@@ -365,6 +373,12 @@ class BookHandle:
     def results(self, timeout: float | None = None, on_progress: Any = None) -> Iterator[ChapterResult]:
         """Drive the book to its end, yielding each chapter once its file is written; ``on_progress``
         is called with a ``BookProgress`` every round (about four a second)."""
+        timeout = timeout_arg("timeout", timeout)
+        if on_progress is not None and not callable(on_progress):
+            raise InputError("on_progress must be callable", code=BAD_OPTION)
+        return self._results(timeout, on_progress)
+
+    def _results(self, timeout: float | None, on_progress: Any) -> Iterator[ChapterResult]:
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while not self.files:

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
 from producer.book_formats import Book
+from producer.checks import integer_arg, name_arg, number_arg, optional_name_arg, options_arg
 
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio
 LOUDNESS_FLOOR_DB = -70.0  # absolute gate; blocks below it are silence
@@ -146,6 +148,36 @@ def segment_key(job_id: str) -> str:
     return f"{job_id}/audio.pcm"
 
 
+def book_args(path: Any, out: Any, book_id: Any, manifest: Any) -> tuple[str | os.PathLike[str], str, str | None]:
+    """The arguments of ``submit_book`` that name things, checked for type (``producer.checks``)."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise InputError(f"the book must be a file path (str or os.PathLike), not {type(path).__name__}", code=BAD_OPTION)
+    if not isinstance(out, str) or not out.strip():
+        raise InputError(f"out must be s3://bucket/prefix or a folder, not {out!r}"[:200], code=BAD_OPTION)
+    if manifest is not None and not isinstance(manifest, (str, os.PathLike, Mapping)):
+        raise InputError(f"the chapter manifest must be a path or a mapping, not {type(manifest).__name__}", code=BAD_OPTION)
+    return path, out, optional_name_arg("book_id", book_id)
+
+
+def check_book_options(opts: BookOptions) -> None:
+    """Every ``BookOptions`` field of the wrong type or out of range is BAD_OPTION (the voice, format and
+    rate vocabularies are checked where they are used)."""
+    optional_name_arg("voice", opts.voice)
+    name_arg("format", opts.format)
+    integer_arg("sample_rate", opts.sample_rate, optional=True)
+    options_arg(opts.options)
+    if not isinstance(opts.read_titles, bool):
+        raise InputError(f"read_titles must be true or false, not {opts.read_titles!r}"[:120], code=BAD_OPTION)
+    number_arg("loudness_db", opts.loudness_db, low=LOUDNESS_FLOOR_DB, high=0)
+    number_arg("peak_db", opts.peak_db, low=-60, high=0)
+    number_arg("limit_db", opts.limit_db, low=0, high=24)
+    number_arg("head_s", opts.head_s, low=0, high=60)
+    number_arg("tail_s", opts.tail_s, low=0, high=60)
+    number_arg("fade_ms", opts.fade_ms, low=0, high=1000)
+    number_arg("max_retries", opts.max_retries, low=0, high=100, integer=True)
+    number_arg("stall_s", opts.stall_s, low=0, high=7 * 86400, low_open=True)
+
+
 def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions) -> BookPlan:
     """Segments and job ids of every chapter; input errors (voice, options) are raised here."""
     from pipeline.audio import check_sample_rate
@@ -153,11 +185,12 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     from pipeline.voices.bank import output_rate
     from pipeline.voices.base import SynthesisOptions
 
-    if not re.fullmatch(r"[\w.-]{1,64}", book_id):
+    check_book_options(opts)
+    if not re.fullmatch(r"[\w.-]{1,64}", name_arg("book_id", book_id)):
         raise InputError(f"book id {book_id!r}: use 1 to 64 letters, digits, '.', '_' or '-'", code=BAD_OPTION)
     spec = settings.catalogue.get(opts.voice)
     rate = check_sample_rate(opts.sample_rate) if opts.sample_rate else output_rate(settings.catalogue, spec.name)
-    options = SynthesisOptions.from_dict(dict(opts.options)).to_dict()
+    options = SynthesisOptions.from_dict(options_arg(opts.options)).to_dict()
     fe = settings.frontend
     segmenter = Segmenter(dataclasses.replace(fe, first_segment_chars=fe.max_segment_chars,
                                               first_segment_chars_zh=fe.max_segment_chars_zh))

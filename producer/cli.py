@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import EXTRA_MISSING, ModelError, TTSFarmError
+from pipeline.errors import BAD_OPTION, EXTRA_MISSING, InputError, ModelError, TTSFarmError
+from producer.checks import timeout_arg
 
 log = logging.getLogger("ttsfarm")
 
@@ -28,7 +29,10 @@ def _text(args: argparse.Namespace) -> bytes | str:
     if args.text == "-":
         return sys.stdin.buffer.read()
     if getattr(args, "file", False):
-        return Path(args.text).read_bytes()
+        try:
+            return Path(args.text).read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read {args.text!r}: {exc.strerror or exc}", code=BAD_OPTION) from None
     return args.text
 
 
@@ -73,6 +77,7 @@ def cmd_phonemize(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from producer.client import Client
 
+    timeout_arg("--timeout", args.timeout)  # before anything is queued
     settings = _settings(args)
     client = Client.from_url(settings=settings)
     start = time.perf_counter()

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
+from pipeline.errors import BAD_OPTION, InputError, JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
 from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
-from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, STATES_FINAL, Chunk, JobResult, Keys
+from producer.checks import job_id_arg, stream_args, wait_args
+from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
@@ -33,6 +34,7 @@ class Client:
         self.keys = Keys(settings.redis.key_prefix)
         self._groups_ready = False
         self._admit = connection.register_script(ADMIT)
+        self._read_results = connection.register_script(READ_RESULTS)
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Client:
@@ -58,9 +60,10 @@ class Client:
         self.redis.eval(ENSURE_GROUPS, len(streams), *streams, GROUP)
         self._groups_ready = True
 
-    def submit(self, text: bytes | str, **request: Any) -> Job:
+    def submit(self, text: Any, **request: Any) -> Job:
         """Segment ``text`` and queue its segments. Keywords: voice, format, sample_rate, lane,
-        options ({"speed", "noise_scale", "noise_w"}), deadline_s. Bad input raises ``InputError``; a full
+        options ({"speed", "noise_scale", "noise_w"}), deadline_s, chunk_ms. Bad input of any type or value
+        raises ``InputError`` with a stable code (checked in ``prepare_submission``); a full
         lane raises ``OverloadedError`` (code OVERLOADED, retryable)."""
         sub = prepare_submission(self.settings, text, **request)
         try:
@@ -77,13 +80,18 @@ class Client:
 
     def submit_book(self, path: str | Path, *, out: str, **kwargs: Any) -> BookHandle:
         """Queue a book (.txt, .md, .epub) as per-segment bulk jobs; see ``producer.book.submit_book``."""
+        import inspect
+
         from producer.book import submit_book
 
+        unknown = sorted(set(kwargs) - set(inspect.signature(submit_book).parameters) - {"client", "path", "out"})
+        if unknown:
+            raise InputError(f"unknown book option(s) {', '.join(map(repr, unknown))}", code=BAD_OPTION)
         return submit_book(self, path, out=out, **kwargs)
 
     def job(self, job_id: str) -> Job:
         """A handle on an existing job (to stream or wait from another process)."""
-        status = self.redis.hgetall(self.keys.status(job_id))
+        status = self.redis.hgetall(self.keys.status(job_id_arg(job_id)))
         if not status:
             raise JobNotFoundError(f"no job {job_id!r} (unknown or expired)")
         return Job(self, job_id, int(decode_status(status)["total"]))
@@ -115,17 +123,24 @@ class Job:
         """Yield the job's chunks in order as they are published; ``after_seq`` resumes a stream.
 
         Survives a dropped connection (it resumes from the last entry read). Raises ``JobError`` with
-        the worker's code if the job fails, ``JobTimeoutError`` after ``timeout`` seconds.
+        the worker's code if the job fails, with STREAM_TRIMMED if the chunks it needs were trimmed or
+        expired (``producer.reader``), ``JobTimeoutError`` after ``timeout`` seconds.
         """
-        reader = ResultsReader(total=self.total, skip_through_seq=after_seq)
+        return self._stream(*stream_args(after_seq, timeout, block_ms))
+
+    def _stream(self, after_seq: int, timeout: float | None, block_ms: int) -> Iterator[Chunk]:
+        reader = ResultsReader(total=self.total, skip_through_seq=after_seq, job_id=self.id)
         deadline = None if timeout is None else time.monotonic() + timeout
         key = self.client.keys.results(self.id)
         failures = 0
         while not reader.finished:
             if deadline is not None and time.monotonic() > deadline:
                 raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s")
+            woke = None
             try:
-                reply = self.client.redis.xread({key: reader.last_id}, count=256, block=block_ms)
+                entries = reader.take(self.client._read_results(keys=[key], args=reader.read_args()))
+                if not entries:  # wait for the next entry, then read it (and the trim count) above
+                    woke = self.client.redis.xread({key: reader.last_id}, count=1, block=block_ms)
                 failures = 0
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 failures += 1
@@ -133,20 +148,17 @@ class Job:
                     raise TransientError(f"lost Redis while streaming job {self.id}: {exc}") from exc
                 time.sleep(min(2.0, 0.05 * 2**failures))
                 continue
-            if not reply:
-                self._check_alive()
-                continue
-            for entry_id, fields in reply[0][1]:
+            for entry_id, fields in entries or ():
                 yield from reader.feed(entry_id, fields)
+            if not entries and not woke:
+                error = reader.idle_error(self.status()["state"], stream_exists=entries is not None)
+                if error:
+                    raise error
         _raise_if_failed(self.id, reader.final or {})
-
-    def _check_alive(self) -> None:
-        st = self.status()
-        if st["state"] in ("cancelled", "expired"):
-            raise JobError(f"job {self.id} was {st['state']}", code=f"JOB_{st['state'].upper()}")
 
     def wait(self, timeout: float | None = None, *, poll_s: float = 0.02) -> JobResult:
         """Block until the job ends; return where its full output is stored."""
+        timeout, poll_s = wait_args(timeout, poll_s)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:

@@ -18,7 +18,7 @@ from typing import Any
 from pipeline.errors import MALFORMED_JOB, InputError
 
 SCHEMA_VERSION = 1
-_JOB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # also a storage key part: no dots, no slashes
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # also a storage key part: no dots, no slashes
 LANES = ("interactive", "bulk")
 CHUNK_MS_RANGE = (20, 5000)
 GROUP = "workers"
@@ -42,6 +42,24 @@ if not state then return -1 end
 if {" or ".join(f"state == '{s}'" for s in STATES_FINAL)} then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished', ARGV[1])
 return 1
+"""
+
+
+# Reads the results stream KEYS[1] after ARGV[1] (an exclusive start, "(1-0"), at most ARGV[2] entries, with
+# how many entries the stream has lost at its head (Redis 7's entries-added minus its length; -1 before 7):
+# workers trim it at results_maxlen and nothing else deletes from it, so a reader that has read fewer entries
+# than that has lost some. nil when the stream does not exist (not yet, or expired).
+READ_RESULTS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local added, length = -1, 0
+for i = 1, #info, 2 do
+  if info[i] == 'entries-added' then added = info[i + 1] end
+  if info[i] == 'length' then length = info[i + 1] end
+end
+local lost = -1
+if added >= 0 then lost = added - length end
+return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 """
 
 
@@ -131,7 +149,7 @@ class SegmentJob:
 
     def validate(self) -> None:
         checks = [
-            (isinstance(self.job_id, str) and _JOB_ID.fullmatch(self.job_id) is not None, "job_id"),
+            (isinstance(self.job_id, str) and JOB_ID.fullmatch(self.job_id) is not None, "job_id"),
             (isinstance(self.seg, int) and isinstance(self.total, int) and 0 <= self.seg < self.total <= 100_000, "seg/total"),
             (isinstance(self.text, str) and 0 < len(self.text) <= 10_000, "text"),
             (self.lane in LANES, "lane"),

@@ -4,6 +4,11 @@ Workers publish a segment's chunks back to back, tagged with the segment, part a
 can finish out of order (several workers), and a segment can be redone after a worker dies, so the
 reader keeps each (segment, attempt) apart and releases a segment only once one attempt of it is
 complete, in segment order. Chunks of an abandoned attempt are never mixed with a later one.
+
+Workers trim the results stream at ``queue.results_maxlen`` entries, and it expires ``job_ttl_s`` after
+the job ends. A reader that fell that far behind, or that resumes (``after_seq``) once the head of the
+stream is gone, cannot number or complete the chunks: it raises ``JobError`` with code STREAM_TRIMMED at
+once (the job's full output is still stored: ``wait()`` gives its URL) instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -13,7 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.contract import CHUNK, FINAL, Chunk
+from pipeline.errors import JobError
+from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk
+
+STREAM_TRIMMED = "STREAM_TRIMMED"  # stable: the chunks a reader needs are no longer in the results stream
+READ_COUNT = 256  # entries per read
 
 
 def _s(v: Any) -> str:
@@ -24,15 +33,43 @@ def _s(v: Any) -> str:
 class ResultsReader:
     total: int
     skip_through_seq: int = -1  # resume: drop chunks up to and including this seq
+    job_id: str = ""
     last_id: str = "0-0"
+    entries: int = 0  # entries read, from the stream's first: the reader's position
     next_seg: int = 0
     seq: int = 0
     final: dict[str, Any] | None = None
     _parts: dict[tuple[int, str], dict[int, tuple[bytes, int, bool]]] = field(default_factory=dict)
     _complete: dict[int, list[tuple[bytes, int]]] = field(default_factory=dict)
 
+    def read_args(self) -> list[Any]:
+        """ARGV of ``contract.READ_RESULTS``: the entries after this reader's position."""
+        return [f"({self.last_id}", READ_COUNT]
+
+    def take(self, reply: Any) -> list[tuple[Any, dict[Any, Any]]] | None:
+        """The entries of a ``READ_RESULTS`` reply, to ``feed`` in order; None when the stream does not
+        exist. Raises STREAM_TRIMMED when entries this reader has not read were trimmed."""
+        if reply is None:
+            return None
+        lost, raw = int(reply[0]), reply[1]
+        if lost > self.entries:
+            raise JobError(f"job {self.job_id}: the results stream no longer holds chunks this reader needs "
+                           f"({lost} entries trimmed, {self.entries} read; results_maxlen bounds it): read faster, "
+                           "or fetch the stored output once the job is done", code=STREAM_TRIMMED)
+        return [(entry_id, dict(zip(flat[::2], flat[1::2]))) for entry_id, flat in raw]
+
+    def idle_error(self, state: str, stream_exists: bool) -> JobError | None:
+        """When a read found nothing new: the error to end the stream with, if the job cannot add more."""
+        if state in ("cancelled", "expired"):
+            return JobError(f"job {self.job_id} was {state}", code=f"JOB_{state.upper()}")
+        if state in STATES_FINAL and not stream_exists:
+            return JobError(f"job {self.job_id} is {state} and its results stream has expired; fetch the stored "
+                            "output instead", code=STREAM_TRIMMED)
+        return None
+
     def feed(self, entry_id: Any, fields: Mapping[Any, Any]) -> list[Chunk]:
         self.last_id = _s(entry_id)
+        self.entries += 1
         f = {_s(k): v for k, v in fields.items()}
         kind = _s(f.get("type", ""))
         if kind == FINAL:

@@ -12,7 +12,8 @@ from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
-from producer.contract import CHUNK_MS_RANGE, LANES, Keys, SegmentJob, bucket_of, new_job_id
+from producer.checks import integer_arg, job_id_arg, name_arg, number_arg, optional_name_arg, options_arg, text_arg
+from producer.contract import CHUNK_MS_RANGE, JOB_ID, LANES, Keys, SegmentJob, bucket_of, new_job_id
 
 
 @dataclass(frozen=True)
@@ -27,33 +28,38 @@ class Submission:
         return len(self.segments)
 
 
-def prepare_submission(
-    settings: Settings,
-    text: bytes | str,
-    *,
-    voice: str | None = None,
-    format: str = "wav",
-    sample_rate: int | None = None,
-    lane: str = "interactive",
-    options: dict[str, float] | None = None,
-    deadline_s: float | None = None,
-    chunk_ms: int | None = None,
-    job_id: str | None = None,
-) -> Submission:
-    """Validate a request and build its records. Every input error is raised here, before any write."""
+REQUEST_KEYS = ("voice", "format", "sample_rate", "lane", "options", "deadline_s", "chunk_ms", "job_id")
+
+
+def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submission:
+    """Validate a request and build its records. Every input error is raised here, before any write.
+
+    Keywords (all optional): ``voice``, ``format`` ("wav"), ``sample_rate``, ``lane`` ("interactive"),
+    ``options`` ({"speed", "noise_scale", "noise_w"}), ``deadline_s``, ``chunk_ms``, ``job_id``. A wrong
+    type or value of any of them, or an unknown keyword, is an ``InputError`` (``producer.checks``)."""
     from pipeline.audio import check_format, check_sample_rate
     from pipeline.synth import plan
     from pipeline.voices.base import SynthesisOptions
     from pipeline.voices.bank import output_rate
 
-    fmt = check_format(format)
+    unknown = sorted(set(request) - set(REQUEST_KEYS))
+    if unknown:
+        raise InputError(f"unknown request option(s) {', '.join(map(repr, unknown))}; known: {', '.join(REQUEST_KEYS)}",
+                         code=BAD_OPTION)
+    text = text_arg(text)
+    voice = optional_name_arg("voice", request.get("voice"))
+    fmt = check_format(name_arg("format", request.get("format", "wav")))
+    lane = name_arg("lane", request.get("lane", "interactive"))
     if lane not in LANES:
         raise InputError(f"lane must be one of {', '.join(LANES)}", code=BAD_OPTION)
-    opts = SynthesisOptions.from_dict(dict(options or {}))
-    if deadline_s is not None and not (0 < deadline_s <= 7 * 86400):
-        raise InputError("deadline_s must be between 0 and 7 days", code=BAD_OPTION)
-    if chunk_ms is not None and not (isinstance(chunk_ms, int) and CHUNK_MS_RANGE[0] <= chunk_ms <= CHUNK_MS_RANGE[1]):
-        raise InputError(f"chunk_ms must be an integer in [{CHUNK_MS_RANGE[0]}, {CHUNK_MS_RANGE[1]}]", code=BAD_OPTION)
+    opts = SynthesisOptions.from_dict(options_arg(request.get("options")))
+    deadline_s = number_arg("deadline_s", request.get("deadline_s"), low=0, high=7 * 86400, optional=True, low_open=True)
+    chunk_ms = number_arg("chunk_ms", request.get("chunk_ms"), low=CHUNK_MS_RANGE[0], high=CHUNK_MS_RANGE[1],
+                          optional=True, integer=True)
+    sample_rate = integer_arg("sample_rate", request.get("sample_rate"), optional=True)  # the rates: check_sample_rate
+    job_id = request.get("job_id")
+    if job_id is not None and not JOB_ID.fullmatch(job_id_arg(job_id)[:100]):
+        raise InputError("job_id must be 8 to 64 letters, digits, '_' or '-'", code=BAD_OPTION)
     spec = settings.catalogue.get(voice)
     rate = check_sample_rate(sample_rate) if sample_rate else output_rate(settings.catalogue, spec.name)
     planned = plan(text, spec.name, settings)

@@ -138,3 +138,29 @@ def test_flower_lists_the_worker_and_the_jobs_as_tasks(farm_and_flower: tuple[Fa
     assert (info["uuid"], info["name"], info["state"]) == (bad.job_id, TASK_NAME, "FAILURE"), info
     assert NOTHING_TO_SPEAK in info["exception"]
     assert info["failed"] and info["started"]
+
+
+def test_cancelled_jobs_show_as_revoked(farm_and_flower: tuple[Farm, Flower]) -> None:
+    """A job cancelled while it runs (stopped between segments) and one cancelled while still queued (its
+    segments skipped) both end REVOKED in Flower, with the task's name."""
+    farm, flower = farm_and_flower
+    client = farm.client()
+    sentences = " ".join(f"Sentence number {i} of a bulk job is read now." for i in range(10))
+    running = client.submit(sentences, voice="joe", lane="bulk")
+    queued = client.submit(sentences, voice="joe", lane="bulk")  # behind the first in the same bucket
+    assert queued.cancel()
+    next(iter(running.stream(timeout=60)))
+    assert running.cancel()
+    expected = {running.id, queued.id}
+
+    def revoked() -> dict[str, Any]:
+        tasks = flower.get("/api/tasks")
+        return tasks if all(tasks.get(j, {}).get("state") == "REVOKED" for j in expected) else {}
+
+    tasks = poll("both cancelled jobs REVOKED in /api/tasks", revoked)
+    for job_id in expected:
+        assert (tasks[job_id]["name"], tasks[job_id]["state"]) == (TASK_NAME, "REVOKED"), tasks[job_id]
+        info = flower.get(f"/api/task/info/{job_id}")
+        assert info["state"] == "REVOKED" and info["revoked"] and info["received"], info
+    assert flower.get(f"/api/task/info/{running.id}")["started"]  # it had run before the cancel
+    assert not flower.get(f"/api/task/info/{queued.id}")["started"]  # it never ran

@@ -1,8 +1,11 @@
 """Flower sees stream jobs as Celery tasks: the worker sends the task events itself.
 
 Each job is one task, its job id the task's uuid: ``task-received`` and ``task-started`` when its first
-segment starts, ``task-succeeded`` or ``task-failed`` when it ends. The dispatcher has its own broker
-connection and a lock, since the inference threads share it.
+segment starts, ``task-succeeded`` or ``task-failed`` when it ends, ``task-revoked`` when a client cancelled
+it (Flower shows REVOKED): once, by the worker that finds it cancelled, whether it was still queued (its
+segments are skipped; ``task-received`` goes first so Flower has its name) or running (it stops between
+segments; ``terminated`` is then true). The dispatcher has its own broker connection and a lock, since the
+inference threads share it.
 """
 
 from __future__ import annotations
@@ -51,10 +54,19 @@ class JobEvents:
 
     def started(self, job_id: str, *, voice: str, lane: str, total: int, text: str) -> None:
         self._started[job_id] = time.time()
+        self._received(job_id, voice=voice, lane=lane, total=total, text=text)
+        self._send("task-started", uuid=job_id)
+
+    def _received(self, job_id: str, *, voice: str, lane: str, total: int, text: str) -> None:
         kwargs = json.dumps({"voice": voice, "lane": lane, "segments": total}, ensure_ascii=False)
         self._send("task-received", uuid=job_id, name=TASK_NAME, args=json.dumps([text[:80]], ensure_ascii=False),
                    kwargs=kwargs, retries=0, eta=None, expires=None, root_id=job_id, parent_id=None)
-        self._send("task-started", uuid=job_id)
+
+    def revoked(self, job_id: str, *, running: bool, voice: str, lane: str, total: int, text: str) -> None:
+        """The job was cancelled: ``running`` if a segment of it had started (anywhere) before."""
+        if self._started.pop(job_id, None) is None:
+            self._received(job_id, voice=voice, lane=lane, total=total, text=text)
+        self._send("task-revoked", uuid=job_id, terminated=running, signum=None, expired=False)
 
     def succeeded(self, job_id: str, result: str) -> None:
         runtime = time.time() - self._started.pop(job_id, time.time())

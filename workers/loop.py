@@ -26,7 +26,7 @@ import redis
 from pipeline.errors import InputError, TransientError
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
-from producer.contract import LANES
+from producer.contract import LANES, SegmentJob
 from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
 from workers.layout import lower_thread_priority, urgency
 from workers.queue import Entry, StreamQueue
@@ -277,8 +277,9 @@ class InferenceLoop:
             job = e.job
             assert job is not None
             state = pub.job_state(job.job_id)
-            if state == "cancelled":
-                pub.finish(job.job_id, "cancelled", {"code": "JOB_CANCELLED", "message": "cancelled by the client"})
+            if state == "cancelled":  # skipped: a cancelled job stops here, between its segments
+                if pub.finish(job.job_id, "cancelled", {"code": "JOB_CANCELLED", "message": "cancelled by the client"}):
+                    self._revoked(job)
                 self.queue.ack([e])
             elif pub.is_final(state):
                 self.queue.ack([e])
@@ -326,6 +327,11 @@ class InferenceLoop:
         if self.on_batch:
             self.on_batch(stats)
 
+    def _revoked(self, job: SegmentJob) -> None:
+        """Tell Flower the job was cancelled (REVOKED); the caller ended it as cancelled, so this runs once."""
+        self.farm.events.revoked(job.job_id, running=self.farm.publisher.has_started(job.job_id), voice=job.request_voice,
+                                 lane=job.lane, total=job.total, text=job.text)
+
     def _retry_transient(self, fn: Callable[[], Any], what: str) -> Any:
         """Retry ``fn`` while it fails transiently (storage 5xx or unreachable), with backoff and jitter.
         The loop waits here: the jobs behind it wait too, and nothing is lost or failed for an outage."""
@@ -354,9 +360,11 @@ class InferenceLoop:
         self.segments += 1
         self.farm.metrics.segment_published(job, len(pcm) / 2 / job.sample_rate)
         if outcome.done >= job.total and not self.farm.publisher.is_final(outcome.state):
-            url = self._retry_transient(lambda: self.farm.publisher.store_and_finish(job), f"storing job {job.job_id}")
+            url, cancelled = self._retry_transient(lambda: self.farm.publisher.store_and_finish(job), f"storing job {job.job_id}")
             if url:
                 self.farm.events.succeeded(job.job_id, url)
+            elif cancelled:
+                self._revoked(job)
         self.queue.ack([e])
 
 

@@ -73,6 +73,10 @@ class Publisher:
         state = self.r.hget(self.keys.status(job_id), "state")
         return state.decode() if state else ""
 
+    def has_started(self, job_id: str) -> bool:
+        """Whether a segment of the job has started on any worker."""
+        return bool(self.r.hexists(self.keys.status(job_id), "started"))
+
     def mark_started(self, job: SegmentJob, worker: str) -> bool:
         """True for the first segment of a job to start anywhere (the job's start)."""
         return bool(self._mark_started(keys=[self.keys.status(job.job_id)], args=[time.time(), worker]))
@@ -110,9 +114,9 @@ class Publisher:
         pcm = b"".join(by_seg[i] for i in range(job.total))
         return pcm, len(pcm) / 2 / job.sample_rate
 
-    def store_and_finish(self, job: SegmentJob) -> str | None:
-        """Encode, store and finish a job whose segments are all done. Returns the URL, or None if another
-        worker already finished it."""
+    def store_and_finish(self, job: SegmentJob) -> tuple[str | None, bool]:
+        """Encode, store and finish a job whose segments are all done. Returns the URL (None if another
+        worker already finished it, or a cancel won) and whether this call ended it as cancelled."""
         from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
 
         pcm, duration = self.assemble(job)
@@ -126,11 +130,11 @@ class Publisher:
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
             self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
-            return None
+            return None, True
         if won:
             self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
             log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
-        return url if won else None
+        return (url if won else None), False
 
     def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,

@@ -40,11 +40,13 @@ makes them. `POST /v1/jobs` queues text; follow a job with `GET /v1/jobs/{id}/ev
 or the WebSocket `/v1/jobs/{id}/stream` (not listed below: OpenAPI has no WebSockets). Both send numbered
 chunks `{type: "chunk", seq, seg, sample_rate, last, bytes, pcm}` (PCM16 little-endian mono, base64; on the
 WebSocket with `?binary=1` the PCM comes as the binary frame after each chunk message), resume with
-`?after_seq=N`, and end with `{type: "done", ...}` or `{type: "error", error: {code, message}}`.
+`?after_seq=N`, and end with `{type: "done", ...}` or `{type: "error", error: {code, message}}` (code
+STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fetch `audio` instead).
 On the WebSocket, send `{"type": "cancel"}` to cancel the job.
 
-Errors are `{"error": {"code", "message"}}` with the farm's stable codes: 400 bad input, 401 missing key,
-404 JOB_NOT_FOUND, 409 JOB_NOT_DONE, 429 OVERLOADED, 503 NO_WORKERS. With API keys configured send
+Errors are `{"error": {"code", "message"}}` with the farm's stable codes: 400 bad input (a wrong type is
+MALFORMED_JOB for the text, BAD_OPTION for an option), 401 missing key, 404 JOB_NOT_FOUND, 409 JOB_NOT_DONE,
+429 OVERLOADED, 503 NO_WORKERS. With API keys configured send
 `Authorization: Bearer <key>` (or `?api_key=` where headers cannot be set).
 """
 

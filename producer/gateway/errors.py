@@ -15,6 +15,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline.errors import (
+    BAD_OPTION,
+    MALFORMED_JOB,
     InputError,
     JobError,
     JobNotFoundError,
@@ -23,6 +25,7 @@ from pipeline.errors import (
     TransientError,
     TTSFarmError,
 )
+from producer.reader import STREAM_TRIMMED
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,8 @@ def status_for(exc: TTSFarmError) -> int:
         return 504
     if isinstance(exc, JobError) and exc.code in ("JOB_CANCELLED", "JOB_EXPIRED"):
         return 409
+    if exc.code == STREAM_TRIMMED:  # the chunks asked for are gone from the results stream
+        return 410
     return 500  # ModelError, a job that failed on a worker for a server-side reason
 
 
@@ -92,6 +97,25 @@ def _plain(detail: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in detail.items() if isinstance(v, (str, int, float, bool)) or v is None}
 
 
+TEXT_FIELDS = ("text", "input")  # the text of a request: a wrong type is MALFORMED_JOB, as in the SDK
+SHAPE_ERRORS = ("missing", "extra_forbidden", "json_invalid", "model_type", "model_attributes_type")
+
+
+def _validation_code(exc: RequestValidationError) -> str:
+    """The farm's code for a request the schema refused, as the SDK would answer the same values
+    (``producer.checks``): the text of a wrong type MALFORMED_JOB, an option of a wrong type BAD_OPTION;
+    a body that is not a JSON object, or a missing or unknown field, BAD_INPUT."""
+    errors = exc.errors()
+    if not errors:
+        return BAD_INPUT
+    loc, kind = tuple(errors[0].get("loc", ())), str(errors[0].get("type", ""))
+    if kind in SHAPE_ERRORS or len(loc) < 2:
+        return BAD_INPUT
+    if loc[0] == "body" and loc[1] in TEXT_FIELDS:
+        return MALFORMED_JOB
+    return BAD_OPTION
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
@@ -101,7 +125,7 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def install(app: FastAPI) -> None:
-    """Answer every error with the one body shape; 422 validation errors become 400 BAD_INPUT."""
+    """Answer every error with the one body shape; 422 validation errors become 400 with the farm's code."""
 
     @app.exception_handler(TTSFarmError)
     async def _farm(request: Request, exc: TTSFarmError) -> JSONResponse:
@@ -111,7 +135,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(body(BAD_INPUT, _validation_message(exc)), status_code=400)
+        return JSONResponse(body(_validation_code(exc), _validation_message(exc)), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

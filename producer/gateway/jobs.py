@@ -18,6 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 from pipeline.audio import content_type
 from pipeline.errors import TTSFarmError
 from producer.aio import AsyncJob
+from producer.checks import MAX_SEQ
 from producer.gateway import streams
 from producer.gateway.auth import key_ok, require_key
 from producer.gateway.errors import JOB_NOT_DONE, GatewayError, status_for, unauthorized
@@ -119,14 +120,14 @@ async def stored_output(farm: Any, st: dict[str, Any], filename: str) -> Respons
     200: {"content": {"text/event-stream": {}},
           "description": "SSE: `chunk` events (id = seq), then one `done` or `error` event"},
     **error_responses(401, 404)})
-async def job_events(job_id: str, request: Request, after_seq: int = Query(-1, ge=-1, description="resume after this seq"),
+async def job_events(job_id: str, request: Request, after_seq: int = Query(-1, ge=-1, le=MAX_SEQ, description="resume after this seq"),
                      last_event_id: str | None = Header(None, include_in_schema=False)) -> StreamingResponse:
     """Server-sent events: each `chunk` carries seq, seg, sample_rate, last and base64 PCM16 (`pcm`).
     Reconnecting EventSources resume by themselves (Last-Event-ID)."""
     farm = state_of(request)
     job = await farm.job(job_id)
     if last_event_id and last_event_id.strip().lstrip("-").isdigit():
-        after_seq = max(after_seq, int(last_event_id))
+        after_seq = max(after_seq, min(MAX_SEQ, int(last_event_id)))
     return StreamingResponse(_sse(farm, job, after_seq, request), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

@@ -1,8 +1,9 @@
 """The JSON shapes of the gateway's API, as pydantic models (they make the OpenAPI document at /docs).
 
-Values are typed loosely on purpose: range and vocabulary checks are the farm's own
-(``prepare_submission``), so a bad value gets the farm's stable code (EMPTY_TEXT, UNKNOWN_VOICE,
-UNSUPPORTED_FORMAT, BAD_OPTION, ...) rather than a generic validation error.
+Types are strict (no "16000" for a number, no true for a speed) and a wrong one gets the farm's code
+(``producer.gateway.errors``: MALFORMED_JOB for the text, BAD_OPTION for an option). Range and vocabulary
+checks are the farm's own (``prepare_submission``), so a bad value gets the farm's stable code (EMPTY_TEXT,
+UNKNOWN_VOICE, UNSUPPORTED_FORMAT, BAD_OPTION, ...) rather than a generic validation error.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ class VoiceRef(BaseModel):
 
 class SpeechRequest(BaseModel):
     """OpenAI's ``audio/speech`` request. Unknown extra fields are ignored."""
+
+    model_config = ConfigDict(strict=True)
 
     model: str | None = Field("tts-1", description="Accepted and ignored (tts-1, ttsfarm, anything).",
                               examples=["tts-1"])
@@ -37,7 +40,7 @@ class SpeechRequest(BaseModel):
 
 
 class JobRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str = Field(..., description="The text to speak (Chinese, English or mixed).",
                       examples=["今天天气很好。Hello from the farm."])

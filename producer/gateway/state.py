@@ -14,6 +14,7 @@ from starlette.requests import HTTPConnection
 from pipeline.errors import UNKNOWN_VOICE, InputError, JobNotFoundError
 from pipeline.settings import Settings
 from producer.aio import AsyncClient, AsyncJob
+from producer.checks import optional_name_arg
 from producer.gateway.errors import no_workers
 from producer.gateway.settings import GatewaySettings
 
@@ -72,7 +73,8 @@ class GatewayState:
     def resolve_voice(self, name: str | None) -> str:
         """A catalogue voice for a requested name: the name itself (any case), an alias, or the default."""
         catalogue = self.settings.catalogue
-        if name is None or not str(name).strip():
+        name = optional_name_arg("voice", name)
+        if name is None or not name.strip():
             return catalogue.get(None).name
         key = str(name).strip()
         for candidate in (key, key.lower()):

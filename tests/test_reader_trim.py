@@ -1,0 +1,119 @@
+"""The results reader and a trimmed stream, step by step on a real redis-server (no worker: the test
+writes the records a worker would, trimming as the publisher does, so each case is exact).
+
+Trimming what a reader has already read is harmless; trimming what it has not is STREAM_TRIMMED at the
+next read, on both SDK faces. The end-to-end cases (a real worker and ``results_maxlen``) are in
+``test_farm_cancel_trim.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis
+
+from pipeline.errors import JobError
+from pipeline.settings import Settings
+from producer.aio import AsyncClient
+from producer.client import Client
+from producer.contract import Keys, chunk_fields, final_fields
+from producer.reader import STREAM_TRIMMED
+
+MAXLEN = 5
+PARTS = 4  # chunks per segment: two segments overflow the stream
+JOB = "trimjob-0001"
+
+
+def publish(r: redis.Redis, keys: Keys, seg: int) -> None:
+    for part in range(PARTS):
+        fields = chunk_fields(seg, part, part == PARTS - 1, "w/0", 16000, bytes([seg, part]) * 8)
+        r.xadd(keys.results(JOB), fields, maxlen=MAXLEN, approximate=False)
+
+
+def finish(r: redis.Redis, keys: Keys) -> None:
+    r.hset(keys.status(JOB), "state", "done")
+    r.xadd(keys.results(JOB), final_fields("done"), maxlen=MAXLEN, approximate=False)
+
+
+@pytest.fixture
+def client(settings: Settings, r: redis.Redis) -> Client:
+    r.hset(Keys(settings.redis.key_prefix).status(JOB), mapping={"state": "running", "total": 3})
+    return Client.from_url(settings=settings)
+
+
+def test_trimming_what_was_read_is_harmless(client: Client, r: redis.Redis) -> None:
+    keys = client.keys
+    publish(r, keys, 0)
+    stream = client.job(JOB).stream(timeout=10, block_ms=50)
+    chunks = [next(stream) for _ in range(PARTS)]  # all of segment 0 read
+    publish(r, keys, 1)  # trims most of segment 0, which this reader has read
+    chunks += [next(stream) for _ in range(PARTS)]
+    publish(r, keys, 2)  # trims segment 1 and the rest of 0: read too
+    finish(r, keys)
+    chunks += list(stream)
+    assert [c.seq for c in chunks] == list(range(3 * PARTS))
+    assert r.xlen(keys.results(JOB)) == MAXLEN < int(r.xinfo_stream(keys.results(JOB))["entries-added"])
+
+
+def test_trimming_what_was_not_read_is_stream_trimmed(client: Client, r: redis.Redis) -> None:
+    keys = client.keys
+    publish(r, keys, 0)
+    stream = client.job(JOB).stream(timeout=10, block_ms=50)
+    next(stream)  # the reader holds segment 0; segment 1 is trimmed before it reads it
+    publish(r, keys, 1)
+    publish(r, keys, 2)
+    finish(r, keys)
+    started = time.monotonic()
+    with pytest.raises(JobError) as exc:
+        list(stream)
+    assert exc.value.code == STREAM_TRIMMED and "results_maxlen" in exc.value.message
+    assert time.monotonic() - started < 5
+
+
+def test_async_face_says_the_same(settings: Settings, client: Client, r: redis.Redis) -> None:
+    keys = client.keys
+    publish(r, keys, 0)
+
+    async def run() -> tuple[int, str]:
+        seen = 0
+        async with AsyncClient.from_url(settings=settings) as aclient:
+            try:
+                async for _ in (await aclient.job(JOB)).stream(timeout=10, block_ms=50):
+                    seen += 1
+                    if seen == 1:
+                        publish(r, keys, 1)
+                        publish(r, keys, 2)
+                        finish(r, keys)
+            except JobError as exc:
+                return seen, exc.code
+        return seen, "no error"
+
+    assert asyncio.run(run()) == (PARTS, STREAM_TRIMMED)  # segment 0 was in hand; then the gap
+
+
+def test_resume_after_the_head_is_gone(client: Client, r: redis.Redis) -> None:
+    keys = client.keys
+    for seg in range(3):
+        publish(r, keys, seg)
+    finish(r, keys)
+    with pytest.raises(JobError) as exc:
+        list(client.job(JOB).stream(after_seq=2 * PARTS, timeout=10, block_ms=50))
+    assert exc.value.code == STREAM_TRIMMED
+
+
+def test_an_expired_stream_of_a_finished_job(client: Client, r: redis.Redis) -> None:
+    r.hset(client.keys.status(JOB), "state", "done")  # no results stream at all: it expired
+    started = time.monotonic()
+    with pytest.raises(JobError) as exc:
+        list(client.job(JOB).stream(timeout=10, block_ms=50))
+    assert exc.value.code == STREAM_TRIMMED
+    assert time.monotonic() - started < 5
+
+
+def test_a_job_still_queued_waits_for_its_stream(client: Client) -> None:
+    from pipeline.errors import JobTimeoutError
+
+    with pytest.raises(JobTimeoutError):  # no stream yet and still running: wait (until the timeout)
+        list(client.job(JOB).stream(timeout=0.3, block_ms=50))
