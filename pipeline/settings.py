@@ -103,6 +103,16 @@ class QueueSettings:
 
 
 @dataclass(frozen=True)
+class StreamingSettings:
+    """Windowed vocoding of two-stage voices (pipeline/voices/windows.py): a segment's audio streams a window
+    at a time. Sizes in milliseconds of audio; measured defaults in docs/BENCHMARKS.md."""
+
+    windowed: bool = True  # false: each segment is vocoded whole and published when it is done
+    first_window_ms: int = 300
+    window_ms: int = 4000
+
+
+@dataclass(frozen=True)
 class StorageSettings:
     backend: str = "auto"
     local_dir: str = "./out/storage"
@@ -173,6 +183,7 @@ class Settings:
     quality_gate: QualityGateSettings = field(default_factory=QualityGateSettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
+    streaming: StreamingSettings = field(default_factory=StreamingSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     catalogue: Catalogue = field(default_factory=lambda: Catalogue({}, "default"))
@@ -189,6 +200,7 @@ _SECTIONS: dict[str, type] = {
     "quality_gate": QualityGateSettings,
     "redis": RedisSettings,
     "queue": QueueSettings,
+    "streaming": StreamingSettings,
     "storage": StorageSettings,
     "worker": WorkerSettings,
 }
