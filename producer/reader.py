@@ -1,9 +1,12 @@
 """Turns results-stream records into ordered chunks: shared by the sync and asyncio clients.
 
-Workers publish a segment's chunks back to back, tagged with the segment, part and attempt. Segments
-can finish out of order (several workers), and a segment can be redone after a worker dies, so the
-reader keeps each (segment, attempt) apart and releases a segment only once one attempt of it is
-complete, in segment order. Chunks of an abandoned attempt are never mixed with a later one.
+Workers publish a segment's chunks tagged with the segment, part and attempt: all at once, or a vocoder
+window at a time (streamed; workers/streaming.py). Segments can finish out of order (several workers),
+and a segment can be redone after a worker dies, so the reader keeps each (segment, attempt) apart and
+releases chunks in segment order: the segment being read comes from one attempt (a complete one if there
+is one, else the first to start), its parts released as they come. A streamed segment has one attempt
+tag whatever happens (a redo continues it), and a segment published whole arrives complete, so chunks
+of an abandoned attempt are never mixed with a later one; a part seen twice counts once.
 
 Workers trim the results stream at ``queue.results_maxlen`` entries, and it expires ``job_ttl_s`` after
 the job ends. A reader that fell that far behind, or that resumes (``after_seq``) once the head of the
@@ -29,6 +32,11 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _complete(parts: Mapping[int, tuple[bytes, int, bool]]) -> bool:
+    last = [p for p, (_, _, is_last) in parts.items() if is_last]
+    return bool(last) and len(parts) == last[0] + 1
+
+
 @dataclass
 class ResultsReader:
     total: int
@@ -40,7 +48,8 @@ class ResultsReader:
     seq: int = 0
     final: dict[str, Any] | None = None
     _parts: dict[tuple[int, str], dict[int, tuple[bytes, int, bool]]] = field(default_factory=dict)
-    _complete: dict[int, list[tuple[bytes, int]]] = field(default_factory=dict)
+    _attempt: str | None = None  # the attempt the segment being read comes from
+    _next_part: int = 0
 
     def read_args(self) -> list[Any]:
         """ARGV of ``contract.READ_RESULTS``: the entries after this reader's position."""
@@ -78,29 +87,40 @@ class ResultsReader:
         if kind != CHUNK:
             return []
         seg, part, attempt = int(_s(f["seg"])), int(_s(f["part"])), _s(f["attempt"])
-        if seg < self.next_seg or seg in self._complete:
+        if seg < self.next_seg:
             return []
-        parts = self._parts.setdefault((seg, attempt), {})
-        parts[part] = (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1")
-        last = [p for p, (_, _, is_last) in parts.items() if is_last]
-        if last and len(parts) == last[0] + 1:
-            self._complete[seg] = [(parts[i][0], parts[i][1]) for i in range(len(parts))]
-            for key in [k for k in self._parts if k[0] == seg]:
-                del self._parts[key]
+        self._parts.setdefault((seg, attempt), {}).setdefault(part, (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1"))
         return self._release()
 
+    def _choose(self, seg: int) -> str | None:
+        """The attempt to read segment ``seg`` from: one that is complete, else the first whose part 0 came."""
+        started = [a for (s, a), parts in self._parts.items() if s == seg and 0 in parts]
+        complete = [a for a in started if _complete(self._parts[(seg, a)])]
+        return (complete or started or [None])[0]
+
     def _release(self) -> list[Chunk]:
+        """Parts of the segment being read, in order, as they come; then the next segment's."""
         out: list[Chunk] = []
-        while self.next_seg in self._complete:
+        while True:
             seg = self.next_seg
-            pieces = self._complete.pop(seg)
-            for i, (pcm, rate) in enumerate(pieces):
-                last = seg == self.total - 1 and i == len(pieces) - 1
-                if self.seq > self.skip_through_seq:
-                    out.append(Chunk(seq=self.seq, seg=seg, pcm=bytes(pcm), sample_rate=rate, last=last))
-                self.seq += 1
-            self.next_seg += 1
-        return out
+            if self._attempt is None:
+                self._attempt = self._choose(seg)
+                self._next_part = 0
+                if self._attempt is None:
+                    return out
+            parts = self._parts[(seg, self._attempt)]
+            if self._next_part not in parts:
+                return out
+            pcm, rate, is_last = parts[self._next_part]
+            if self.seq > self.skip_through_seq:
+                out.append(Chunk(seq=self.seq, seg=seg, pcm=bytes(pcm), sample_rate=rate, last=is_last and seg == self.total - 1))
+            self.seq += 1
+            self._next_part += 1
+            if is_last:
+                for key in [k for k in self._parts if k[0] == seg]:
+                    del self._parts[key]
+                self.next_seg += 1
+                self._attempt = None
 
     @property
     def finished(self) -> bool:

@@ -26,7 +26,7 @@ def lower_thread_priority(nice: int) -> int | None:
 
     On Linux the nice value belongs to the thread. An unprivileged process may lower a thread's priority
     but never raise it back, so each loop runs its bulk batches on a helper thread that lowered its own
-    once (``InferenceLoop.run_bulk``). Elsewhere (or if refused) it logs and leaves the priority alone.
+    once (``InferenceLoop.compute``). Elsewhere (or if refused) it logs and leaves the priority alone.
     """
     try:
         tid = threading.get_native_id()

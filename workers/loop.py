@@ -26,10 +26,15 @@ import redis
 from pipeline.errors import InputError, TransientError
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
+from pipeline.voices.twostage import TwoStageVoice
+from pipeline.voices.windows import WindowPlan
 from producer.contract import LANES, SegmentJob
 from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
 from workers.layout import lower_thread_priority, urgency
+from workers.publisher import SegmentOutcome
 from workers.queue import Entry, StreamQueue
+
+from workers.streaming import StreamingBatch
 
 if TYPE_CHECKING:
     from workers.farm import FarmWorker
@@ -135,8 +140,10 @@ class InferenceLoop:
             self.queue.prune_consumers(min_idle_ms=10 * self.q.claim_idle_ms)
         if not self.carry:
             self.carry = self._gather()
-        if not self.carry:
-            return
+        self._run_carried()
+
+    def _run_carried(self) -> None:
+        """Run one batch of what this loop holds (the rest stays carried)."""
         self.carry = self._drop_malformed(self.carry)
         if not self.carry:
             return
@@ -144,28 +151,43 @@ class InferenceLoop:
         cands = [Candidate(e, e.arrived_ms, e.job.est_s, _batch_key(e)) for e in self.carry if e.job]
         batch, rest = select_batch(cands, now_ms(), limit, self.q)
         self.carry = [c.item for c in rest]
+        outer = self.running
         self.running = urgency([c.item for c in batch])
         try:
-            if self.running == "background" and self.q.bulk_nice > 0 and not self.reserved:
-                self.run_bulk([c.item for c in batch])
-            else:
-                self.run_isolated([c.item for c in batch])
+            self.run_isolated([c.item for c in batch])
         finally:
-            self.running = None
+            self.running = outer
 
-    def run_bulk(self, entries: list[Entry]) -> None:
-        """``run_isolated`` on this loop's background thread, which runs at OS nice ``queue.bulk_nice`` (the
-        loops reserved for the interactive lane never use one: a caller must not wait behind it): the
-        inference of a single-threaded session runs on the calling thread, so a book's segments yield the
-        cores at once to a caller's first segment (this loop's next batch, or another loop's), while they
-        take all the idle time. This thread waits for it; nothing else of the loop runs meanwhile."""
+    def compute(self, fn: Callable[[], Any]) -> Any:
+        """Run one unit of model work (a whole batch, an acoustic pass, a vocoder window step). For a background
+        batch it runs on this loop's helper thread at OS nice ``queue.bulk_nice`` (the loops reserved for the
+        interactive lane never use one): the inference of a single-threaded session runs on the calling
+        thread, so a book's segments yield the cores at once to a caller's first segment (another loop's),
+        while they take all the idle time. This thread waits for it; its own Redis work stays at nice 0."""
+        if self.running != "background" or self.q.bulk_nice <= 0 or self.reserved:
+            return fn()
         if self._bulk_runner is None:
             def start() -> None:
                 self._bulk_tid = threading.get_native_id()
                 self._bulk_nice = lower_thread_priority(self.q.bulk_nice)
 
             self._bulk_runner = ThreadPoolExecutor(1, thread_name_prefix=f"ttsfarm-bulk-{self.index}", initializer=start)
-        self._bulk_runner.submit(self.run_isolated, entries).result()
+        return self._bulk_runner.submit(fn).result()
+
+    def serve_waiting_interactive(self) -> None:
+        """Between two windows of a background batch: run the interactive work waiting now (a caller's segment
+        does not wait for a book's segment to end), unless a free reserved loop is taking it."""
+        if self.running != "background" or self.lane_filter is not None:
+            return
+        claimed = self._gather(interactive_only=True)
+        if not claimed:
+            return
+        held, self.carry = self.carry, claimed
+        try:
+            while self.carry and not self.farm.stopping.is_set():
+                self._run_carried()
+        finally:
+            self.carry = held + self.carry
 
     def run_isolated(self, entries: list[Entry]) -> None:
         """Run a batch; if it fails, run its items one by one so a poison item cannot sink the others."""
@@ -209,14 +231,19 @@ class InferenceLoop:
         spec = self.farm.bank.catalogue.voices.get(voice)  # the bank's: a hot reload may change max_batch
         return max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
 
-    def _gather(self) -> list[Entry]:
-        heads = self.queue.peek(block_ms=250)
+    def _gather(self, interactive_only: bool = False) -> list[Entry]:
+        heads = self.queue.peek(block_ms=0 if interactive_only else 250)
+        if interactive_only:
+            heads = [h for h in heads if h.lane == "interactive"]
+            if not heads:
+                return []
         if self.lane_filter is None and self.farm.reserved_loop_free():
             # a reserved loop of this process is free: it takes the callers' first segments, on its own
             # session with a thread per core, while this loop keeps to the rest
             others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0)]
             if heads and not others:
-                self.farm.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
+                if not interactive_only:
+                    self.farm.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
                 return []
             heads = others
         head = choose_head(heads, now_ms(), self.lanes, self.q)
@@ -312,20 +339,60 @@ class InferenceLoop:
         opts = SynthesisOptions.from_dict(dict(ready[0][0].job.options))  # type: ignore[union-attr]
         batch_id = f"{self.consumer}#{next(self.batch_ids)}"
         started = time.time()
-        start = time.perf_counter()
-        audios = voice.synthesize_batch([ids for _, ids in ready], opts)
-        infer_s = time.perf_counter() - start
         self.batches += 1
-        stats = {"batch_id": batch_id, "size": len(ready), "voice": voice.name, "infer_s": infer_s,
+        if isinstance(voice, TwoStageVoice) and self.settings.streaming.windowed:
+            done = self.run_streaming(StreamingBatch(self, voice, ready, opts, batch_id, self._plan(voice)))
+        else:
+            start = time.perf_counter()
+            audios = self.compute(lambda: voice.synthesize_batch([ids for _, ids in ready], opts))
+            done = {"infer_s": time.perf_counter() - start, "audio_s": sum(len(a) for a in audios) / voice.sample_rate}
+            for (e, _), audio in zip(ready, audios):
+                self._publish(e, audio, voice.sample_rate, batch_id)
+        stats = {"batch_id": batch_id, "size": len(ready), "voice": voice.name,
                  "padding_waste": padding_waste([len(ids) for _, ids in ready]),
                  "queue_wait_s": [(started * 1000 - e.arrived_ms) / 1000 for e, _ in ready],
                  "lanes": [e.job.lane for e, _ in ready],  # type: ignore[union-attr]
-                 "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready],
-                 "audio_s": sum(len(a) for a in audios) / voice.sample_rate, "started": started}
-        for (e, _), audio in zip(ready, audios):
-            self._publish(e, audio, voice.sample_rate, batch_id)
+                 "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready], "started": started, **done}
         if self.on_batch:
             self.on_batch(stats)
+
+    def _plan(self, voice: TwoStageVoice) -> WindowPlan:
+        s = self.settings.streaming
+        return WindowPlan.from_ms(s.first_window_ms, s.window_ms, sample_rate=voice.sample_rate, hop=voice.hop)
+
+    def run_streaming(self, batch: StreamingBatch) -> dict[str, Any]:
+        """The acoustic pass of the batch, then its window steps; a background batch lets waiting interactive
+        work run between two steps."""
+        self.compute(batch.acoustic)
+        while self.compute(batch.step):
+            self.farm.faults.check_window(batch)
+            self.serve_waiting_interactive()
+        self.farm.faults.check_window(batch)
+        return batch.stats()
+
+    def drop_ended(self, entries: list[Entry], items: list[Any]) -> list[Any]:
+        """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs; a cancelled job is ended
+        here (it stops at this window), one that ended otherwise is let go; their entries are acked."""
+        if not entries:
+            return []
+        pub = self.farm.publisher
+        pipe = self.farm.r.pipeline(transaction=False)
+        for e in entries:
+            pipe.hget(self.farm.keys.status(e.job.job_id), "state")  # type: ignore[union-attr]
+        kept = []
+        for e, item, raw in zip(entries, items, pipe.execute()):
+            state = raw.decode() if raw else ""
+            job = e.job
+            assert job is not None
+            if state == "cancelled":
+                if pub.finish(job.job_id, "cancelled", {"code": "JOB_CANCELLED", "message": "cancelled by the client"}):
+                    self._revoked(job)
+                self.queue.ack([e])
+            elif pub.is_final(state):
+                self.queue.ack([e])
+            else:
+                kept.append(item)
+        return kept
 
     def _revoked(self, job: SegmentJob) -> None:
         """Tell Flower the job was cancelled (REVOKED); the caller ended it as cancelled, so this runs once."""
@@ -357,8 +424,23 @@ class InferenceLoop:
         pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
         outcome = self.farm.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
                                                       batch_id=batch_id, worker=self.consumer)
-        self.segments += 1
-        self.farm.metrics.segment_published(job, len(pcm) / 2 / job.sample_rate)
+        self.segment_published(e, outcome, len(pcm) / 2 / job.sample_rate, whole=True)
+
+    def segment_already_published(self, e: Entry) -> None:
+        """A redo of a segment an earlier attempt published whole: finish the job if that is what was left."""
+        job = e.job
+        assert job is not None
+        done = int(self.farm.r.scard(self.farm.keys.done(job.job_id)))
+        self.segment_published(e, SegmentOutcome(done, job.total, self.farm.publisher.job_state(job.job_id)), None)
+
+    def segment_published(self, e: Entry, outcome: SegmentOutcome, audio_s: float | None, *, whole: bool = False) -> None:
+        """After a segment's last chunk (``whole``: it was published in one piece): count it, store and finish
+        the job if it was the last, ack."""
+        job = e.job
+        assert job is not None
+        if audio_s is not None:
+            self.segments += 1
+            self.farm.metrics.segment_published(job, audio_s, first_chunk=whole)
         if outcome.done >= job.total and not self.farm.publisher.is_final(outcome.state):
             url, cancelled = self._retry_transient(lambda: self.farm.publisher.store_and_finish(job), f"storing job {job.job_id}")
             if url:
@@ -377,14 +459,23 @@ def _batch_key(e: Entry) -> tuple[object, ...]:
 class Faults:
     """Fault injection for the reliability suite, off unless ``worker.fault_inject`` is set:
     ``raise:<marker>`` raises in any segment whose text contains the marker; ``exit:<marker>`` kills
-    the process there (a crash mid-batch)."""
+    the process there (a crash mid-batch); ``exitwindow:<marker>`` kills it after the segment's first
+    streamed window (a crash mid-segment)."""
 
     def __init__(self, spec: str) -> None:
         self.action, _, self.marker = spec.partition(":")
 
     def check(self, text: str) -> None:
-        if not self.marker or self.marker not in text:
+        if not self.marker or self.marker not in text or self.action == "exitwindow":
             return
         if self.action == "exit":
             os._exit(70)
         raise RuntimeError(f"injected fault on {self.marker!r}")
+
+    def check_window(self, batch: StreamingBatch) -> None:
+        """``exitwindow:<marker>``: the process dies once a segment holding the marker has published a window
+        and has more to make (a crash mid-segment)."""
+        if self.action != "exitwindow" or not self.marker:
+            return
+        if any(self.marker in (s.entry.job.text if s.entry.job else "") and s.progress.pieces for s in batch.live):
+            os._exit(70)

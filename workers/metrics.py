@@ -1,7 +1,7 @@
 """Prometheus metrics of a worker process, and the small HTTP endpoint that serves them.
 
 The inference loop reports through ``WorkerMetrics``: ``batch`` (the ``InferenceLoop.on_batch`` stats
-dict), ``segment_published`` and ``error`` at the publish and fail points, ``voices_loaded`` after a
+dict), ``first_chunk``, ``windows``, ``segment_published`` and ``error`` at the publish and fail points, ``voices_loaded`` after a
 (re)load. Every one of these catches and logs its own errors: metrics never break the work.
 
 Two modes, chosen by the environment the worker starts in:
@@ -79,6 +79,8 @@ RECORDED = (
     MetricSpec("ttsfarm_first_chunk_seconds", "histogram",
                "From a job's creation to its first segment's chunks published (the first chunk a client can play)",
                ("lane",), LATENCY_BUCKETS),
+    MetricSpec("ttsfarm_vocoder_windows", "counter",
+               "Vocoder windows made (streamed segments of two-stage voices; a whole segment is not counted)", ("voice",)),
     MetricSpec("ttsfarm_audio_seconds", "counter", "Seconds of audio published, pauses included", ("voice",)),
     MetricSpec("ttsfarm_segments", "counter", "Segments published", ("voice", "lane")),
     MetricSpec("ttsfarm_errors", "counter",
@@ -143,6 +145,7 @@ class WorkerMetrics:
         self.multiproc_dir = multiproc_dir
         self.started = time.time()
         self.error_counts: collections.Counter[str] = collections.Counter()
+        self.windows_total = 0
         self.recent_errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=10)
         self.last_reload: dict[str, Any] = {}
         self._served: dict[str, tuple[str, str, str]] = {}  # voice -> its ttsfarm_voice_info labels now
@@ -255,11 +258,26 @@ class WorkerMetrics:
             self.m["ttsfarm_queue_wait_seconds"].labels(lane, str(bucket)).observe(max(0.0, wait))
 
     @_safe
-    def segment_published(self, job: Any, audio_s: float) -> None:
+    def segment_published(self, job: Any, audio_s: float, *, first_chunk: bool = True) -> None:
+        """A segment's last chunk is out; ``first_chunk``: its first too (published whole, not streamed)."""
         if not self.enabled:
             return
         self.m["ttsfarm_audio_seconds"].labels(job.voice).inc(max(0.0, audio_s))
         self.m["ttsfarm_segments"].labels(job.voice, job.lane).inc()
+        if first_chunk:
+            self.first_chunk(job)
+
+    @_safe
+    def windows(self, voice: str, n: int) -> None:
+        self.windows_total += n
+        if self.enabled and n:
+            self.m["ttsfarm_vocoder_windows"].labels(voice).inc(n)
+
+    @_safe
+    def first_chunk(self, job: Any) -> None:
+        """A segment's first chunk is out (its first window, or the whole segment)."""
+        if not self.enabled:
+            return
         if job.seg == 0 and job.created:
             # Clients read chunks in segment order, so segment 0's chunks are the first they can play.
             self.m["ttsfarm_first_chunk_seconds"].labels(job.lane).observe(max(0.0, time.time() - job.created))
@@ -312,7 +330,8 @@ class WorkerMetrics:
                 rate = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0]) * 60.0
             return {"started": round(self.started, 3), "segments_per_min": round(rate, 2),
                     "errors": dict(self.error_counts), "recent_errors": list(self.recent_errors),
-                    "metrics_port": self.port if self.serving else 0, "reload": self.last_reload}
+                    "metrics_port": self.port if self.serving else 0, "reload": self.last_reload,
+                    "vocoder_windows": self.windows_total}
 
 
 class FarmCollector:

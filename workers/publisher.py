@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -51,6 +51,30 @@ return 1
 """
 
 
+# KEYS: frames hash, status. ARGV: seg, attempt, frames, ttl. The first attempt to stream a segment stores its
+# tag and acoustic frames; every call returns {won, tag, frames, windows published so far}.
+_CLAIM_FRAMES = """
+local won = redis.call('HSETNX', KEYS[1], ARGV[1] .. ':attempt', ARGV[2])
+if won == 1 then
+  redis.call('HSET', KEYS[1], ARGV[1] .. ':frames', ARGV[3])
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+end
+return {won, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET', KEYS[1], ARGV[1] .. ':frames'),
+        redis.call('HGET', KEYS[2], 'windows:' .. ARGV[1]) or 0}
+"""
+
+
+@dataclass
+class SegmentProgress:
+    """A segment being published piece by piece: the next chunk's part number, the pieces so far."""
+
+    job: SegmentJob
+    attempt: str
+    part: int = 0
+    pieces: int = 0
+    pcm: list[bytes] = field(default_factory=list)
+
+
 @dataclass
 class SegmentOutcome:
     done: int
@@ -68,6 +92,7 @@ class Publisher:
         self.ttl = ttl_s
         self._finalize = r.register_script(_FINALIZE)
         self._mark_started = r.register_script(_MARK_STARTED)
+        self._claim_frames = r.register_script(_CLAIM_FRAMES)
 
     def job_state(self, job_id: str) -> str:
         state = self.r.hget(self.keys.status(job_id), "state")
@@ -83,15 +108,39 @@ class Publisher:
 
     def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str) -> SegmentOutcome:
         """Chunks of one finished segment, then its part for assembly, in one round trip."""
-        keys, k_status, k_res = self.keys, self.keys.status(job.job_id), self.keys.results(job.job_id)
+        outcome = self.publish_piece(SegmentProgress(job, attempt), pcm, last=True, batch_id=batch_id, worker=worker)
+        assert outcome is not None
+        return outcome
+
+    def publish_piece(self, seg: SegmentProgress, pcm: bytes, *, last: bool, batch_id: str, worker: str,
+                      publish: bool = True) -> SegmentOutcome | None:
+        """The next piece of a segment (a whole segment, or one vocoder window of it) as chunks of at most
+        ``chunk_ms``, numbered on from the segment's earlier pieces, in one round trip. With ``last``, the
+        segment's whole PCM (its pieces joined) becomes its part for assembly and the outcome is returned.
+        ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
+        job, keys = seg.job, self.keys
+        k_status, k_res = keys.status(job.job_id), keys.results(job.job_id)
         step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
         pieces = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
+        first = seg.part == 0
         pipe = self.r.pipeline(transaction=True)
-        for i, piece in enumerate(pieces):
-            fields = chunk_fields(job.seg, i, i == len(pieces) - 1, attempt, job.sample_rate, piece)
-            pipe.xadd(k_res, fields, maxlen=self.maxlen, approximate=True)
-        pipe.expire(k_res, self.ttl)
-        pipe.hset(keys.parts(job.job_id), str(job.seg), pcm)
+        if publish:
+            for i, piece in enumerate(pieces):
+                fields = chunk_fields(job.seg, seg.part + i, last and i == len(pieces) - 1, seg.attempt, job.sample_rate, piece)
+                pipe.xadd(k_res, fields, maxlen=self.maxlen, approximate=True)
+            pipe.expire(k_res, self.ttl)
+            pipe.hset(k_status, f"windows:{job.seg}", seg.pieces + 1)
+            if first:
+                pipe.hsetnx(k_status, "first_chunk", time.time())
+        seg.part += len(pieces)
+        seg.pieces += 1
+        seg.pcm.append(pcm)
+        if not last:
+            if publish:
+                pipe.execute()
+            return None
+        pipe.hdel(self.frames_key(job.job_id), f"{job.seg}:frames")  # a book keeps only its segments in flight
+        pipe.hset(keys.parts(job.job_id), str(job.seg), b"".join(seg.pcm))
         pipe.expire(keys.parts(job.job_id), self.ttl)
         pipe.sadd(keys.done(job.job_id), job.seg)
         pipe.expire(keys.done(job.job_id), self.ttl)
@@ -103,6 +152,18 @@ class Publisher:
         done, state = int(replies[-2]), replies[-1]
         self.r.hset(k_status, "done", done)
         return SegmentOutcome(done=done, total=job.total, state=state.decode() if state else "")
+
+    def claim_frames(self, job: SegmentJob, attempt: str, frames: bytes) -> tuple[str, bytes, int]:
+        """Fix a streamed segment's acoustic output before any of its windows is published: the first attempt
+        to claim it stores its attempt tag and frames; a later attempt (a redo after a crash) gets those back,
+        with how many windows were published, and vocodes the same frames, so readers see one attempt.
+        Empty frames: the segment was published whole already (its frames are dropped then)."""
+        _, tag, stored, windows = self._claim_frames(keys=[self.frames_key(job.job_id), self.keys.status(job.job_id)],
+                                                     args=[str(job.seg), attempt, frames, self.ttl])
+        return _str(tag), bytes(stored or b""), int(windows or 0)
+
+    def frames_key(self, job_id: str) -> str:
+        return self.keys.status(job_id) + ":frames"
 
     def assemble(self, job: SegmentJob) -> tuple[bytes, float]:
         """The job's full PCM16 from its parts, in segment order."""
@@ -129,10 +190,10 @@ class Publisher:
                           done=job.total, info=json.dumps(info, ensure_ascii=False))
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
-            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
+            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id), self.frames_key(job.job_id))
             return None, True
         if won:
-            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
+            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id), self.frames_key(job.job_id))
             log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
         return (url if won else None), False
 
@@ -148,11 +209,15 @@ class Publisher:
         info = {"code": code, "message": message}
         won = self.finish(job_id, state, info, error_code=code, error_message=message, finished=time.time())
         if won:
-            self.r.delete(self.keys.parts(job_id), self.keys.done(job_id))
+            self.r.delete(self.keys.parts(job_id), self.keys.done(job_id), self.frames_key(job_id))
         return won
 
     def is_final(self, state: str) -> bool:
         return state in STATES_FINAL
+
+
+def _str(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _content_type(types: dict[str, str], job: SegmentJob) -> str:

@@ -81,9 +81,9 @@ class StreamQueue:
         return ids
 
     def peek(self, block_ms: int) -> list[Head]:
-        """Heads of all queues with undelivered entries; blocks up to ``block_ms`` while all are empty."""
+        """Heads of all queues with undelivered entries; blocks up to ``block_ms`` while all are empty (0: no wait)."""
         ids = self._delivered_ids()
-        reply = self.r.xread(ids, count=1, block=block_ms) if ids else []
+        reply = self.r.xread(ids, count=1, block=block_ms if block_ms > 0 else None) if ids else []
         heads = []
         for stream, entries in reply or []:
             for entry_id, fields in entries:

@@ -1,0 +1,153 @@
+"""A batch of segments of a two-stage voice, streamed a vocoder window at a time.
+
+Two units of work, run by the loop one after the other (``InferenceLoop.run_streaming``), so a scheduler can
+choose between them: ``acoustic()`` is the acoustic pass of the whole batch (batched as the voice batches);
+``step()`` vocodes the next window of every job still live in the batch (one batched vocoder call), and
+publishes each window to its job's results stream at once. Every job thus gets its first window before any
+job gets its second, and a job's first chunk is out after the acoustic pass and one small window.
+
+Guarantees kept from whole-segment publishing:
+
+* Chunks of a segment are numbered on across its windows (``Publisher.publish_piece``); the last chunk of
+  the last window is the segment's ``last``; the segment's whole PCM becomes its part for assembly then, and
+  the entry is acked only then.
+* One attempt per segment: before its first window is published, a segment's frames and attempt tag are
+  claimed (``Publisher.claim_frames``). A redo (the worker died mid-segment, its entry was reclaimed) gets
+  those frames and tag back, vocodes the same frames, skips the windows already published, and publishes
+  the rest under the same tag: a reader sees one attempt's chunks, seamless.
+* A cancelled job stops at the next window: its state is read before each window step.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.voices.base import PhonemeIds, SynthesisOptions
+from pipeline.voices.twostage import TwoStageVoice
+from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
+from workers.publisher import SegmentProgress
+from workers.queue import Entry
+
+if TYPE_CHECKING:
+    from workers.loop import InferenceLoop
+
+log = logging.getLogger(__name__)
+
+
+def pack_frames(frames: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(frames, dtype=np.float32), allow_pickle=False)
+    return buf.getvalue()
+
+
+def unpack_frames(data: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+class PcmFinisher:
+    """A segment's audio, window by window, as PCM16 at the job's rate with its pause after the last window.
+    A rate change runs through one soxr stream per segment, so window seams are not resampling seams."""
+
+    def __init__(self, voice_rate: int, out_rate: int, pause_s: float) -> None:
+        self.out_rate = out_rate
+        self.pause = int(round(pause_s * out_rate))
+        self.stream = None
+        if voice_rate != out_rate:
+            import soxr
+
+            self.stream = soxr.ResampleStream(voice_rate, out_rate, 1, dtype="float32", quality="HQ")
+
+    def __call__(self, audio: np.ndarray, last: bool) -> bytes:
+        from pipeline.audio import to_pcm16
+
+        out = self.stream.resample_chunk(audio, last=last) if self.stream is not None else audio
+        if last and self.pause:
+            out = np.concatenate([out, np.zeros(self.pause, dtype=np.float32)])
+        return to_pcm16(out)
+
+
+@dataclass
+class Streamed:
+    """One job's segment in the batch."""
+
+    entry: Entry
+    item: WindowedItem
+    progress: SegmentProgress
+    finish: PcmFinisher
+    skip: int = 0  # windows an earlier attempt published already
+    samples: int = 0
+
+
+class StreamingBatch:
+    def __init__(self, loop: InferenceLoop, voice: TwoStageVoice, ready: Sequence[tuple[Entry, PhonemeIds]],
+                 opts: SynthesisOptions, batch_id: str, plan: WindowPlan) -> None:
+        self.loop = loop
+        self.voice = voice
+        self.ready = list(ready)
+        self.opts = opts
+        self.batch_id = batch_id
+        self.plan = plan
+        self.live: list[Streamed] = []
+        self.infer_s = 0.0
+        self.windows = 0
+        self.audio_s = 0.0
+
+    # -- unit 1: the acoustic pass ----------------------------------------------------------------
+    def acoustic(self) -> None:
+        start = time.perf_counter()
+        outs = self.voice.acoustic_outputs([ids for _, ids in self.ready], self.opts)
+        self.infer_s += time.perf_counter() - start
+        pub = self.loop.farm.publisher
+        for (e, _), out in zip(self.ready, outs):
+            job = e.job
+            assert job is not None
+            attempt = f"{self.loop.consumer}/{e.deliveries}"
+            tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out.frames))
+            if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
+                self.loop.segment_already_published(e)
+                continue
+            frames = out.frames if tag == attempt else unpack_frames(stored)
+            if tag != attempt:
+                log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, tag, published)
+            item = WindowedItem.of(e, frames, self.voice.vocoder, self.plan)
+            self.live.append(Streamed(e, item, SegmentProgress(job, tag),
+                                      PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
+
+    # -- unit 2: the next window of every live job --------------------------------------------------
+    def step(self) -> bool:
+        """Vocode and publish the next window of each live job; False once none is left."""
+        self.live = self.loop.drop_ended([s.entry for s in self.live], self.live)
+        if not self.live:
+            return False
+        start = time.perf_counter()
+        made = vocode_next(self.voice.vocoder, [s.item for s in self.live])
+        self.infer_s += time.perf_counter() - start
+        self.windows += len(made)
+        self.loop.farm.metrics.windows(self.voice.name, len(made))
+        by_item = {id(s.item): s for s in self.live}
+        for item, window, audio in made:
+            s = by_item[id(item)]
+            pcm = s.finish(audio, window.last)
+            s.samples += len(pcm) // 2
+            outcome = self.loop.farm.publisher.publish_piece(s.progress, pcm, last=window.last, batch_id=self.batch_id,
+                                                             worker=self.loop.consumer, publish=window.index >= s.skip)
+            job = s.entry.job
+            assert job is not None
+            if window.index == 0 and window.index >= s.skip:
+                self.loop.farm.metrics.first_chunk(job)
+            if outcome is not None:
+                audio_s = s.samples / job.sample_rate
+                self.audio_s += len(item.whole()) / self.voice.sample_rate
+                self.loop.segment_published(s.entry, outcome, audio_s)
+        self.live = [s for s in self.live if not s.item.done]
+        return bool(self.live)
+
+    def stats(self) -> dict[str, Any]:
+        return {"infer_s": self.infer_s, "windows": self.windows, "audio_s": self.audio_s}
