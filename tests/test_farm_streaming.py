@@ -133,3 +133,25 @@ def test_windowing_off_publishes_the_segment_whole(redis_url: str, tmp_path: Pat
         assert len(chunks) >= 2 and all(len(c.pcm) == step for c in chunks[:-1])  # cut at chunk_ms, not at windows
     finally:
         farm.stop()
+
+
+def test_a_bulk_segment_yields_to_an_interactive_job_between_windows(redis_url: str, tmp_path: Path) -> None:
+    """One loop, no reserved one: a caller's job that arrives while a book's long segment is being vocoded is
+    done before that segment's last window (whole-segment work could only serve it after)."""
+    farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_INFERENCE_THREADS="1", TTSFARM_QUEUE_INTERACTIVE_LOOPS="0",
+                TTSFARM_STREAMING_WINDOW_MS="300")
+    try:
+        farm.start_worker()
+        client = farm.client()
+        keys = Keys(farm.prefix)
+        book = client.submit(LONG, voice="joe", lane="bulk", options=NOISELESS, chunk_ms=ONE_PIECE)
+        stream = book.stream(timeout=120)
+        next(stream)  # the bulk segment is being vocoded
+        caller = client.submit("Hello, is anyone there?", voice="joe", options=NOISELESS)
+        caller.wait(timeout=60)
+        bulk_now = chunk_entries(client.redis, keys, book.id)
+        assert bulk_now and not any(e["last"] == "1" for e in bulk_now), "the caller waited for the whole bulk segment"
+        rest = list(stream)
+        assert rest[-1].last
+    finally:
+        farm.stop()
