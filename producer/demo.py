@@ -49,11 +49,19 @@ def run_demo(settings: Settings, *, output: str, text: str | None = None) -> int
                           channels=1, subtype="PCM_16") as f:
             import numpy as np
 
+            seg0: list[float] = []  # when each chunk of the first segment came, to show it streaming
             for chunk in job.stream(timeout=600):
+                now = time.perf_counter() - start
                 if first is None:
-                    first = time.perf_counter() - start
-                    print(f"time to first chunk: {first * 1000:.0f} ms")
+                    first = now
+                    print(f"time to first chunk: {first * 1000:.0f} ms "
+                          f"({len(chunk.pcm) / 2 / chunk.sample_rate:.2f} s of audio)")
+                if chunk.seg == 0:
+                    seg0.append(now)
                 f.write(np.frombuffer(chunk.pcm, dtype="<i2"))
+        if len(seg0) > 1:
+            print(f"segment 0 streamed in {len(seg0)} chunks: the first after {seg0[0] * 1000:.0f} ms, the last after "
+                  f"{seg0[-1] * 1000:.0f} ms (its first window played while the rest was vocoded)")
         result = job.wait(timeout=60)
         total = time.perf_counter() - start
         print(f"wrote {out} ({result.duration_s:.2f} s of audio) in {total:.2f} s: "

@@ -26,19 +26,16 @@ TEXTS = ("Are you there?", "Please hold the line.", "Your order has shipped.", "
 SKIP = 3  # the first jobs after start-up are left out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jobs", type=int, default=30)
-    ap.add_argument("--set", action="append", default=[], metavar="TTSFARM_KEY=VALUE", help="a worker setting")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
-    farm = LocalFarm(workers=1, env=worker_env(extra=dict(kv.split("=", 1) for kv in args.set))).start()
+def idle_first_chunk(settings: list[str], jobs: int, *, voice: str = "joe", texts: tuple[str, ...] = TEXTS,
+                     number: str = " Number {i}.") -> dict[str, dict[str, float]]:
+    """P50 and max (ms) of each stage of the first chunk, over ``jobs`` jobs on a farm of one worker."""
+    farm = LocalFarm(workers=1, env=worker_env(extra=dict(kv.split("=", 1) for kv in settings))).start()
     try:
         client = Client.from_url(settings=load_settings(env={**farm.env}))
         rows = []
-        for i in range(args.jobs):
+        for i in range(jobs):
             t0 = time.time()
-            job = client.submit(f"{TEXTS[i % len(TEXTS)]} Number {i}.", voice="joe", format="pcm")
+            job = client.submit(f"{texts[i % len(texts)]}{number.format(i=i)}", voice=voice, format="pcm")
             t1 = time.time()
             first = None
             for _ in job.stream(timeout=30):
@@ -52,10 +49,21 @@ def main() -> int:
     for key in ("submit", "to_started", "to_first_chunk", "total"):
         ms = sorted(r[key] * 1000 for r in rows[SKIP:])
         summary[key] = {"p50": round(ms[len(ms) // 2], 1), "max": round(ms[-1], 1)}
-        print(f"{key:15s} P50 {summary[key]['p50']:7.1f} ms   max {summary[key]['max']:7.1f} ms")
+    return summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=30)
+    ap.add_argument("--set", action="append", default=[], metavar="TTSFARM_KEY=VALUE", help="a worker setting")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    summary = idle_first_chunk(args.set, args.jobs)
+    for key, row in summary.items():
+        print(f"{key:15s} P50 {row['p50']:7.1f} ms   max {row['max']:7.1f} ms")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"settings": args.set, "jobs": len(rows) - SKIP, "summary": summary}, indent=2))
+        args.out.write_text(json.dumps({"settings": args.set, "jobs": args.jobs - SKIP, "summary": summary}, indent=2))
     return 0
 
 
