@@ -124,3 +124,10 @@ def test_joe_stitched_windows_equal_whole(real_bank: VoiceBank, base_settings: S
     small = WindowPlan(first=16, size=48)  # many seams
     for plan in (served, small):
         assert _stitched_vs_whole(voice, plan, TEXTS) <= 1e-3
+
+
+def test_later_segments_get_no_small_first_window() -> None:
+    plan = WindowPlan(first=16, size=64).without_small_first()
+    windows = plan_windows(90, plan, context=10)
+    assert [(w.start, w.end) for w in windows] == [(0, 90)]  # 64 + a remainder under half a window: one
+    assert plan_windows(200, plan, context=10)[0].end == 64

@@ -116,7 +116,8 @@ class StreamingBatch:
             frames = out.frames if tag == attempt else unpack_frames(stored)
             if tag != attempt:
                 log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, tag, published)
-            item = WindowedItem.of(e, frames, self.voice.vocoder, self.plan)
+            plan = self.plan if job.seg == 0 else self.plan.without_small_first()  # later segments are not awaited
+            item = WindowedItem.of(e, frames, self.voice.vocoder, plan)
             self.live.append(Streamed(e, item, SegmentProgress(job, tag),
                                       PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
 

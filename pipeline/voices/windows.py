@@ -42,6 +42,10 @@ class WindowPlan:
         per_ms = sample_rate / hop / 1000
         return cls(first=max(1, round(first_ms * per_ms)), size=max(1, round(size_ms * per_ms)))
 
+    def without_small_first(self) -> WindowPlan:
+        """Every window large: for a segment whose listener still has earlier audio to play (not a job's first)."""
+        return WindowPlan(first=self.size, size=self.size)
+
 
 @dataclass(frozen=True)
 class Window:
@@ -57,18 +61,19 @@ class Window:
 
 def plan_windows(n: int, plan: WindowPlan, *, context: int, min_frames: int = 1) -> list[Window]:
     """The windows of an item of ``n`` frames. A remainder shorter than ``2 * context`` (what splitting it
-    off would cost) or than half a later window joins the window before it; an item no longer than the
-    first window plus ``2 * context`` is one window."""
+    off would cost) or than half a later window joins the window before it, but a small first window stays
+    small: an item no longer than it plus ``2 * context`` is one window."""
     if n <= 0:
         return [Window(0, 0, 0, 0, 0, True)]
     bounds = [0]
     end = min(n, max(1, plan.first))
-    if n - end < 2 * context:
+    merge_after = max(2 * context, plan.size // 2)  # a remainder shorter than this joins the window before it
+    if n - end < (2 * context if plan.first < plan.size else merge_after):  # a small first window stays small
         end = n
     bounds.append(end)
     while end < n:
         nxt = min(n, end + max(1, plan.size))
-        if n - nxt < max(2 * context, plan.size // 2):
+        if n - nxt < merge_after:
             nxt = n
         bounds.append(nxt)
         end = nxt
