@@ -52,14 +52,16 @@ return 1
 
 
 # KEYS: frames hash, status. ARGV: seg, attempt, frames, ttl. The first attempt to stream a segment stores its
-# tag and acoustic frames; every call returns {won, tag, frames, windows published so far}.
+# tag and acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment
+# was published whole), windows published so far}.
 _CLAIM_FRAMES = """
 local won = redis.call('HSETNX', KEYS[1], ARGV[1] .. ':attempt', ARGV[2])
 if won == 1 then
   redis.call('HSET', KEYS[1], ARGV[1] .. ':frames', ARGV[3])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 end
-return {won, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET', KEYS[1], ARGV[1] .. ':frames'),
+if won == 1 then return {1, ARGV[2], '', 0} end
+return {0, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET', KEYS[1], ARGV[1] .. ':frames') or '',
         redis.call('HGET', KEYS[2], 'windows:' .. ARGV[1]) or 0}
 """
 
@@ -153,14 +155,15 @@ class Publisher:
         self.r.hset(k_status, "done", done)
         return SegmentOutcome(done=done, total=job.total, state=state.decode() if state else "")
 
-    def claim_frames(self, job: SegmentJob, attempt: str, frames: bytes) -> tuple[str, bytes, int]:
+    def claim_frames(self, job: SegmentJob, attempt: str, frames: bytes) -> tuple[bool, str, bytes, int]:
         """Fix a streamed segment's acoustic output before any of its windows is published: the first attempt
-        to claim it stores its attempt tag and frames; a later attempt (a redo after a crash) gets those back,
+        to claim it stores its attempt tag and frames (and gets True); a later attempt (a redo after a crash, or a
+        retry) gets those back,
         with how many windows were published, and vocodes the same frames, so readers see one attempt.
         Empty frames: the segment was published whole already (its frames are dropped then)."""
-        _, tag, stored, windows = self._claim_frames(keys=[self.frames_key(job.job_id), self.keys.status(job.job_id)],
-                                                     args=[str(job.seg), attempt, frames, self.ttl])
-        return _str(tag), bytes(stored or b""), int(windows or 0)
+        won, tag, stored, windows = self._claim_frames(keys=[self.frames_key(job.job_id), self.keys.status(job.job_id)],
+                                                       args=[str(job.seg), attempt, frames, self.ttl])
+        return bool(int(won)), _str(tag), frames if int(won) else bytes(stored or b""), int(windows or 0)
 
     def frames_key(self, job_id: str) -> str:
         return self.keys.status(job_id) + ":frames"

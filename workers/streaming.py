@@ -109,12 +109,12 @@ class StreamingBatch:
             job = e.job
             assert job is not None
             attempt = f"{self.loop.consumer}/{e.deliveries}"
-            tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out.frames))
+            won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out.frames))
             if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
                 self.loop.segment_already_published(e)
                 continue
-            frames = out.frames if tag == attempt else unpack_frames(stored)
-            if tag != attempt:
+            frames = out.frames if won else unpack_frames(stored)
+            if not won:
                 log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, tag, published)
             plan = self.plan if job.seg == 0 else self.plan.without_small_first()  # later segments are not awaited
             item = WindowedItem.of(e, frames, self.voice.vocoder, plan)
