@@ -94,6 +94,8 @@ MALFORMED_JOB = "MALFORMED_JOB"
 MODEL_MISSING = "MODEL_MISSING"
 MODEL_CORRUPT = "MODEL_CORRUPT"
 MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
+MODEL_STAGE_FAILED = "MODEL_STAGE_FAILED"  # a stage of a two-stage voice failed while running
+MODEL_NOT_PREPARED = "MODEL_NOT_PREPARED"  # a voice needs `ttsfarm voices prepare` first
 
 _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
     **{
@@ -116,7 +118,7 @@ _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
             "BAD_KEY",
         )
     },
-    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED)},
+    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_STAGE_FAILED, MODEL_NOT_PREPARED)},
     TransientError.code: TransientError,
     OverloadedError.code: OverloadedError,
     JobNotFoundError.code: JobNotFoundError,

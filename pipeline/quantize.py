@@ -1,4 +1,8 @@
-"""`ttsfarm quantize VOICE`: an INT8 copy of a Piper voice, checked against FP32 before it may serve.
+"""`ttsfarm quantize VOICE`: an INT8 copy of a Piper voice's whole graph, checked against FP32.
+
+This is the whole-graph path (``PiperVoice``, e.g. on CUDA with IO binding). Voices served in two stages
+are quantized per stage by `ttsfarm voices prepare` (``pipeline/prepare_piper.py``), which reuses the
+quantization and the gate below.
 
 Input is the prepared FP32 graph (the one with ``frame_lengths`` exposed, see ``piper_graph``). Two modes:
 
@@ -38,10 +42,10 @@ import numpy as np
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, GraphRunner, compare, measure_pair, verdict
 from pipeline.settings import CONFIG_DIR, Settings
-from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
-from pipeline.voices.runtime import resolve_resource, sha256_file
+from pipeline.voices.piper import PiperVoice
+from pipeline.voices.runtime import SessionFactory, resolve_resource, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ def parse_exclude(value: str | Sequence[str] | None) -> tuple[str, ...]:
     return prefixes
 
 
-def _calibration_reader(voice: Any, sentences: Sequence[str], lang: str) -> Any:
+def calibration_reader(voice: Any, sentences: Sequence[str], lang: str) -> Any:
     """A ``CalibrationDataReader`` that phonemizes one sentence per call: batch 1, default scales."""
     from onnxruntime.quantization import CalibrationDataReader
 
@@ -181,12 +185,12 @@ def quantize_voice(
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}", code=BAD_OPTION)
     spec = settings.catalogue.get(voice_name)
-    if spec.engine != "piper":
+    if (spec.source or spec.engine) != "piper":
         raise InputError(f"voice {spec.name} is a {spec.engine} voice; only Piper voices are quantized here", code=BAD_OPTION)
     prefixes = parse_exclude(exclude)
     lang = spec.languages[0]
-    bank = VoiceBank(settings.catalogue, settings.runtime)
-    voice: Any = bank.get(spec.name, load=False)
+    factory = SessionFactory(settings.runtime)
+    voice = PiperVoice(spec, factory, precision="fp32")  # the whole graph, whatever engine serves the voice
     prepared = prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir)
     model_path, report_path = int8_paths(prepared.path)
     calib_file = Path(calibration) if calibration else CALIBRATION_EN
@@ -199,7 +203,7 @@ def quantize_voice(
     model_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=".quantize-") as tmp:
         candidate = Path(tmp) / model_path.name
-        reader = _calibration_reader(voice, calib_texts, lang) if mode == "static" else None
+        reader = calibration_reader(voice, calib_texts, lang) if mode == "static" else None
         log.info("quantizing %s (%s, exclude %s)", prepared.path.name, mode, ", ".join(prefixes) or "nothing")
         info = quantize_graph(prepared.path, candidate, mode, exclude=prefixes, per_channel=per_channel, reader=reader)
 
@@ -207,7 +211,7 @@ def quantize_voice(
         start = time.perf_counter()
         items = [voice.phonemize(t, lang).ids for t in eval_texts]
         opts = SynthesisOptions.noiseless()
-        runners = GraphRunner(voice, bank.factory, prepared.path), GraphRunner(voice, bank.factory, candidate)
+        runners = GraphRunner(voice, factory, prepared.path), GraphRunner(voice, factory, candidate)
         fp32, int8 = measure_pair(*runners, items, opts, repeats=repeats)
         del runners  # release both sessions before the model file is moved
         measures = compare(fp32, int8, voice.sample_rate, eval_texts)

@@ -124,12 +124,21 @@ class WorkerSettings:
 
 @dataclass(frozen=True)
 class VoiceSpec:
-    """One catalogue entry. ``options`` holds the engine's own keys (vocab, style, routes, ...)."""
+    """One catalogue entry. ``options`` holds the engine's own keys (vocab, style, routes, ...).
+
+    Two-stage voices (``engine = "twostage"``) name where their stages come from: ``source`` is the kind
+    of model they are prepared from (a key of ``pipeline.prepare.PREPARERS`` and of
+    ``pipeline.voices.twostage.STAGE_BUILDERS``, e.g. ``piper``), ``model`` that source model, and
+    ``acoustic``/``vocoder`` each stage's model location: ``prepared`` (the file `ttsfarm voices prepare`
+    built into the model cache) or a location as for ``model``."""
 
     name: str
     engine: str
     languages: tuple[str, ...]
     model: str = ""
+    source: str = ""
+    acoustic: str = ""
+    vocoder: str = ""
     precision: str = "fp32"
     max_batch: int = 1
     sample_rate: int = 0

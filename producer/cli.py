@@ -162,6 +162,27 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_voices(args: argparse.Namespace) -> int:
+    """`voices [list]`: the catalogue with what this install serves. `voices prepare [VOICE...]`: build what the
+    voices need into the model cache. `voices reload [VOICE...]`: hot reload on the running workers."""
+    if args.action not in ("list", "prepare", "reload"):  # `voices joe kumo`: list those
+        args.voice, args.action = [args.action, *args.voice], "list"
+    if args.action == "list":
+        from pipeline.voice_list import describe_catalogue, format_voices
+
+        settings = _settings(args)
+        for name in args.voice:
+            settings.catalogue.get(name)  # an unknown name is UNKNOWN_VOICE
+        rows = [r for r in describe_catalogue(settings) if not args.voice or r["name"] in args.voice]
+        print(format_voices(rows, as_json=args.json))
+        return 0
+    if args.action == "prepare":
+        from pipeline.prepare import main as prepare_main
+
+        return prepare_main(_settings(args), args)
+    return _reload_voices(args)
+
+
+def _reload_voices(args: argparse.Namespace) -> int:
     """`voices reload [VOICE...]`: a Celery broadcast; each worker loads the new version beside the old, warms it
     up and swaps it in between batches. With --wait (the default) it waits for every answering worker's report."""
     import json
@@ -312,9 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("voices", help="hot reload voices on the running workers")
-    p.add_argument("action", choices=["reload"])
-    p.add_argument("voice", nargs="*", help="voices to reload (default: all)")
+    p = sub.add_parser("voices", help="list the voices and what is served; prepare them into the model cache; hot reload them")
+    p.add_argument("action", nargs="?", default="list", metavar="{list,prepare,reload}",
+                   help="list (default; `voices NAME...` lists those): engines, stages, precision served, license, gate figures; prepare: build "
+                        "split stages, INT8 where its gate passes (once; idempotent); reload: on the running workers")
+    p.add_argument("voice", nargs="*", help="voices (default: all)")
+    p.add_argument("--json", action="store_true", help="list: JSON instead of text")
+    p.add_argument("--force", action="store_true", help="prepare: build again even if prepared")
+    p.add_argument("--no-int8", action="store_true", help="prepare: FP32 stages only (no quantization, no gate)")
     p.add_argument("--destination", action="append", help="only this worker (node name); repeatable")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="return once the workers accepted")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the reloads")

@@ -35,4 +35,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 .venv/bin/python -c "import pipeline, producer, workers, piper.espeakbridge, misaki.transcription" \
   || { echo "setup: import check failed" >&2; exit 1; }
+# Every voice built into the model cache once (split stages, INT8 where its gate passes); a second run
+# finds them prepared and returns at once.
+echo "setup: preparing voices (ttsfarm voices prepare; the first time takes about a minute)"
+.venv/bin/ttsfarm voices prepare || { echo "setup: voice preparation failed" >&2; exit 1; }
 echo "setup: ready"

@@ -19,6 +19,7 @@ from pipeline.errors import MODEL_MISSING, UNKNOWN_VOICE, InputError, ModelError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
+from pipeline.voices.runtime import StageState
 from producer.contract import Keys
 from tests.conftest import Farm
 from tests.test_metrics import joe_only_config
@@ -38,6 +39,13 @@ class FakeVoice:
 
     def load(self) -> None:
         self._session = object()
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    def stage_sessions(self) -> dict[str, StageState]:
+        return {"model": StageState(Path(self.spec.model), self.precision, None, self._session)}
 
     def phonemize(self, text: str, lang: str) -> Phonemized:
         return Phonemized(ids=(1, 2, 3), phonemes="abc")

@@ -14,7 +14,6 @@ import pytest
 from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, quantize_voice, read_sentences
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, logmel_l1_db
 from pipeline.settings import Settings
-from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper import choose_model
 from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
@@ -108,18 +107,19 @@ def test_int8_that_passes_the_gate_is_within_the_bound(base_settings: Settings, 
         if report["passed"]:
             break
 
-    bank = VoiceBank(settings.catalogue, settings.runtime)
-    voice = bank.get("joe")
-    if not report["passed"]:
-        assert all(r["reason"] and not r["passed"] for r in reports)
-        assert voice.precision == "fp32"
-        return
+    if not report["passed"]:  # a mode that passes is what INT8 serving rests on (issue 16): no pass is a failure
+        pytest.fail("no quantization mode passed the gate: " + "; ".join(f"{r['mode']}: {r['reason']}" for r in reports))
     assert report["measures"]["logmel_l1_db"] <= bound
+    # Served through the whole-graph path (PiperVoice: what `ttsfarm quantize` feeds; joe itself is served in two
+    # stages, whose INT8 comes from `ttsfarm voices prepare`, tests/test_prepare.py).
+    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.runtime import SessionFactory
+
+    factory = SessionFactory(settings.runtime)
+    voice = PiperVoice(settings.catalogue.voices["joe"], factory)
     assert voice.precision == "int8"
     # Measured again here, on sentences the gate did not see, through the serving path.
-    from pipeline.voices.piper import PiperVoice
-
-    fp32 = PiperVoice(settings.catalogue.voices["joe"], bank.factory, precision="fp32")
+    fp32 = PiperVoice(settings.catalogue.voices["joe"], factory, precision="fp32")
     assert fp32.precision == "fp32"
     texts = [EVAL_SENTENCES_EN[2], EVAL_SENTENCES_EN[7]]
     ids = [voice.phonemize(t, "en").ids for t in texts]

@@ -11,7 +11,7 @@ from typing import Any
 from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions, Voice
-from pipeline.voices.runtime import SessionFactory
+from pipeline.voices.runtime import SessionFactory, StageState
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,10 @@ def _build(spec: VoiceSpec, factory: SessionFactory) -> Voice:
         from pipeline.voices.kokoro import KokoroVoice
 
         return KokoroVoice(spec, factory)
+    if spec.engine == "twostage":
+        from pipeline.voices.twostage import build_two_stage
+
+        return build_two_stage(spec, factory)
     raise InputError(f"voice {spec.name}: engine {spec.engine!r} cannot synthesize by itself", code=UNKNOWN_VOICE)
 
 
@@ -67,7 +71,7 @@ class VoiceBank:
         self.factory = SessionFactory(runtime)
         self._builder = builder
         self._voices: dict[str, Voice] = {}
-        self._warm: set[int] = set()  # ids of sessions already warmed up (voices may share one)
+        self._warm: set[tuple[int, ...]] = set()  # sessions already warmed up (voices may share them)
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()
         self.versions: dict[str, int] = {}  # 1 when first loaded, +1 per reload
@@ -86,18 +90,18 @@ class VoiceBank:
                 voice = self._builder(self.catalogue.get(name), self.factory)
                 self._voices[name] = voice
                 self.versions.setdefault(name, 1)
-        if load and getattr(voice, "_session", True) is None:
+        if load and not _loaded(voice):
             with self._lock:
                 self._load(voice)
         return voice
 
     def _load(self, voice: Voice) -> None:
-        if getattr(voice, "_session", True) is not None:
+        if _loaded(voice):
             return
         voice.load()  # type: ignore[attr-defined]
-        session_id = id(getattr(voice, "session", voice))
-        if self.runtime.warmup and session_id not in self._warm:
-            self._warm.add(session_id)
+        key = _session_key(voice)
+        if self.runtime.warmup and key not in self._warm:
+            self._warm.add(key)
             self._warm_up(voice)
 
     def _warm_up(self, voice: Voice) -> None:
@@ -120,13 +124,13 @@ class VoiceBank:
             specs = {name: catalogue.get(name) for name in wanted}  # UNKNOWN_VOICE before any work
             factory = SessionFactory(self.runtime)  # an empty session cache: fresh sessions, shared among these
             fresh: dict[str, Voice] = {}
-            warmed: set[int] = set()
+            warmed: set[tuple[int, ...]] = set()
             for name, spec in specs.items():
                 voice = self._builder(spec, factory)
                 voice.load()  # type: ignore[attr-defined]
-                session_id = id(getattr(voice, "session", voice))
-                if self.runtime.warmup and session_id not in warmed:
-                    warmed.add(session_id)
+                key = _session_key(voice)
+                if self.runtime.warmup and key not in warmed:
+                    warmed.add(key)
                     self._warm_up(voice)
                 fresh[name] = voice
             with self._lock:
@@ -138,17 +142,21 @@ class VoiceBank:
                 return {name: self.versions[name] for name in fresh}
 
     def describe(self) -> dict[str, dict[str, Any]]:
-        """Per loaded voice: version, model file, precision, session id and its create time (heartbeat, metrics)."""
+        """Per loaded voice: version, precision, model file(s), session id(s) and create time (heartbeat,
+        metrics), and per stage its file and the precision really served. A voice of several stages lists
+        its files joined by ``+`` and the sum of their create times."""
         with self._lock:
             voices = dict(self._voices)
             versions = dict(self.versions)
         out: dict[str, dict[str, Any]] = {}
         for name, voice in voices.items():
-            info = getattr(voice, "info", None)
-            session = getattr(voice, "_session", None)
+            stages = _stages(voice)
+            infos = [st.info for st in stages.values() if st.info is not None]
             out[name] = {"version": versions.get(name, 1), "precision": getattr(voice, "precision", ""),
-                         "model": info.model.name if info else "", "create_s": round(info.create_s, 4) if info else None,
-                         "session": f"{id(session):x}" if session is not None else ""}
+                         "model": "+".join(i.model.name for i in infos),
+                         "create_s": round(sum(i.create_s for i in infos), 4) if infos else None,
+                         "session": "+".join(f"{id(st.session):x}" for st in stages.values() if st.session is not None),
+                         "stages": {stage: {"model": st.model.name, "precision": st.precision} for stage, st in stages.items()}}
         return out
 
     def concrete_names(self) -> list[str]:
@@ -161,3 +169,18 @@ class VoiceBank:
     def loaded(self) -> dict[str, Voice]:
         with self._lock:
             return dict(self._voices)
+
+
+def _loaded(voice: Voice) -> bool:
+    """Whether the voice's sessions exist (a voice without lazy sessions always counts as loaded)."""
+    return bool(getattr(voice, "loaded", True))
+
+
+def _stages(voice: Voice) -> dict[str, StageState]:
+    stage_sessions = getattr(voice, "stage_sessions", None)
+    return stage_sessions() if stage_sessions is not None else {}
+
+
+def _session_key(voice: Voice) -> tuple[int, ...]:
+    """Identifies the sessions a voice runs on: voices sharing all of them are warmed up once."""
+    return tuple(id(st.session) for st in _stages(voice).values()) or (id(voice),)

@@ -35,13 +35,13 @@ def choose_model(prepared: Path, spec: VoiceSpec, runtime: RuntimeSettings) -> t
     return model, "int8"
 
 
-class PiperVoice(LazySession):
-    """A Piper voice from the catalogue. Thread-safe: the session may be run from several threads."""
+class PiperConfig:
+    """What a Piper voice's ``.onnx.json`` says, and the phonemizer and scales it implies (shared by the
+    whole-graph ``PiperVoice`` and the two-stage Piper voice)."""
 
-    def __init__(self, spec: VoiceSpec, factory: SessionFactory, *, precision: str | None = None) -> None:
+    def __init__(self, spec: VoiceSpec) -> None:
         self.name = spec.name
         self.languages = spec.languages
-        self.max_batch = max(1, spec.max_batch)
         config = json.loads(resolve_resource(str(spec.options["config"])).read_text(encoding="utf-8"))
         self.sample_rate = int(config["audio"]["sample_rate"])
         self.espeak_voice = str(config.get("espeak", {}).get("voice", "en-us"))
@@ -52,22 +52,9 @@ class PiperVoice(LazySession):
             "noise_w": float(spec.defaults.get("noise_w", inference.get("noise_w", 0.8))),
             "length_scale": float(inference.get("length_scale", 1.0)),
         }
-        prepared = prepare_piper_graph(resolve_resource(spec.model), factory.settings.cache_dir)
-        self.hop = prepared.hop
-        runtime = factory.settings
-        self.model, self.precision = choose_model(prepared.path, spec, runtime if precision is None else _with(runtime, precision))
-        self._factory = factory
-        self._runner: Any = None  # pipeline.voices.gpu.IoBindingRunner when the session runs on CUDA
         from pipeline.text.en import EnglishPhonemizer
 
         self._phonemizer = EnglishPhonemizer()
-
-    def _on_load(self) -> None:
-        from pipeline.voices.gpu import IoBindingRunner, wants_io_binding
-
-        assert self.info is not None
-        if wants_io_binding(self.info.providers, self._factory.settings):
-            self._runner = IoBindingRunner.for_settings(self._session, self._factory.settings)
 
     def phonemize(self, text: str, lang: str) -> Phonemized:
         if lang not in self.languages:
@@ -82,9 +69,43 @@ class PiperVoice(LazySession):
         return Phonemized(ids=tuple(ids), phonemes="".join(phonemes))
 
     def scales(self, opts: SynthesisOptions) -> np.ndarray:
+        """Piper's ``scales`` input: noise, length (1 / speed), noise of the durations."""
         noise = self.defaults["noise_scale"] if opts.noise_scale is None else opts.noise_scale
         noise_w = self.defaults["noise_w"] if opts.noise_w is None else opts.noise_w
         return np.array([noise, self.defaults["length_scale"] / opts.speed, noise_w], dtype=np.float32)
+
+
+class PiperVoice(LazySession):
+    """A Piper voice from the catalogue, run as one graph. Thread-safe: the session may be run from several
+    threads. (``joe`` is served as a two-stage voice; this whole-graph path stays for the CUDA IO-binding
+    runner, the INT8 tooling of the whole graph, and as the reference the split is checked against.)"""
+
+    def __init__(self, spec: VoiceSpec, factory: SessionFactory, *, precision: str | None = None) -> None:
+        self.name = spec.name
+        self.languages = spec.languages
+        self.max_batch = max(1, spec.max_batch)
+        self.config = PiperConfig(spec)
+        self.sample_rate = self.config.sample_rate
+        self.defaults = self.config.defaults
+        prepared = prepare_piper_graph(resolve_resource(spec.model), factory.settings.cache_dir)
+        self.hop = prepared.hop
+        runtime = factory.settings
+        self.model, self.precision = choose_model(prepared.path, spec, runtime if precision is None else _with(runtime, precision))
+        self._factory = factory
+        self._runner: Any = None  # pipeline.voices.gpu.IoBindingRunner when the session runs on CUDA
+
+    def _on_load(self) -> None:
+        from pipeline.voices.gpu import IoBindingRunner, wants_io_binding
+
+        assert self.info is not None
+        if wants_io_binding(self.info.providers, self._factory.settings):
+            self._runner = IoBindingRunner.for_settings(self._session, self._factory.settings)
+
+    def phonemize(self, text: str, lang: str) -> Phonemized:
+        return self.config.phonemize(text, lang)
+
+    def scales(self, opts: SynthesisOptions) -> np.ndarray:
+        return self.config.scales(opts)
 
     def feeds(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, pad_to: int | None = None) -> dict[str, Any]:
         """The padded input tensors of one batch (pad id 0, as Piper pads)."""

@@ -30,7 +30,9 @@ class PreparedGraph:
     source_sha256: str
 
 
-def _find_frame_lengths(graph) -> str:  # type: ignore[no-untyped-def]
+def find_frame_chain(graph) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """The frame-length tensor (``Cast(Clip(ReduceSum(Ceil(w))))``) and the ``Ceil`` output it sums:
+    each phoneme's frame count."""
     producer = {out: node for node in graph.node for out in node.output}
     for node in graph.node:
         if node.op_type != "Cast":
@@ -41,9 +43,9 @@ def _find_frame_lengths(graph) -> str:  # type: ignore[no-untyped-def]
             cur = producer.get(cur.input[0]) if cur.input else None
             if cur is None:
                 break
-            chain.append(cur.op_type)
-        if chain == ["Clip", "ReduceSum", "Ceil"]:
-            return str(node.output[0])
+            chain.append(cur)
+        if [n.op_type for n in chain] == ["Clip", "ReduceSum", "Ceil"]:
+            return str(node.output[0]), str(chain[-1].output[0])
     raise ModelError("not a Piper VITS graph: no frame-length tensor (Ceil -> ReduceSum -> Clip -> Cast)", code=MODEL_CORRUPT)
 
 
@@ -76,7 +78,7 @@ def prepare_piper_graph(source: Path, cache_dir: Path) -> PreparedGraph:
         model = onnx.load(str(source))
     except Exception as exc:
         raise ModelError(f"cannot read ONNX file {source.name}: {exc}", code=MODEL_CORRUPT) from exc
-    name = _find_frame_lengths(model.graph)
+    name, _ = find_frame_chain(model.graph)
     hop = _hop_length(model.graph)
     if FRAME_LENGTHS not in {o.name for o in model.graph.output}:
         model.graph.node.append(onnx.helper.make_node("Identity", [name], [FRAME_LENGTHS], name="ttsfarm_frame_lengths"))

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, ModelError
+from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_STAGE_FAILED, ModelError
 from pipeline.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,10 @@ class SessionFactory:
 
 class LazySession:
     """A voice whose inference session is created on first use (phonemizing needs none).
-    Subclasses set ``model`` and ``_factory`` and may extend ``_on_load``."""
+    Subclasses set ``model`` and ``_factory`` and may extend ``_on_load``.
+
+    Every voice the ``VoiceBank`` loads offers ``load()``, ``loaded`` and ``stage_sessions()``; a voice
+    with one graph has one stage, called ``model``."""
 
     model: Path
     _factory: SessionFactory
@@ -177,6 +180,10 @@ class LazySession:
             self.load()
         return self._session
 
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
     def load(self) -> None:
         """Create the inference session (the factory shares one per model file)."""
         if self._session is None:
@@ -185,3 +192,47 @@ class LazySession:
 
     def _on_load(self) -> None:
         """Hook run once the session exists."""
+
+    def stage_sessions(self) -> dict[str, StageState]:
+        return {"model": StageState(self.model, getattr(self, "precision", ""), self.info, self._session)}
+
+
+@dataclass(frozen=True)
+class StageState:
+    """One session of a voice as the bank describes it: file, precision, and the session once created."""
+
+    model: Path
+    precision: str
+    info: SessionInfo | None
+    session: Any
+
+
+class StageSession(LazySession):
+    """The lazily created session of one stage of a two-stage voice. Load and run errors become
+    ``ModelError`` naming the voice and the stage: a load keeps the factory's code (``MODEL_MISSING``,
+    ``MODEL_CORRUPT``, ...), a failed run is ``MODEL_STAGE_FAILED``."""
+
+    def __init__(self, factory: SessionFactory, model: Path, *, voice: str, stage: str, precision: str = "fp32") -> None:
+        self._factory = factory
+        self.model = model
+        self.voice = voice
+        self.stage = stage
+        self.precision = precision
+
+    def load(self) -> None:
+        try:
+            super().load()
+        except ModelError as exc:
+            raise ModelError(f"voice {self.voice}, {self.stage} stage: {exc.message}", code=exc.code) from exc
+
+    def run(self, outputs: list[str], feeds: dict[str, Any]) -> list[Any]:
+        session = self.session
+        try:
+            return list(session.run(outputs, feeds))
+        except Exception as exc:  # onnxruntime raises several unrelated classes
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise ModelError(f"voice {self.voice}, {self.stage} stage failed: {first}", code=MODEL_STAGE_FAILED) from exc
+
+    def fail(self, message: str) -> ModelError:
+        """A ``MODEL_STAGE_FAILED`` error for output that breaks the stage contract."""
+        return ModelError(f"voice {self.voice}, {self.stage} stage: {message}", code=MODEL_STAGE_FAILED)

@@ -1,0 +1,145 @@
+"""The Piper preparer: frame lengths exposed, the graph split into acoustic + decoder, INT8 per stage.
+
+1. ``prepare_piper_graph`` exposes ``frame_lengths`` (in a scratch folder of the work folder);
+2. ``split_piper_graph`` writes ``acoustic.fp32.onnx`` and ``vocoder.fp32.onnx``; the pair is checked
+   against the whole graph on held-out sentences, noise off (lengths equal, max abs diff <= 1e-3, else
+   ``MODEL_CORRUPT``), and the figures go into both FP32 verdicts;
+3. with ``int8``: the acoustic stage is quantized like ``ttsfarm quantize`` (static QDQ, the default
+   exclusions: the text encoder, duration predictor and decoder stay FP32, so the flow is what is
+   quantized) and judged by ``settings.quality_gate`` on the same held-out sentences through the
+   two-stage voice (FP32 decoder in both). A failed INT8 file is not kept. The decoder is not
+   quantized: every mode measured failed the gate (docs/BENCHMARKS.md, "INT8 quality"); its INT8
+   verdict says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import MODEL_CORRUPT, ModelError
+from pipeline.voices.prepared import PreparedVoice, Preparer
+from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, calibration_reader, quantize_graph, read_sentences
+from pipeline.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
+from pipeline.settings import Settings, VoiceSpec
+from pipeline.voices.base import PhonemeIds, SynthesisOptions
+from pipeline.voices.piper_graph import FRAME_LENGTHS, prepare_piper_graph
+from pipeline.voices.piper_split import DECODER_CONTEXT, split_piper_graph
+from pipeline.voices.piper_stages import PIPER_PREPARER_VERSION, piper_two_stage
+from pipeline.voices.runtime import SessionFactory, resolve_resource
+
+log = logging.getLogger(__name__)
+
+SPLIT_TOLERANCE = 1e-3
+SPLIT_CHECK_TEXTS = EVAL_SENTENCES_EN[:4]
+DECODER_INT8_REASON = ("not quantized: the HiFi-GAN decoder failed the gate in every mode measured "
+                       "(5.7-11.0 dB log-mel L1, docs/BENCHMARKS.md 'INT8 quality')")
+
+
+def piper_sources(spec: VoiceSpec) -> list[Path]:
+    return [resolve_resource(spec.model)]
+
+
+class _Runner:
+    """``measure_pair``'s runner interface over a voice."""
+
+    def __init__(self, voice: Any) -> None:
+        self.voice = voice
+
+    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]:
+        return list(self.voice.synthesize_batch(batch, opts))
+
+
+class _CalibrationVoice:
+    """What ``calibration_reader`` needs: the phonemizer and the acoustic stage's feeds."""
+
+    def __init__(self, voice: Any) -> None:
+        self.phonemize = voice.phonemize
+        self.feeds = voice.acoustic.feeds
+
+
+def check_split(voice: Any, whole: Path, factory: SessionFactory, texts: Sequence[str]) -> dict[str, Any]:
+    """The two-stage voice against the whole prepared graph, noise off, alone and as one batch."""
+    session, _ = factory.create(whole)
+    opts = SynthesisOptions.noiseless()
+    items = [voice.phonemize(t, voice.languages[0]).ids for t in texts]
+    audio, frames = session.run(["output", FRAME_LENGTHS], voice.acoustic.feeds(items, opts))
+    audio = audio.reshape(len(items), -1)
+    reference = [audio[k, : int(n) * voice.hop] for k, n in enumerate(frames)]
+    staged = voice.synthesize_batch(items, opts)
+    solo = [voice.synthesize_batch([ids], opts)[0] for ids in items]
+    lengths_equal = all(len(a) == len(b) == len(c) for a, b, c in zip(reference, staged, solo))
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(reference, staged)) if lengths_equal else None
+    solo_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(staged, solo)) if lengths_equal else None
+    return {"items": len(items), "lengths_equal": lengths_equal, "max_abs_diff_vs_whole": diff,
+            "batch_solo_max_abs_diff": solo_diff, "tolerance": SPLIT_TOLERANCE, "noise": "off"}
+
+
+def _gate_acoustic_int8(spec: VoiceSpec, settings: Settings, work: Path, fp32_voice: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """Quantize the acoustic stage, judge it; keep ``acoustic.int8.onnx`` only when it passed."""
+    fp32_file, int8_file = work / "acoustic.fp32.onnx", work / "acoustic.int8.onnx"
+    calibration = read_sentences(CALIBRATION_EN)
+    reader = calibration_reader(_CalibrationVoice(fp32_voice), calibration, spec.languages[0])
+    quantization = quantize_graph(fp32_file, int8_file, "static", exclude=DEFAULT_EXCLUDE, per_channel=False, reader=reader)
+    factory = SessionFactory(settings.runtime)
+    int8_voice = piper_two_stage(spec, factory, {"acoustic": (int8_file, "int8"), "vocoder": (work / "vocoder.fp32.onnx", "fp32")}, info)
+    items = [fp32_voice.phonemize(t, spec.languages[0]).ids for t in EVAL_SENTENCES_EN]
+    start = time.perf_counter()
+    fp32_run, int8_run = measure_pair(_Runner(fp32_voice), _Runner(int8_voice), items, SynthesisOptions.noiseless(), repeats=1)
+    measures = compare(fp32_run, int8_run, fp32_voice.sample_rate, EVAL_SENTENCES_EN)
+    passed, reason = verdict(measures, settings.quality_gate)
+    gate = settings.quality_gate
+    if not passed:
+        int8_file.unlink(missing_ok=True)
+    return {
+        "stage": "acoustic", "precision": "int8", "attempted": True, "passed": passed, "reason": reason,
+        "spectral": {"metric": "logmel_l1_db", "value": measures["logmel_l1_db"], "ceiling": gate.max_logmel_l1_db,
+                     "passed": measures["logmel_l1_db"] <= gate.max_logmel_l1_db},
+        "measures": measures, "quantization": quantization,
+        "calibration": {"file": str(CALIBRATION_EN), "sentences": len(calibration)},
+        "evaluation": {"sentences": len(items), "noise": "off", "eval_s": round(time.perf_counter() - start, 2),
+                       "against": "the FP32 two-stage voice (FP32 decoder in both)"},
+    }
+
+
+def build_piper(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
+    scratch = work / "scratch"
+    whole = prepare_piper_graph(resolve_resource(spec.model), scratch)
+    split = split_piper_graph(whole.path, work / "acoustic.fp32.onnx", work / "vocoder.fp32.onnx")
+    info = {"hop": whole.hop, "channels": split.channels, "context": DECODER_CONTEXT, "split_tensor": split.split_tensor,
+            "durations_tensor": split.durations_tensor, "source_sha256": whole.source_sha256}
+    factory = SessionFactory(settings.runtime)
+    files = {"acoustic": (work / "acoustic.fp32.onnx", "fp32"), "vocoder": (work / "vocoder.fp32.onnx", "fp32")}
+    fp32_voice = piper_two_stage(spec, factory, files, info)
+    check = check_split(fp32_voice, whole.path, factory, SPLIT_CHECK_TEXTS)
+    if not check["lengths_equal"] or check["max_abs_diff_vs_whole"] > SPLIT_TOLERANCE:
+        raise ModelError(f"voice {spec.name}: the split graph does not reproduce the whole graph ({check})", code=MODEL_CORRUPT)
+    reason = (f"split at {split.split_tensor}: equals the whole graph (max abs diff {check['max_abs_diff_vs_whole']:.2g}, "
+              f"lengths equal, {check['items']} sentences, noise off)")
+    verdicts: list[dict[str, Any]] = [
+        {"stage": stage, "precision": "fp32", "attempted": True, "passed": True, "reason": reason, "split_check": check}
+        for stage in ("acoustic", "vocoder")
+    ]
+    stages = {"acoustic": {"fp32": "acoustic.fp32.onnx"}, "vocoder": {"fp32": "vocoder.fp32.onnx"}}
+    if int8:
+        acoustic_int8 = _gate_acoustic_int8(spec, settings, work, fp32_voice, info)
+        verdicts.append(acoustic_int8)
+        if acoustic_int8["passed"]:
+            stages["acoustic"]["int8"] = "acoustic.int8.onnx"
+        verdicts.append({"stage": "vocoder", "precision": "int8", "attempted": False, "passed": False, "reason": DECODER_INT8_REASON})
+    else:
+        for stage in ("acoustic", "vocoder"):
+            verdicts.append({"stage": stage, "precision": "int8", "attempted": False, "passed": False,
+                             "reason": "not built: FP32 only was asked for (run `ttsfarm voices prepare` for INT8)"})
+    del fp32_voice, factory
+    shutil.rmtree(scratch, ignore_errors=True)
+    return PreparedVoice(stages=stages, verdicts=verdicts, info=info)
+
+
+PIPER = Preparer(sources=piper_sources, build=build_piper, version=PIPER_PREPARER_VERSION, on_first_use=True)

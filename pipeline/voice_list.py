@@ -1,0 +1,117 @@
+"""`ttsfarm voices`: every catalogue voice with what this install really serves, read from the cache.
+
+Per voice: engine, languages, license, and per stage the model file and the precision served (the
+decision serving makes from the prepared verdicts), with the quality-gate figures recorded at
+preparation: the spectral distance of INT8 against FP32, the split check, and a recognizer round trip
+(WER/CER) when the preparer recorded one. Nothing is loaded here, and nothing is built but the
+lengths graph of a whole-graph Piper voice (``prepare_piper_graph``, as serving it would).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipeline.errors import TTSFarmError
+from pipeline.settings import Settings, VoiceSpec
+from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, wanted_precision
+
+
+def _prepared(spec: VoiceSpec, settings: Settings) -> tuple[Any, str]:
+    from pipeline.prepare import preparer_for
+
+    try:
+        preparer = preparer_for(spec)
+        print_ = fingerprint(preparer.sources(spec), preparer.version)
+        prepared = read_prepared(prepared_dir(settings.runtime.cache_dir, spec.name, print_), verify=False)
+    except TTSFarmError as exc:
+        return None, str(exc)
+    return prepared, "" if prepared else f"not prepared (run `ttsfarm voices prepare {spec.name}`)"
+
+
+def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
+    if not verdict:
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("spectral", "recognizer"):
+        if verdict.get(key):
+            out[key] = verdict[key]
+    if verdict.get("split_check"):
+        out["split_max_abs_diff"] = verdict["split_check"].get("max_abs_diff_vs_whole")
+    return out
+
+
+def describe_voice(spec: VoiceSpec, settings: Settings) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
+    if spec.engine == "blend":
+        row["routes"] = dict(spec.options.get("routes", {}))
+        return row
+    prepared, note = _prepared(spec, settings)
+    row["prepared"] = str(prepared.folder) if prepared else None
+    if note:
+        row["note"] = note
+    wanted = wanted_precision(spec, settings.runtime)
+    stages: dict[str, Any] = {}
+    if spec.engine == "twostage":
+        for stage in ("acoustic", "vocoder"):
+            location = getattr(spec, stage) or "prepared"
+            if location != "prepared" or prepared is None:
+                stages[stage] = {"model": location, "precision": "fp32" if location != "prepared" else None}
+                continue
+            path, precision, why = prepared.served(stage, wanted)
+            stages[stage] = {"model": path.name, "precision": precision, "why": why,
+                             "gate": {p: _figures(prepared.verdict(stage, p)) for p in ("fp32", "int8") if _figures(prepared.verdict(stage, p))}}
+    else:
+        verdict = prepared.verdict("model", spec.precision) if prepared else None
+        file = prepared.stage_file("model", spec.precision) if prepared else None
+        stages["model"] = {"model": file.name if file else spec.model if len(spec.model) < 60 else spec.model[:57] + "...",
+                           "precision": spec.precision, "why": (verdict or {}).get("reason", "")}
+        if spec.engine == "piper":
+            from pipeline.voices.piper import choose_model
+            from pipeline.voices.piper_graph import prepare_piper_graph
+            from pipeline.voices.runtime import resolve_resource
+
+            model, precision = choose_model(prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir).path, spec, settings.runtime)
+            stages["model"].update(model=model.name, precision=precision, why="`ttsfarm quantize` report")
+    row["stages"] = stages
+    return row
+
+
+def describe_catalogue(settings: Settings) -> list[dict[str, Any]]:
+    return [describe_voice(spec, settings) for spec in settings.catalogue.voices.values()]
+
+
+def _figure_text(gate: dict[str, Any]) -> str:
+    parts = []
+    for precision, figures in gate.items():
+        spectral, recognizer = figures.get("spectral"), figures.get("recognizer")
+        if figures.get("split_max_abs_diff") is not None:
+            parts.append(f"{precision}: equals whole graph (max abs diff {figures['split_max_abs_diff']:.2g})")
+        if spectral:
+            parts.append(f"{precision}: log-mel L1 {spectral['value']:.2f} dB (ceiling {spectral['ceiling']}, "
+                         f"{'passed' if spectral['passed'] else 'failed'})")
+        if recognizer:
+            parts.append(f"{precision}: {recognizer['metric'].upper()} {100 * recognizer['value']:.1f} % "
+                         f"(ceiling {100 * recognizer['ceiling']:.1f} %, {'passed' if recognizer['passed'] else 'failed'})")
+    return "; ".join(parts)
+
+
+def format_voices(rows: list[dict[str, Any]], *, as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps(rows, indent=2, ensure_ascii=False)
+    lines = []
+    for row in rows:
+        head = f"{row['name']}  [{row['engine']}]  languages {', '.join(row['languages'])}"
+        lines.append(head)
+        if row.get("routes"):
+            lines.append("  routes    " + ", ".join(f"{lang} -> {voice}" for lang, voice in row["routes"].items()))
+        if row.get("license"):
+            lines.append(f"  license   {row['license']}")
+        if row.get("note"):
+            lines.append(f"  note      {row['note']}")
+        for stage, info in (row.get("stages") or {}).items():
+            lines.append(f"  {stage:9s} {info['model']}  {info['precision'] or '-'}" + (f"  ({info['why']})" if info.get("why") else ""))
+            figures = _figure_text(info.get("gate") or {})
+            if figures:
+                lines.append(f"  {'':9s} gate: {figures}")
+    return "\n".join(lines)

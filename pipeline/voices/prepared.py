@@ -1,0 +1,154 @@
+"""What `ttsfarm voices prepare` left in the model cache, read at serving time.
+
+One folder per voice and source fingerprint: ``<cache>/prepared/<voice>/<fingerprint[:16]>/`` holding
+the stage files, one verdict JSON per stage and precision (``<stage>.<precision>.verdict.json``) and
+``manifest.json``, written last: a folder without a manifest is not prepared. The whole folder is built
+under a temporary name and renamed into place (``pipeline/prepare.py``), so a reader never sees half of it.
+
+``manifest.json``::
+
+    {"voice": "joe", "source": "piper", "fingerprint": "<sha256>", "created": "...",
+     "stages": {"acoustic": {"fp32": {"file": "acoustic.fp32.onnx", "sha256": "...", "bytes": 123},
+                             "int8": {...}},
+                "vocoder": {"fp32": {...}}},
+     "info": {"hop": 256, "channels": 192, "context": 10, ...}}
+
+A verdict (one per stage and precision, also for precisions that were not built)::
+
+    {"voice": "joe", "stage": "acoustic", "precision": "int8", "attempted": true, "passed": true,
+     "reason": "...", "spectral": {"metric": "logmel_l1_db", "value": 0.8, "ceiling": 2.5, "passed": true},
+     "recognizer": null,   # or {"metric": "wer"|"cer", "value": .., "ceiling": .., "passed": ..}
+     "measures": {...}, "created": "..."}
+
+``recognizer`` is filled by preparers that run a recognizer round trip (word or character error rate on
+held-out sentences); ``ttsfarm voices`` shows it when present. Serving reads the verdicts: a stage is
+served in INT8 only when the catalogue (or ``runtime.precision``) asks for INT8, the INT8 file is in the
+manifest and its verdict says ``passed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import MODEL_CORRUPT, MODEL_NOT_PREPARED, ModelError
+from pipeline.settings import RuntimeSettings, Settings, VoiceSpec
+from pipeline.voices.runtime import sha256_file
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+PRECISIONS = ("fp32", "int8")
+
+
+def fingerprint(files: Sequence[Path], version: int) -> str:
+    """Identifies what a preparation starts from: the sha256 of each source file and the preparer's version."""
+    h = hashlib.sha256(f"v{version}".encode())
+    for path in files:
+        h.update(sha256_file(path).encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class PreparedVoice:
+    """What a preparer wrote into its work folder."""
+
+    stages: dict[str, dict[str, str]]  # stage -> precision -> file name in the work folder (or an absolute path)
+    verdicts: list[dict[str, Any]]  # one per stage and precision
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Preparer:
+    """One kind of source a voice is prepared from (see ``pipeline/prepare.py`` for the contract)."""
+
+    sources: Callable[[VoiceSpec], list[Path]]
+    build: Callable[[VoiceSpec, Settings, Path, bool], PreparedVoice]
+    version: int = 1
+    on_first_use: bool = False
+
+
+def voice_root(cache_dir: Path, voice: str) -> Path:
+    return cache_dir / "prepared" / voice
+
+
+def prepared_dir(cache_dir: Path, voice: str, print_: str) -> Path:
+    return voice_root(cache_dir, voice) / print_[:16]
+
+
+def verdict_name(stage: str, precision: str) -> str:
+    return f"{stage}.{precision}.verdict.json"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A prepared voice as serving sees it."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    verdicts: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return dict(self.manifest.get("info") or {})
+
+    def stage_file(self, stage: str, precision: str) -> Path | None:
+        entry = (self.manifest.get("stages") or {}).get(stage, {}).get(precision)
+        return self.folder / entry["file"] if entry else None
+
+    def verdict(self, stage: str, precision: str) -> dict[str, Any] | None:
+        return self.verdicts.get((stage, precision))
+
+    def served(self, stage: str, wanted: str) -> tuple[Path, str, str]:
+        """The file and precision serving uses for ``stage``, and why (INT8 only where its gate passed)."""
+        fp32 = self.stage_file(stage, "fp32")
+        if fp32 is None:
+            raise ModelError(f"prepared voice in {self.folder} has no {stage} stage", code=MODEL_CORRUPT)
+        if wanted != "int8":
+            return fp32, "fp32", f"{wanted} asked for"
+        int8, verdict = self.stage_file(stage, "int8"), self.verdict(stage, "int8") or {}
+        if int8 is not None and verdict.get("passed") is True:
+            return int8, "int8", str(verdict.get("reason", "passed its quality gate"))
+        return fp32, "fp32", f"INT8 not served: {verdict.get('reason') or 'not prepared'}"
+
+
+def read_prepared(folder: Path, *, verify: bool = True) -> Prepared | None:
+    """The prepared voice in ``folder``, or ``None`` when it has no manifest. With ``verify`` every stage
+    file is checked against the manifest's sha256 (``MODEL_CORRUPT`` when one differs or is missing)."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"unreadable manifest {path}: {exc}", code=MODEL_CORRUPT) from exc
+    for stage, precisions in (manifest.get("stages") or {}).items():
+        for precision, entry in precisions.items():
+            file = folder / entry["file"]
+            if not file.is_file() or file.stat().st_size != entry["bytes"] or (verify and sha256_file(file) != entry["sha256"]):
+                raise ModelError(f"prepared {stage} stage ({precision}) in {folder} is missing or corrupt; "
+                                 f"run `ttsfarm voices prepare {manifest.get('voice', '')} --force`", code=MODEL_CORRUPT)
+    verdicts = {}
+    for file in folder.glob("*.verdict.json"):
+        record = json.loads(file.read_text(encoding="utf-8"))
+        verdicts[(str(record["stage"]), str(record["precision"]))] = record
+    return Prepared(folder=folder, manifest=manifest, verdicts=verdicts)
+
+
+def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings) -> str:
+    """The precision asked for: the catalogue's, unless ``runtime.precision`` overrides it."""
+    return spec.precision if runtime.precision == "auto" else runtime.precision
+
+
+def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, print_: str) -> Prepared:
+    """The prepared voice for this fingerprint, or ``MODEL_NOT_PREPARED`` saying which command makes it."""
+    prepared = read_prepared(prepared_dir(runtime.cache_dir, spec.name, print_))
+    if prepared is None:
+        raise ModelError(f"voice {spec.name} is not prepared in {runtime.cache_dir}: run `ttsfarm voices prepare {spec.name}`",
+                         code=MODEL_NOT_PREPARED)
+    return prepared
