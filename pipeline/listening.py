@@ -1,0 +1,71 @@
+"""A quality gate that listens: synthesize held-out sentences, transcribe them with an offline speech
+recognizer, and score what came back (word error rate for English, character error rate for Chinese).
+
+The sentences are ``configs/heldout_<lang>.txt``: not the INT8 calibration set, not the tests' sentences.
+The ceilings are ``quality_gate.max_wer_en`` / ``max_cer_zh`` in ``configs/settings.toml``. A preparer
+records the figure in the voice's verdict (``recognizer``: metric, value, ceiling, passed), ``ttsfarm
+voices`` shows it, and a blend does not route a language to a voice whose figure is over its ceiling.
+
+The recognizers (faster-whisper with whisper tiny.en / base from PyPI packages, ``pipeline.intelligibility``)
+are optional: they are imported only when a gate runs, and a clear ``ModelError`` says what to install
+when they are missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import MODEL_MISSING, ModelError
+from pipeline.settings import CONFIG_DIR, QualityGateSettings
+
+log = logging.getLogger(__name__)
+
+METRICS = {"en": "wer", "zh": "cer"}
+RECOGNIZERS = {"en": "whisper tiny.en (faster-whisper, int8)", "zh": "whisper base (faster-whisper, int8)"}
+
+Speak = Callable[[str], tuple[np.ndarray, int]]
+
+
+def heldout_sentences(lang: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    path = config_dir / f"heldout_{lang}.txt"
+    if not path.is_file():
+        raise ModelError(f"no held-out sentences for {lang!r}: {path} is missing", code=MODEL_MISSING)
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def ceiling(gate: QualityGateSettings, lang: str) -> float:
+    return float(gate.max_wer_en if lang == "en" else gate.max_cer_zh)
+
+
+def _recognizer() -> Any:
+    try:
+        from pipeline import intelligibility
+    except ImportError as exc:  # faster-whisper or its model packages are not installed
+        raise ModelError(f"the listening gate needs the offline recognizers ({exc}); install them with "
+                         "`pip install -e '.[test]'`", code=MODEL_MISSING) from exc
+    return intelligibility
+
+
+def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, max_error: float) -> dict[str, Any]:
+    """The recognizer round trip on ``sentences``: ``{"metric", "value", "ceiling", "passed", ...}``."""
+    if lang not in METRICS:
+        raise ModelError(f"no listening gate for language {lang!r}", code=MODEL_MISSING)
+    asr = _recognizer()
+    start = time.perf_counter()
+    hyps = []
+    for text in sentences:
+        audio, rate = speak(text)
+        hyps.append(asr.transcribe(audio, rate, lang, cache_dir))
+    score = asr.word_error_rate if lang == "en" else asr.char_error_rate
+    value = float(score(list(sentences), hyps))
+    log.info("listening gate (%s): %s %.3f on %d sentences", lang, METRICS[lang], value, len(sentences))
+    return {"metric": METRICS[lang], "value": round(value, 4), "ceiling": max_error, "passed": value <= max_error,
+            "sentences": len(sentences), "recognizer": RECOGNIZERS[lang], "seconds": round(time.perf_counter() - start, 1),
+            "heard": hyps}
