@@ -13,9 +13,11 @@ when they are missing.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,29 @@ def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, m
     return {"metric": METRICS[lang], "value": round(value, 4), "ceiling": max_error, "passed": value <= max_error,
             "sentences": len(sentences), "recognizer": RECOGNIZERS[lang], "seconds": round(time.perf_counter() - start, 1),
             "heard": hyps}
+
+
+def gate_failure(cache_dir: Path, voice: str) -> str:
+    """Why ``voice`` must not be routed to by default ("" when nothing says so): its prepared folder
+    records a listening-gate figure over the ceiling. Read from the verdict files, cached per folder."""
+    from pipeline.voices.prepared import MANIFEST, voice_root
+
+    root = voice_root(cache_dir, voice)
+    folders = sorted(p for p in root.glob("*") if (p / MANIFEST).is_file()) if root.is_dir() else []
+    if not folders:
+        return ""
+    newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
+    return _folder_failure(str(newest), (newest / MANIFEST).stat().st_mtime)
+
+
+@lru_cache(maxsize=64)
+def _folder_failure(folder: str, _mtime: float) -> str:
+    for path in sorted(Path(folder).glob("*.fp32.verdict.json")):
+        try:
+            heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
+        except (OSError, ValueError):
+            continue
+        if heard and not heard.get("passed", True):
+            return (f"listening gate failed: {heard['metric'].upper()} {100 * heard['value']:.1f} % over the "
+                    f"ceiling {100 * heard['ceiling']:.1f} % ({path.parent})")
+    return ""
