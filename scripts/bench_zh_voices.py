@@ -85,16 +85,16 @@ def main() -> int:
         for b in sizes:
             median = sorted(passes[b], key=lambda p: p["seconds"])[len(passes[b]) // 2]
             rtf = median["seconds"] / median["audio_s"]
-            rows.append({"voice": name, "batch": b, "cer": heard["value"], "rtf": round(rtf, 4), "x_real_time": round(1 / rtf, 1),
+            rows.append({"voice": name, "batch": b, "cer": heard["value"], "syllable_error_rate": heard["syllable_error_rate"], "rtf": round(rtf, 4), "x_real_time": round(1 / rtf, 1),
                          "acoustic_s": round(median["acoustic_s"], 3), "vocoder_s": round(median["vocoder_s"], 3),
                          "audio_s": round(median["audio_s"], 2), "spread_s": round(statistics.pstdev(p["seconds"] for p in passes[b]), 3),
                          "heard": heard["heard"]})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"threads": args.threads, "sentences": len(texts), "rows": rows}, indent=2, ensure_ascii=False))
-    print(f"| voice | batch | CER (whisper base, {len(texts)} held-out sentences) | RTF | x real time | acoustic s | vocoder s | audio s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| voice | batch | CER (whisper base, {len(texts)} held-out sentences) | syllable errors | RTF | x real time | acoustic s | vocoder s | audio s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['voice']} | {r['batch']} | {100 * r['cer']:.1f} % | {r['rtf']:.4f} | {r['x_real_time']} | "
+        print(f"| {r['voice']} | {r['batch']} | {100 * r['cer']:.1f} % | {100 * r['syllable_error_rate']:.1f} % | {r['rtf']:.4f} | {r['x_real_time']} | "
               f"{r['acoustic_s'] or '-'} | {r['vocoder_s'] or '-'} | {r['audio_s']} |")
     return 0
 

