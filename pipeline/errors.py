@@ -96,6 +96,7 @@ MODEL_CORRUPT = "MODEL_CORRUPT"
 MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
 MODEL_STAGE_FAILED = "MODEL_STAGE_FAILED"  # a stage of a two-stage voice failed while running
 MODEL_NOT_PREPARED = "MODEL_NOT_PREPARED"  # a voice needs `ttsfarm voices prepare` first
+MODEL_PREPARE_FAILED = "MODEL_PREPARE_FAILED"  # `ttsfarm voices prepare` failed for a reason other than its input
 
 _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
     **{
@@ -118,7 +119,7 @@ _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
             "BAD_KEY",
         )
     },
-    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_STAGE_FAILED, MODEL_NOT_PREPARED)},
+    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_STAGE_FAILED, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED)},
     TransientError.code: TransientError,
     OverloadedError.code: OverloadedError,
     JobNotFoundError.code: JobNotFoundError,

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from pipeline.errors import BAD_OPTION, MODEL_PREPARE_FAILED, InputError, ModelError, TTSFarmError
 from pipeline.settings import Settings, VoiceSpec
 from pipeline.voices.prepared import MANIFEST, Prepared, PreparedVoice, Preparer, fingerprint, prepared_dir, read_prepared, verdict_name
 from pipeline.voices.runtime import sha256_file
@@ -97,8 +97,11 @@ def prepare_voice(spec: VoiceSpec, settings: Settings, *, int8: bool = True, for
             shutil.rmtree(work, ignore_errors=True)
         else:
             _swap_in(work, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(work, ignore_errors=True)
+        if isinstance(exc, Exception) and not isinstance(exc, TTSFarmError):
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise ModelError(f"voice {spec.name}: preparation failed: {first}", code=MODEL_PREPARE_FAILED) from exc
         raise
     for older in final.parent.iterdir():  # other fingerprints: an input or preparer that changed since
         if older != final and older.is_dir() and not older.name.startswith("."):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.settings import Settings, VoiceSpec
+from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import assemble_parts, resolve_resource
 
 KOKORO_FILE = "kokoro-v1.0.int8.onnx"

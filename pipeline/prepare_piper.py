@@ -1,6 +1,7 @@
 """The Piper preparer: frame lengths exposed, the graph split into acoustic + decoder, INT8 per stage.
 
-1. ``prepare_piper_graph`` exposes ``frame_lengths`` (in a scratch folder of the work folder);
+1. ``prepare_piper_graph`` exposes ``frame_lengths`` (in a scratch folder of the work folder; for a voice
+   served as one graph, ``engine = "piper"``, also where ``PiperVoice`` reads it in the model cache);
 2. ``split_piper_graph`` writes ``acoustic.fp32.onnx`` and ``vocoder.fp32.onnx``; the pair is checked
    against the whole graph on held-out sentences, noise off (lengths equal, max abs diff <= 1e-3, else
    ``MODEL_CORRUPT``), and the figures go into both FP32 verdicts;
@@ -24,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError
-from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, calibration_reader, quantize_graph, read_sentences
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
 from pipeline.settings import Settings, VoiceSpec
@@ -32,6 +32,7 @@ from pipeline.voices.base import PhonemeIds, SynthesisOptions
 from pipeline.voices.piper_graph import FRAME_LENGTHS, prepare_piper_graph
 from pipeline.voices.piper_split import DECODER_CONTEXT, split_piper_graph
 from pipeline.voices.piper_stages import PIPER_PREPARER_VERSION, piper_two_stage
+from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import SessionFactory, resolve_resource
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,8 @@ def _gate_acoustic_int8(spec: VoiceSpec, settings: Settings, work: Path, fp32_vo
 
 
 def build_piper(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
+    if spec.engine == "piper":  # served as one graph (e.g. on CUDA): its frame-length graph goes where PiperVoice reads it
+        prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir)
     scratch = work / "scratch"
     whole = prepare_piper_graph(resolve_resource(spec.model), scratch)
     split = split_piper_graph(whole.path, work / "acoustic.fp32.onnx", work / "vocoder.fp32.onnx")

@@ -43,8 +43,8 @@ from pipeline.errors import BAD_OPTION, InputError
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, GraphRunner, compare, measure_pair, verdict
 from pipeline.settings import CONFIG_DIR, Settings
 from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
 from pipeline.voices.piper import PiperVoice
+from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
 from pipeline.voices.runtime import SessionFactory, resolve_resource, sha256_file
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -137,8 +137,14 @@ class GraphRunner:
         return list(self.voice.split_outputs(audio, frames))
 
 
+class Runner(Protocol):
+    """What ``measure_pair`` drives: a model run on a batch of ids (``GraphRunner``, or a whole voice)."""
+
+    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]: ...
+
+
 def measure_pair(
-    fp32: GraphRunner, int8: GraphRunner, items: Sequence[PhonemeIds], opts: SynthesisOptions, *, repeats: int = 3
+    fp32: Runner, int8: Runner, items: Sequence[PhonemeIds], opts: SynthesisOptions, *, repeats: int = 3
 ) -> tuple[Run, Run]:
     """Both models on the same items: each warmed up, then every item alone ``repeats`` times (the FP32
     and INT8 passes interleaved, so a busy machine slows both alike; median seconds kept), then all items

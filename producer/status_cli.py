@@ -117,7 +117,8 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
         state = w.get("state", "?") if w["alive"] or w.get("state") == "stopped" else f"{w.get('state', '?')}?"
         versions = w.get("voice_info") or {}
         voices = " ".join(f"{v}" + (f"@v{versions[v]['version']}" if versions.get(v, {}).get("version", 1) > 1 else "")
-                          for v in w.get("voices") or [])
+                          + (f"[{versions[v]['precision']}]" if versions.get(v, {}).get("precision") else "")
+                          for v in w.get("voices") or [])  # joe@v2[int8+fp32]: the precision really served
         out.append(f"  {w['id'][:40]:<40} {state:<9} {_ago(w['age']):>5} {w.get('batches', 0):>8} {w.get('segments', 0):>9} "
                    f"{float(w.get('segments_per_min') or 0):>8.1f}  {voices}"[:width + 40])
         if w.get("error"):

@@ -8,7 +8,8 @@ pass is reported. Each repeat runs every configuration of a voice once in turn (
 FP32 and INT8), so a burst of load from elsewhere hits them alike and the median drops it. The same
 sentences make every batch size, so the rows of one voice compare directly. A Piper batch is one padded
 ``session.run``; Kokoro's graph takes batch 1, so its "batch 4/8" is 4/8 items run one after another
-inside one ``synthesize_batch`` call.
+inside one ``synthesize_batch`` call. A two-stage voice (``joe``) also gets a row as served: its prepared
+stages, each in the precision its recorded verdict allows.
 
 The INT8 Piper row appears when the voice's INT8 model passed its quality gate; if no INT8 model exists
 the script runs ``ttsfarm quantize`` (static, default exclusions) first. Results go to
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [v.strip() for v in args.voices.split(",") if v.strip()]:
         spec = settings.catalogue.get(name)
         lang = spec.languages[0]
-        if spec.engine == "piper":
+        if (spec.source or spec.engine) == "piper":  # the whole graph, FP32 and INT8 (`ttsfarm quantize`)
             report = None if args.no_quantize else _ensure_int8(settings, name)
             int8_reports[name] = {k: report[k] for k in ("mode", "passed", "reason", "exclusions")} if report else None
             piper = []
@@ -237,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                 voice.load()
                 piper.append(voice)
             rows += bench_voices(piper, lang, batches, args.repeats, how="one padded batch")
-        else:
+        if spec.engine == "twostage":  # as served: its prepared stages, each in the precision its verdict allows
+            rows += bench_voices([bank.get(name)], lang, batches, args.repeats, how="two stages, padded batches")
+        elif spec.engine != "piper":
             if lang == "zh":
                 _wait_for_zh_frontend()
             other = bank.get(name)

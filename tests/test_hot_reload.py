@@ -192,7 +192,8 @@ def test_reload_under_load_loses_and_fails_nothing(redis_url: str, tmp_path: Pat
 
         after = _joe(farm)
         info = after["voice_info"]["joe"]
-        assert info["version"] == 2 and info["precision"] == "fp32" and info["model"].endswith(".lengths.onnx")
+        assert info["version"] == 2 and info["precision"] == "fp32" and info["model"] == "acoustic.fp32.onnx+vocoder.fp32.onnx"
+        assert {stage: served["precision"] for stage, served in info["stages"].items()} == {"acoustic": "fp32", "vocoder": "fp32"}
         assert info["session"] != before["session"]
         assert after["reload"]["ok"] and after["reload"]["versions"] == {"joe": 2}
         assert after["errors"] == {}

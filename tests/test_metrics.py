@@ -95,7 +95,8 @@ def test_metric_names_cover_the_listed_series() -> None:
     for name in ("ttsfarm_queue_wait_seconds_bucket", "ttsfarm_batch_size_count", "ttsfarm_padding_waste_ratio_sum",
                  "ttsfarm_inference_seconds_bucket", "ttsfarm_real_time_factor_bucket", "ttsfarm_first_chunk_seconds_bucket",
                  "ttsfarm_audio_seconds_total", "ttsfarm_errors_total", "ttsfarm_backlog_segments",
-                 "ttsfarm_backlog_audio_seconds", "ttsfarm_session_create_seconds", "ttsfarm_device_memory_used_bytes"):
+                 "ttsfarm_backlog_audio_seconds", "ttsfarm_session_create_seconds", "ttsfarm_device_memory_used_bytes",
+                 "ttsfarm_voice_stage_info"):
         assert name in names
 
 
@@ -170,7 +171,7 @@ def test_status_screen_shows_workers_lanes_and_errors(r: redis.Redis, capsys: py
     keys = Keys("st")
     now = time.time()
     beat = {"state": "serving", "ts": now, "pid": 11, "voices": ["joe", "kumo"], "batches": 7, "segments": 9,
-            "segments_per_min": 42.0, "voice_info": {"joe": {"version": 2}, "kumo": {"version": 1}},
+            "segments_per_min": 42.0, "voice_info": {"joe": {"version": 2, "precision": "int8+fp32"}, "kumo": {"version": 1}},
             "recent_errors": [{"ts": now - 5, "code": "NOTHING_TO_SPEAK", "stage": "job", "job": "jobA", "message": "x"}]}
     r.hset(keys.workers(), "w1@h:11", json.dumps(beat))
     r.hset(keys.workers(), "w2@h:12", json.dumps({**beat, "ts": now - 120, "pid": 12, "segments_per_min": 5.0}))
@@ -191,7 +192,7 @@ def test_status_screen_shows_workers_lanes_and_errors(r: redis.Redis, capsys: py
     assert (b2["length"], b2["lag"], b2["pending"], b2["consumers"]) == (3, 2, 1, 1)
     screen = render(snap)
     assert "workers 1 up / 2 known" in screen and "42.0 segments/min" in screen
-    assert "joe@v2" in screen and "serving?" in screen
+    assert "joe@v2[int8+fp32]" in screen and "serving?" in screen
     assert "bulk         backlog       3 segments        12.5 s" in screen
     assert "TOO_MANY_FAILURES" in screen and "job=deadjob-123456" in screen and "NOTHING_TO_SPEAK" in screen
     assert run(r, keys, 5, watch=0.01, iterations=2) == 0  # --watch redraws
@@ -281,6 +282,9 @@ def test_worker_endpoint_has_every_series_with_sane_values(metered: tuple[Farm, 
     (create,) = [(lab, v) for n, lab, v in samples(text) if n == "ttsfarm_session_create_seconds"]
     assert create[0]["model"].endswith(".onnx") and 0 < create[1] < 120
     assert value(text, "ttsfarm_voice_version", voice="joe") == 1
+    stages = {lab["stage"]: lab for n, lab, v in samples(text) if n == "ttsfarm_voice_stage_info" and v == 1}
+    assert set(stages) == {"acoustic", "vocoder"} and stages["vocoder"]["model"] == "vocoder.fp32.onnx"
+    assert {s["precision"] for s in stages.values()} <= {"fp32", "int8"}
     # CPU: no device memory series
     assert not [n for n, _, _ in samples(text) if n.startswith("ttsfarm_device_memory")]
 

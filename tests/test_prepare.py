@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pipeline import prepare
-from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, ModelError
+from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED, ModelError
 from pipeline.prepare import prepare_voice
 from pipeline.settings import Catalogue, Settings, VoiceSpec
 from pipeline.voices.bank import VoiceBank
@@ -127,14 +127,15 @@ def test_a_preparer_failing_half_way_leaves_nothing(base_settings: Settings, tmp
 
     def build(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
         (work / "acoustic.fp32.onnx").write_bytes(b"half")
-        raise ModelError("converter crashed", code=MODEL_CORRUPT)
+        raise OSError(28, "No space left on device")
 
     monkeypatch.setitem(prepare.PREPARERS, "broken", Preparer(sources=lambda spec: [source], build=build))
     spec = VoiceSpec("b", "twostage", ("en",), source="broken")
     cache = tmp_path / "cache"
-    with pytest.raises(ModelError):
+    with pytest.raises(ModelError) as exc:
         prepare_voice(spec, _settings(base_settings, cache))
-    assert [p for p in _leftovers(cache) if "prepared" in p] == []
+    assert exc.value.code == MODEL_PREPARE_FAILED and "No space left" in exc.value.message
+    assert _leftovers(cache) == []
 
 
 def test_a_preparer_without_first_use_says_which_command_to_run(base_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,10 +201,10 @@ def test_cli_prepares_then_lists_what_is_served(base_settings: Settings, fp32_ca
     shutil.copytree(fp32_cache / "prepared", cache / "prepared")
     env = {**os.environ, "TTSFARM_RUNTIME_MODEL_CACHE_DIR": str(cache)}
     cli = [sys.executable, "-m", "producer.cli"]
-    done = subprocess.run([*cli, "voices", "prepare", "joe", "--no-int8"], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*cli, "voices", "prepare", "joe", "--no-int8"], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "joe: already prepared" in done.stdout and "acoustic  fp32: built, passed" in done.stdout
-    listed = subprocess.run([*cli, "voices", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    listed = subprocess.run([*cli, "voices", "--json"], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert listed.returncode == 0, listed.stderr
     rows = {row["name"]: row for row in json.loads(listed.stdout)}
     joe = rows["joe"]
@@ -212,7 +213,23 @@ def test_cli_prepares_then_lists_what_is_served(base_settings: Settings, fp32_ca
     assert "INT8 not served" in joe["stages"]["acoustic"]["why"]
     assert joe["stages"]["vocoder"]["gate"]["fp32"]["split_max_abs_diff"] <= 1e-3
     assert rows["default"]["routes"] == {"en": "joe", "zh": ["baker", "kumo"]}
-    text = subprocess.run([*cli, "voices", "joe"], env=env, capture_output=True, text=True, timeout=300)
+    text = subprocess.run([*cli, "voices", "joe"], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert "acoustic  acoustic.fp32.onnx  fp32" in text.stdout and "gate: fp32: equals whole graph" in text.stdout
-    unknown = subprocess.run([*cli, "voices", "prepare", "nosuch"], env=env, capture_output=True, text=True, timeout=300)
+    unknown = subprocess.run([*cli, "voices", "prepare", "nosuch"], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert unknown.returncode == 2 and "UNKNOWN_VOICE" in unknown.stderr
+
+
+def test_kokoro_is_prepared_by_joining_its_parts(base_settings: Settings, tmp_path: Path) -> None:
+    from pipeline.voice_list import describe_voice
+
+    settings = _settings(base_settings, tmp_path / "cache")
+    result = prepare_voice(settings.catalogue.get("kumo"), settings)
+    assert result.built
+    (joined,) = (tmp_path / "cache" / "models").glob("*kokoro-v1.0.int8.onnx")
+    assert result.prepared.stage_file("model", "int8") == joined.resolve()
+    verdict = result.prepared.verdict("model", "int8")
+    assert verdict is not None and verdict["passed"] and not verdict["attempted"]
+    listed = describe_voice(settings.catalogue.get("kumo"), settings)
+    assert listed["stages"]["model"]["model"] == joined.name and listed["stages"]["model"]["precision"] == "int8"
+    assert "Apache-2.0" in listed["license"] and "note" not in listed
+    assert not prepare_voice(settings.catalogue.get("kumo"), settings).built

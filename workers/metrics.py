@@ -89,6 +89,9 @@ RECORDED = (
                multiprocess_mode="livemostrecent"),
     MetricSpec("ttsfarm_voice_version", "gauge", "Version of the voice in service (1 at start, +1 per hot reload)", ("voice",),
                multiprocess_mode="livemax"),
+    MetricSpec("ttsfarm_voice_stage_info", "gauge",
+               "1 per stage of a loaded voice, labelled with the model file and the precision really served",
+               ("voice", "stage", "model", "precision"), multiprocess_mode="livemax"),
 )
 
 # Read at scrape time by the process serving the endpoint.
@@ -275,6 +278,8 @@ class WorkerMetrics:
             self.m["ttsfarm_voice_version"].labels(name).set(info["version"])
             if info.get("model") and info.get("create_s") is not None:
                 self.m["ttsfarm_session_create_seconds"].labels(info["model"]).set(info["create_s"])
+            for stage, served in (info.get("stages") or {}).items():
+                self.m["ttsfarm_voice_stage_info"].labels(name, stage, served["model"], served["precision"]).set(1)
 
     @_safe
     def reloaded(self, result: Mapping[str, Any]) -> None:

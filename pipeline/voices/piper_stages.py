@@ -9,7 +9,9 @@ passed) or from explicit model locations. A voice never prepared has its FP32 st
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pipeline.settings import Settings, VoiceSpec
 from pipeline.voices.piper import PiperConfig
@@ -41,7 +43,7 @@ def _prepared(spec: VoiceSpec, factory: SessionFactory) -> Prepared:
     return prepared or require_prepared(spec, factory.settings, print_)
 
 
-def piper_two_stage(spec: VoiceSpec, factory: SessionFactory, files: dict[str, tuple[Path, str]], info: dict[str, int]) -> TwoStageVoice:
+def piper_two_stage(spec: VoiceSpec, factory: SessionFactory, files: dict[str, tuple[Path, str]], info: Mapping[str, Any]) -> TwoStageVoice:
     """The voice on given stage files: ``files[stage] = (path, precision)``; ``info`` has hop and channels."""
     config = PiperConfig(spec)
     sessions = {stage: StageSession(factory, path, voice=spec.name, stage=stage, precision=precision)

@@ -22,6 +22,13 @@ Each stage runs on its own session from the ``SessionFactory`` (``StageSession``
 threads, providers and arena settings apply, and a stage that fails to load or run raises ``ModelError``
 naming the voice and the stage. Which stages a catalogue voice gets is decided by its ``source``
 (``STAGE_BUILDERS``): e.g. ``piper`` builds the split Piper graph (``pipeline/voices/piper_stages.py``).
+
+Adding a two-stage voice of a new kind ``K``: a preparer ``pipeline.prepare.PREPARERS["K"]`` that writes
+the stage files and their verdicts at preparation time; a builder ``STAGE_BUILDERS["K"]`` that reads the
+prepared folder (``pipeline.voices.prepared``: ``Prepared.served(stage, wanted_precision(...))``) and
+returns a ``TwoStageVoice`` over its stage classes (``OnnxAcoustic``/``OnnxVocoder``, or its own classes
+meeting ``AcousticStage``/``VocoderStage``, built on ``StageSession``); and a catalogue entry with
+``engine = "twostage"``, ``source = "K"``, ``acoustic = "prepared"``, ``vocoder = "prepared"``.
 """
 
 from __future__ import annotations
