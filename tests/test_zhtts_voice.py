@@ -97,3 +97,15 @@ def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings
     assert len(native) == len(audio) and float(np.max(np.abs(native - audio))) <= 2e-3
     heard = transcribe(audio, rate, "zh", base_settings.runtime.cache_dir)
     assert syllable_error_rate([text], [heard]) <= 0.15, heard
+
+
+def test_listening_gate_without_its_recognizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Images without the `test` extra prepare voices without a recognizer: a clear ModelError, which the
+    preparer records as "listening gate not run" instead of failing."""
+    from pipeline import listening
+    from pipeline.errors import MODEL_MISSING, ModelError
+
+    monkeypatch.setitem(listening._NEEDS, "zh", ("no_such_recognizer_package",))
+    with pytest.raises(ModelError) as err:
+        listening.listen(lambda text: (np.zeros(2400, np.float32), 24000), "zh", ["你好。"], tmp_path, 0.08)
+    assert err.value.code == MODEL_MISSING and "no_such_recognizer_package" in err.value.message
