@@ -37,6 +37,6 @@ fi
   || { echo "setup: import check failed" >&2; exit 1; }
 # Every voice built into the model cache once (split stages, INT8 where its gate passes); a second run
 # finds them prepared and returns at once.
-echo "setup: preparing voices (ttsfarm voices prepare; the first time takes about a minute)"
+echo "setup: preparing voices (ttsfarm voices prepare; the first time takes about two minutes)"
 .venv/bin/ttsfarm voices prepare || { echo "setup: voice preparation failed" >&2; exit 1; }
 echo "setup: ready"
