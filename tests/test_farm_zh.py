@@ -12,11 +12,11 @@ import soundfile as sf
 
 from pipeline.audio import from_pcm16, to_pcm16
 from pipeline.intelligibility import transcribe
-from pipeline.prepare import prepare_voice
+from pipeline.listening import syllable_error_rate
 from pipeline.synth import Synthesizer, plan
 from pipeline.voices.base import SynthesisOptions
+from tests.baker_voice import prepared_baker
 from tests.conftest import Farm
-from pipeline.listening import syllable_error_rate
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ TEXTS = [  # a polyphone (行), a number (2024 read out), sandhi (很好), and m
 
 @pytest.fixture(scope="module")
 def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory, base_settings) -> Iterator[Farm]:  # type: ignore[no-untyped-def]
-    prepare_voice(base_settings.catalogue.get("baker"), base_settings)  # setup.sh does this; a no-op when done
+    prepared_baker(base_settings)  # setup.sh does this; a no-op when done
     f = Farm(redis_url, tmp_path_factory.mktemp("farm_zh"), TTSFARM_QUEUE_MAX_BATCH_CPU="4",
              TTSFARM_RUNTIME_MODEL_CACHE_DIR=str(base_settings.runtime.cache_dir))
     f.start_worker()

