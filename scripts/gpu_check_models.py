@@ -192,11 +192,23 @@ def precision_variant(path: Path, precision: str, work: Path) -> Path:
     raise ValueError(f"unknown precision {precision!r}")
 
 
-def cache_files_to_carry(cache_dir: Path) -> list[str]:
-    """Model-cache files a bare device cannot rebuild itself (converted voices); the rest it prepares."""
-    rebuildable = ("kokoro", "en_US-joe", "joe.")  # assembled parts (not measured) and Piper graphs (prepared there)
-    return sorted(str(p.relative_to(cache_dir)) for p in cache_dir.rglob("*")
-                  if p.is_file() and not any(k in p.name for k in rebuildable) and ".tmp" not in p.name)
+def cache_files_to_carry(settings: Any) -> list[str]:
+    """Model-cache files a bare device cannot rebuild: the prepared folders of voices whose preparation needs
+    tools serving does not have (a conversion); voices prepared on first use (the Piper split) build there."""
+    from pipeline.prepare import preparer_for
+    from pipeline.voices.prepared import fingerprint, prepared_dir
+
+    cache = settings.runtime.cache_dir
+    out: list[str] = []
+    for name, spec in settings.catalogue.voices.items():
+        if spec.engine in ("blend", *LEFT_OUT):
+            continue
+        preparer = preparer_for(spec)
+        if preparer.on_first_use:
+            continue
+        folder = prepared_dir(cache, name, fingerprint(preparer.sources(spec), preparer.version))
+        out += sorted(str(p.relative_to(cache)) for p in folder.rglob("*") if p.is_file())
+    return out
 
 
 if __name__ == "__main__":
@@ -207,4 +219,4 @@ if __name__ == "__main__":
     from pipeline.settings import load_settings
 
     if sys.argv[1:] == ["--list-cache"]:
-        print("\n".join(cache_files_to_carry(load_settings(env=dict(os.environ)).runtime.cache_dir)))
+        print("\n".join(cache_files_to_carry(load_settings(env=dict(os.environ)))))
