@@ -15,19 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.listening import heldout_sentences, listen
+from pipeline.settings import load_settings
+from pipeline.text.zh import normalize_zh
+from pipeline.voices.bank import VoiceBank
+from pipeline.voices.base import SynthesisOptions
 
-from pipeline.listening import heldout_sentences, listen  # noqa: E402
-from pipeline.settings import load_settings  # noqa: E402
-from pipeline.text.zh import normalize_zh  # noqa: E402
-from pipeline.voices.bank import VoiceBank  # noqa: E402
-from pipeline.voices.base import SynthesisOptions  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pass(voice: Any, items: list[tuple[int, ...]], batch: int, opts: SynthesisOptions) -> dict[str, float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import MODEL_LOAD_FAILED, ModelError
+from pipeline.errors import MODEL_PREPARE_FAILED, ModelError
 from pipeline.prepare import PrepareResult, prepare_voice
 from pipeline.settings import Settings
 
@@ -15,6 +15,6 @@ def prepared_baker(settings: Settings) -> PrepareResult:
     try:
         return prepare_voice(settings.catalogue.get("baker"), settings)
     except ModelError as exc:
-        if exc.code == MODEL_LOAD_FAILED and "converter" in exc.message:
+        if exc.code == MODEL_PREPARE_FAILED and "converter" in exc.message:
             pytest.skip(f"baker cannot be converted here (no converter environment): {exc.message}")
         raise

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_NOT_PREPARED, ModelError
+from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED, ModelError
 from pipeline.prepare import prepare_voice
 from pipeline.settings import Settings, VoiceSpec
 from pipeline.voices.runtime import SessionFactory
@@ -76,7 +76,7 @@ def test_corrupt_tflite_body_fails_in_tf2onnx_and_leaves_nothing(base_settings: 
     before = _converter_dirs()
     with pytest.raises(ModelError) as err:
         prepare_voice(_spec_with(base_settings, tmp_path, "vocoder_model", good[: len(good) // 3]), settings)
-    if err.value.code == MODEL_LOAD_FAILED and "converter" in err.value.message:
+    if err.value.code == MODEL_PREPARE_FAILED and "converter" in err.value.message:
         pytest.skip(f"no converter environment here: {err.value.message}")
     assert err.value.code == MODEL_CORRUPT
     assert "converting mb_melgan.tflite failed" in err.value.message

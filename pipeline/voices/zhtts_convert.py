@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, ModelError
+from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_PREPARE_FAILED, ModelError
 from pipeline.voices.runtime import resolve_resource
 
 log = logging.getLogger(__name__)
@@ -111,11 +111,11 @@ def _work_parent() -> str | None:
     return None
 
 
-def _run(cmd: list[str], what: str, timeout_s: float, code: str = MODEL_LOAD_FAILED) -> None:
+def _run(cmd: list[str], what: str, timeout_s: float, code: str = MODEL_PREPARE_FAILED) -> None:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ModelError(f"{what} failed: {exc}", code=MODEL_LOAD_FAILED) from exc
+        raise ModelError(f"{what} failed: {exc}", code=code) from exc
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
         raise ModelError(f"{what} failed (exit {done.returncode}):\n{tail}", code=code)
@@ -139,7 +139,7 @@ def _convert_tflite(work: Path, sources: dict[str, Path], say: Progress, timings
         cmd = [python, "-m", "tf2onnx.convert", "--tflite", str(source), "--output", str(target), *CONVERT_ARGS]
         _run(cmd, f"converting {source.name}", 600, code=MODEL_CORRUPT)
         if not target.is_file():
-            raise ModelError(f"converting {source.name} produced no file", code=MODEL_LOAD_FAILED)
+            raise ModelError(f"converting {source.name} produced no file", code=MODEL_CORRUPT)
         say(f"converted {source.name} in {time.perf_counter() - t1:.0f} s")
         out[role] = target
         timings[f"tf2onnx_{role}_s"] = time.perf_counter() - t1
