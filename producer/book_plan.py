@@ -232,7 +232,7 @@ def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float
 def _planned(settings: Settings, voice: str, seg: Any, book_id: str, rate: int, options: dict[str, float]) -> PlannedSegment:
     from pipeline.voices.bank import route
 
-    concrete = route(settings.catalogue, voice, seg.lang).name
+    concrete = route(settings.catalogue, voice, seg.lang, settings.runtime.cache_dir).name
     return PlannedSegment(segment_job_id(book_id, concrete, seg.lang, seg.text, rate, options), seg.text, seg.lang,
                           concrete, float(seg.pause_after_s), round(max(0.0, seg.est_seconds - seg.pause_after_s), 3))
 
