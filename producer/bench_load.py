@@ -101,6 +101,7 @@ KINDS = {
     "en_short": JobKind("en_short", "interactive", "joe", SHORT_EN),
     "en_paragraph": JobKind("en_paragraph", "bulk", "joe", PARAGRAPHS_EN),
     "zh_short": JobKind("zh_short", "interactive", "kumo", SHORT_ZH),
+    "zh_short_baker": JobKind("zh_short_baker", "interactive", "baker", SHORT_ZH),  # the native two-stage voice
 }
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {"en_short": 0.6, "en_paragraph": 0.2, "zh_short": 0.2},
@@ -108,6 +109,7 @@ MIXES: dict[str, dict[str, float]] = {
     "en_short": {"en_short": 1.0},
     "en_paragraph": {"en_paragraph": 1.0},
     "zh": {"zh_short": 1.0},
+    "zh_short_baker": {"zh_short_baker": 1.0},
 }
 
 

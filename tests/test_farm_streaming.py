@@ -101,6 +101,19 @@ def test_a_long_segment_arrives_window_by_window(metered: tuple[Farm, int]) -> N
     assert all(c.seg == 0 for c in chunks) and [c.last for c in chunks] == [False] * (len(chunks) - 1) + [True]
 
 
+def test_chinese_on_baker_streams_too(metered: tuple[Farm, int]) -> None:
+    farm, port = metered
+    client = farm.client()
+    start = windows_made(port)
+    job = client.submit("流式合成让这一句很长的话在最后一个窗口做完之前就开始播放", voice="baker", lane="bulk", format="pcm",
+                        options=NOISELESS, chunk_ms=ONE_PIECE)
+    assert job.total == 1
+    chunks = list(job.stream(timeout=120))
+    result = job.wait(timeout=60)
+    assert len(chunks) == windows_made(port) - start >= 3  # window by window
+    assert b"".join(c.pcm for c in chunks) == Path(result.url.removeprefix("file://")).read_bytes()
+
+
 def test_cancel_mid_segment_stops_vocoding(metered: tuple[Farm, int]) -> None:
     farm, port = metered
     client = farm.client()

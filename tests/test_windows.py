@@ -131,3 +131,13 @@ def test_later_segments_get_no_small_first_window() -> None:
     windows = plan_windows(90, plan, context=10)
     assert [(w.start, w.end) for w in windows] == [(0, 90)]  # 64 + a remainder under half a window: one
     assert plan_windows(200, plan, context=10)[0].end == 64
+
+
+def test_baker_stitched_windows_equal_whole(real_bank: VoiceBank, base_settings: Settings) -> None:
+    voice = real_bank.get("baker")
+    assert isinstance(voice, twostage.TwoStageVoice) and voice.vocoder.context == 18 and voice.vocoder.min_frames == 10
+    s = base_settings.streaming
+    served = WindowPlan.from_ms(s.first_window_ms, s.window_ms, sample_rate=voice.sample_rate, hop=voice.hop)
+    texts = ["你好。", "今天天气很好，我们去公园散步吧。", "流式合成让一句长话在最后一个窗口做完之前就开始播放，拼接的窗口必须等于整段。"]
+    for plan in (served, WindowPlan(first=12, size=40)):
+        assert _stitched_vs_whole(voice, plan, texts, lang="zh") <= 1e-3
