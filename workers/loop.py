@@ -1,10 +1,15 @@
 """The inference loop a worker process runs: peek, pick a queue, gather a batch inside the window,
 run it through the voice, publish each item, ack.
 
+A two-stage voice's batch is streamed (``streaming.windowed``; ``workers/streaming.py``): its acoustic pass,
+then one vocoder window of every job per step, each window published at once; a background batch lets
+waiting interactive work run between two steps, and a cancelled job stops at the next step. Other voices
+(Kokoro: one graph) run the batch whole and publish each segment when it is done.
+
 Errors are caught per batch: a bad entry fails its job with a code, an unexpected error leaves the
 entries pending so they are reclaimed and retried, and a poison entry goes to the dead-letter stream
-after ``max_deliveries``. Background batches (bulk, callers' later segments) run on a helper thread at
-a lower OS priority (``workers.layout``).
+after ``max_deliveries``. The model work of background batches (bulk, callers' later segments) runs on a
+helper thread at a lower OS priority (``workers.layout``).
 """
 
 from __future__ import annotations
