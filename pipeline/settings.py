@@ -112,6 +112,7 @@ class StreamingSettings:
     windowed: bool = True  # false: each segment is vocoded whole and published when it is done
     first_window_ms: int = 300
     window_ms: int = 4000
+    first_window_when_queued: bool = False  # the small first window also while other work waits (costs throughput)
 
 
 @dataclass(frozen=True)

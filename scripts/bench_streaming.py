@@ -7,7 +7,9 @@ For each mix and each mode (``streaming.windowed`` false, then true; the same fa
 
 * idle first chunk: jobs one at a time on an idle farm of one worker (``bench_idle_first_chunk``);
 * saturation (closed loop) then Poisson arrivals at 70 % of it (``producer.bench.run_bench``): throughput,
-  first chunk P50/P95/P99.
+  first chunk P50/P95/P99 (``--repeats 2``: the pair twice, whole-windowed-windowed-whole, against drift);
+* first: the model time of the mix's texts in this process on one thread, whole vs windowed interleaved
+  (what windowing costs the model, free of the farm's and the other tenants' noise).
 
 Then the stitched-vs-whole difference of each two-stage voice's windows (noise off, the served window sizes
 and small ones), in this process. Prints Markdown tables; writes ``<out>/streaming.json``.
@@ -72,6 +74,42 @@ def stitched_vs_whole(settings: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def compute_cost(settings: Any, kinds: list[Any], reps: int) -> list[dict[str, Any]]:
+    """Model time of the mix's texts in this process, one thread, whole vs windowed (acoustic pass + every window
+    of the served plan) interleaved text by text: what windowing costs the model, without the farm's noise."""
+    from pipeline.voices.bank import VoiceBank
+    from pipeline.voices.base import SynthesisOptions
+    from pipeline.voices.twostage import TwoStageVoice
+    from pipeline.voices.windows import WindowPlan, vocode_windowed
+
+    bank = VoiceBank(settings.catalogue, dataclasses.replace(settings.runtime, intra_op_threads=1))
+    rows = []
+    for kind in kinds:
+        voice = bank.get(kind.voice)
+        if not isinstance(voice, TwoStageVoice):
+            continue
+        lang = settings.catalogue.voices[kind.voice].languages[0]
+        s = settings.streaming
+        plan = WindowPlan.from_ms(s.first_window_ms, s.window_ms, sample_rate=voice.sample_rate, hop=voice.hop)
+        ids = [voice.phonemize(t, lang).ids for t in kind.texts]
+        opts = SynthesisOptions()
+        spent = {"whole": 0.0, "windowed": 0.0}
+        for rep in range(reps + 1):
+            for item in ids:
+                for mode in (("whole", "windowed") if rep % 2 else ("windowed", "whole")):
+                    start = time.perf_counter()
+                    if mode == "whole":
+                        voice.synthesize_batch([item], opts)
+                    else:
+                        vocode_windowed(voice.vocoder, [voice.acoustic_outputs([item], opts)[0].frames], plan)
+                    if rep:  # the first round warms up
+                        spent[mode] += time.perf_counter() - start
+        rows.append({"voice": kind.voice, "texts": len(ids), "reps": reps, "whole_ms": round(spent["whole"] * 1000, 1),
+                     "windowed_ms": round(spent["windowed"] * 1000, 1),
+                     "cost_pct": round(100 * (spent["windowed"] / spent["whole"] - 1), 1)})
+    return rows
+
+
 def _pct(d: dict[str, Any] | None) -> str:
     return "–" if not d or not d.get("n") else f"{d['p50']:.0f} / {d['p95']:.0f} / {d['p99']:.0f}"
 
@@ -83,13 +121,19 @@ def main() -> int:
     ap.add_argument("--latency-s", type=float, default=30.0)
     ap.add_argument("--idle-jobs", type=int, default=20)
     ap.add_argument("--skip-load", action="store_true", help="idle first chunk and differences only")
+    ap.add_argument("--repeats", type=int, default=1, help="pairs of runs per mix, in ABBA order")
+    ap.add_argument("--compute-reps", type=int, default=6)
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "streaming")
     args = ap.parse_args()
     settings = load_settings(env=dict(os.environ))
     out: dict[str, Any] = {"command": " ".join(sys.argv), "load_average_before": list(os.getloadavg()), "runs": []}
+    out["compute"] = compute_cost(settings, [KINDS[m] for m in args.mixes.split(",")], args.compute_reps)
+    print(json.dumps(out["compute"]), flush=True)
     for mix in args.mixes.split(","):
         kind = KINDS[mix]
-        for mode, flag in MODES.items():
+        order = [m for r in range(args.repeats) for m in (list(MODES) if r % 2 == 0 else list(MODES)[::-1])]
+        for mode in order:
+            flag = MODES[mode]
             env = {"TTSFARM_STREAMING_WINDOWED": flag}
             row: dict[str, Any] = {"mix": mix, "mode": mode, "load_before": os.getloadavg()[0]}
             row["idle"] = idle_first_chunk([f"{k}={v}" for k, v in env.items()], args.idle_jobs, voice=kind.voice,
@@ -126,6 +170,9 @@ def report(doc: dict[str, Any]) -> str:
         lines.append(f"| {r['mix']} | {r['mode']} | {idle['p50']:.0f} / {idle['max']:.0f} | {sat.get('jobs_per_s', '–')} | "
                      f"{sat.get('speech_s_per_s', '–')} | {r.get('rate_70', '–')} | {_pct((r.get('at_70') or {}).get('first_chunk_ms'))} | "
                      f"{r['load_before']:.2f} → {r['load_after']:.2f} |")
+    lines += ["", "| voice | texts × rounds | whole ms | windowed ms | windowing costs |", "|---|---|---:|---:|---:|"]
+    for c in doc.get("compute", []):
+        lines.append(f"| {c['voice']} | {c['texts']} × {c['reps']} | {c['whole_ms']} | {c['windowed_ms']} | {c['cost_pct']} % |")
     lines += ["", "| voice | windows | first / later frames | context | max abs diff | min SNR dB |", "|---|---|---:|---:|---:|---:|"]
     for d in doc["stitched_vs_whole"]:
         lines.append(f"| {d['voice']} | {d['plan']} | {d['first']} / {d['size']} | {d['context']} | {d['max_abs_diff']:.1e} | {d['min_snr_db']} |")
@@ -133,5 +180,4 @@ def report(doc: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    t0 = time.time()
     raise SystemExit(main())

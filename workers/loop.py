@@ -346,7 +346,8 @@ class InferenceLoop:
         started = time.time()
         self.batches += 1
         if isinstance(voice, TwoStageVoice) and self.settings.streaming.windowed:
-            done = self.run_streaming(StreamingBatch(self, voice, ready, opts, batch_id, self._plan(voice)))
+            done = self.run_streaming(StreamingBatch(self, voice, ready, opts, batch_id, self._plan(voice),
+                                                     small_first=self._small_first()))
         else:
             start = time.perf_counter()
             audios = self.compute(lambda: voice.synthesize_batch([ids for _, ids in ready], opts))
@@ -364,6 +365,11 @@ class InferenceLoop:
     def _plan(self, voice: TwoStageVoice) -> WindowPlan:
         s = self.settings.streaming
         return WindowPlan.from_ms(s.first_window_ms, s.window_ms, sample_rate=voice.sample_rate, hop=voice.hop)
+
+    def _small_first(self) -> bool:
+        """Whether a job's first segment gets the small first window now: when nothing else waits for this loop
+        (or the setting says always). Under a backlog its extra model time would delay the jobs queued behind."""
+        return self.settings.streaming.first_window_when_queued or not (self.waiting or self.carry)
 
     def run_streaming(self, batch: StreamingBatch) -> dict[str, Any]:
         """The acoustic pass of the batch, then its window steps; a background batch lets waiting interactive

@@ -41,14 +41,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def pack_frames(frames: np.ndarray) -> bytes:
+def pack_frames(frames: np.ndarray, plan: WindowPlan) -> bytes:
+    """A segment's frames and window plan, as claimed: a redo cuts the same windows from the same frames."""
     buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(frames, dtype=np.float32), allow_pickle=False)
+    np.savez(buf, frames=np.ascontiguousarray(frames, dtype=np.float32), plan=np.array([plan.first, plan.size], dtype=np.int64))
     return buf.getvalue()
 
 
-def unpack_frames(data: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(data), allow_pickle=False)
+def unpack_frames(data: bytes) -> tuple[np.ndarray, WindowPlan]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+        first, size = (int(v) for v in stored["plan"])
+        return stored["frames"], WindowPlan(first=first, size=size)
 
 
 class PcmFinisher:
@@ -87,13 +90,14 @@ class Streamed:
 
 class StreamingBatch:
     def __init__(self, loop: InferenceLoop, voice: TwoStageVoice, ready: Sequence[tuple[Entry, PhonemeIds]],
-                 opts: SynthesisOptions, batch_id: str, plan: WindowPlan) -> None:
+                 opts: SynthesisOptions, batch_id: str, plan: WindowPlan, *, small_first: bool = True) -> None:
         self.loop = loop
         self.voice = voice
         self.ready = list(ready)
         self.opts = opts
         self.batch_id = batch_id
         self.plan = plan
+        self.small_first = small_first  # a job's first segment starts with the plan's small window
         self.live: list[Streamed] = []
         self.infer_s = 0.0
         self.windows = 0
@@ -109,14 +113,16 @@ class StreamingBatch:
             job = e.job
             assert job is not None
             attempt = f"{self.loop.consumer}/{e.deliveries}"
-            won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out.frames))
+            # a job's later segments are not awaited (earlier audio is playing): no small first window for them
+            plan = self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first()
+            won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out.frames, plan))
             if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
                 self.loop.segment_already_published(e)
                 continue
-            frames = out.frames if won else unpack_frames(stored)
+            frames = out.frames
             if not won:
+                frames, plan = unpack_frames(stored)
                 log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, tag, published)
-            plan = self.plan if job.seg == 0 else self.plan.without_small_first()  # later segments are not awaited
             item = WindowedItem.of(e, frames, self.voice.vocoder, plan)
             self.live.append(Streamed(e, item, SegmentProgress(job, tag),
                                       PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
