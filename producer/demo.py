@@ -59,9 +59,11 @@ def run_demo(settings: Settings, *, output: str, text: str | None = None) -> int
                 if chunk.seg == 0:
                     seg0.append(now)
                 f.write(np.frombuffer(chunk.pcm, dtype="<i2"))
-        if len(seg0) > 1:
-            print(f"segment 0 streamed in {len(seg0)} chunks: the first after {seg0[0] * 1000:.0f} ms, the last after "
-                  f"{seg0[-1] * 1000:.0f} ms (its first window played while the rest was vocoded)")
+        if seg0:
+            how = ("streamed: its first window played while the rest was vocoded" if seg0[-1] - seg0[0] > 0.005
+                   else "published whole")
+            print(f"segment 0 came in {len(seg0)} chunks: the first after {seg0[0] * 1000:.0f} ms, the last after "
+                  f"{seg0[-1] * 1000:.0f} ms ({how})")
         result = job.wait(timeout=60)
         total = time.perf_counter() - start
         print(f"wrote {out} ({result.duration_s:.2f} s of audio) in {total:.2f} s: "
