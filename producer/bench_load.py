@@ -100,7 +100,7 @@ class JobKind:
 KINDS = {
     "en_short": JobKind("en_short", "interactive", "joe", SHORT_EN),
     "en_paragraph": JobKind("en_paragraph", "bulk", "joe", PARAGRAPHS_EN),
-    "zh_short": JobKind("zh_short", "interactive", "kumo", SHORT_ZH),
+    "zh_short": JobKind("zh_short", "interactive", "default", SHORT_ZH),  # the voice Chinese is routed to (baker when its gate passes)
 }
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {"en_short": 0.6, "en_paragraph": 0.2, "zh_short": 0.2},

@@ -141,7 +141,7 @@ def sweep_section(check: Check, models: list[StageModel], device: str, batches: 
                 check.skip(f"sweep {model.label} {precision}: time budget")
                 continue
             try:
-                path = precision_variant(model.path, precision, work)
+                path = precision_variant(model.path, precision, work, model.label)
                 runner = StageRunner(path, device=device)
             except Exception as exc:  # noqa: BLE001 - a precision that does not build is a finding
                 check.error(f"{model.label} {precision}: build", exc)
@@ -153,6 +153,10 @@ def sweep_section(check: Check, models: list[StageModel], device: str, batches: 
             except Exception as exc:  # noqa: BLE001
                 check.error(f"{model.label} {precision}: quality", exc)
             for batch in batches:
+                if batch > model.max_batch:
+                    rows.append({"stage": model.label, "precision": precision, "batch": batch,
+                                 "error": f"the graph's batch axis is fixed at {model.max_batch} (items run one by one)"})
+                    break
                 if check.left_s() < 45:
                     check.skip(f"sweep {model.label} {precision} batch {batch}: time budget")
                     break
@@ -182,10 +186,10 @@ def transfer_section(check: Check, models: list[StageModel], device: str, min_ti
             continue
         try:
             runner = StageRunner(model.path, device=device)
-            feeds, audio_s = model.feeds(8)
+            feeds, audio_s = model.feeds(min(8, model.max_batch))
             for mode in modes:
                 timing = time_calls(lambda: runner.run(feeds, mode=mode), min_time_s=min_time_s)
-                rows.append({"stage": model.label, "mode": mode, "batch": 8, "ms_per_call": timing["ms_p50"],
+                rows.append({"stage": model.label, "mode": mode, "batch": min(8, model.max_batch), "ms_per_call": timing["ms_p50"],
                              "speech_s_per_s": round(audio_s / (timing["ms_p50"] / 1000), 1),
                              "host_allocations": runner.allocations(mode)})
             if model.role == "vocoder" and device == "cuda":
@@ -239,10 +243,15 @@ def farm_config_dir(settings: Any, work: Path) -> tuple[Path, bool]:
         if not drop:
             lines.append(line)
     text = "\n".join(lines) + "\n"
-    zh_route = re.search(r'zh\s*=\s*"([^"]+)"', text)
-    speaks_zh = bool(zh_route and zh_route.group(1) in keep)
-    if zh_route and not speaks_zh:
-        text = re.sub(r',?\s*zh\s*=\s*"[^"]+"', "", text).replace('languages = ["en", "zh"]', 'languages = ["en"]')
+
+    def zh_route(m: re.Match[str]) -> str:  # zh = "v" or zh = ["v1", "v2"]: keep the voices measured here
+        kept = [v for v in re.findall(r'"([^"]+)"', m.group(1)) if v in keep]
+        return f'zh = {json.dumps(kept)}' if kept else ""
+
+    text = re.sub(r'zh\s*=\s*(\[[^\]]*\]|"[^"]*")', zh_route, text)
+    speaks_zh = bool(re.search(r'zh\s*=\s*\[', text))
+    if not speaks_zh:
+        text = re.sub(r',\s*(?=\s*})', "", text).replace('languages = ["en", "zh"]', 'languages = ["en"]')
     (out / "voices.toml").write_text(text, encoding="utf-8")
     return out, speaks_zh
 
@@ -285,11 +294,13 @@ def ceiling_section(models: list[StageModel], device: str, max_batch: int, min_t
     for m in models:
         by_voice.setdefault(m.voice, []).append(m)
     for voice, stages in by_voice.items():
-        total_ms, audio_s = 0.0, 0.0
-        for m in stages:
+        total_ms, audio_s = 0.0, stages[0].feeds(max_batch)[1]  # speech seconds one batch of the farm's size makes
+        for m in stages:  # a stage whose batch axis is fixed runs the batch's items one call each
             runner = StageRunner(m.path, device=device)
-            feeds, audio_s = m.feeds(max_batch)
-            total_ms += time_calls(lambda: runner.run(feeds), min_time_s=min_time_s)["ms_p50"]
+            per_call = min(max_batch, m.max_batch)
+            feeds, _ = m.feeds(per_call)
+            calls = -(-max_batch // per_call)
+            total_ms += calls * time_calls(lambda: runner.run(feeds), min_time_s=min_time_s)["ms_p50"]
             runner.close()
         out[voice] = {"batch": max_batch, "ms_per_batch": round(total_ms, 2), "speech_s_per_s": round(audio_s / (total_ms / 1000), 1)}
     return out
