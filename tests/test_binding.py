@@ -77,3 +77,19 @@ def test_variants_are_written_in_an_ir_version_older_runtimes_read(model: Path, 
     """onnx writes IR 14 by default; onnxruntime-gpu 1.31 reads up to 13. Opset 17 needs only IR 8."""
     for made in (to_fp16(model, tmp_path / "a.onnx"), to_dynamic_int8(model, tmp_path / "b.onnx")):
         assert onnx.load(str(made)).ir_version <= 10
+
+
+def test_precision_is_chosen_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: INT8 (where the catalogue asks and the gate passes) on CPU, FP32 where sessions run on CUDA (INT8's
+    integer ops have no CUDA kernels: measured 2-15x slower there); an explicit runtime.precision wins."""
+    from pipeline.settings import RuntimeSettings, VoiceSpec
+    from pipeline.voices.prepared import wanted_precision
+
+    spec = VoiceSpec("v", "twostage", ("en",), precision="int8")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert wanted_precision(spec, RuntimeSettings(device="cuda")) == "fp32"
+    assert wanted_precision(spec, RuntimeSettings(device="auto")) == "fp32"
+    assert wanted_precision(spec, RuntimeSettings(device="cpu")) == "int8"
+    assert wanted_precision(spec, RuntimeSettings(device="cuda", precision="int8")) == "int8"
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    assert wanted_precision(spec, RuntimeSettings(device="auto")) == "int8"

@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 
 def choose_model(prepared: Path, spec: VoiceSpec, runtime: RuntimeSettings) -> tuple[Path, str]:
     """INT8 when the catalogue asks for it and the model passed its quality gate; FP32 otherwise."""
-    wanted = spec.precision if runtime.precision == "auto" else runtime.precision
+    from pipeline.voices.prepared import wanted_precision
+
+    wanted = wanted_precision(spec, runtime)
     if wanted != "int8":
         return prepared, "fp32"
     model, report = int8_paths(prepared)

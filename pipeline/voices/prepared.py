@@ -141,8 +141,18 @@ def read_prepared(folder: Path, *, verify: bool = True) -> Prepared | None:
 
 
 def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings) -> str:
-    """The precision asked for: the catalogue's, unless ``runtime.precision`` overrides it."""
-    return spec.precision if runtime.precision == "auto" else runtime.precision
+    """The precision asked for: ``runtime.precision`` when set; with ``auto``, per device: FP32 where the sessions
+    run on CUDA, the catalogue's precision (INT8 where its gate passes) on CPU.
+
+    Measured on an H200 (docs/BENCHMARKS.md, "GPU"): ONNX Runtime's CUDA provider has no kernels for the
+    integer ops INT8 makes (ConvInteger, MatMulInteger run on the CPU), so INT8 stages ran 2-15x slower than
+    FP32 there; FP16 variants were slower than FP32 for both vocoders and did not convert for Piper's acoustic
+    stage, so no stage is served in FP16."""
+    if runtime.precision != "auto":
+        return runtime.precision
+    from pipeline.voices.runtime import cuda_wanted
+
+    return "fp32" if cuda_wanted(runtime) else spec.precision
 
 
 def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, print_: str) -> Prepared:
