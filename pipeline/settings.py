@@ -19,7 +19,18 @@ from pipeline.errors import BAD_OPTION, InputError
 
 # The repository's configs/ folder, installed as the package ``ttsfarm_configs`` (pyproject.toml): a wheel carries
 # it, and an editable install maps the name back to the folder, so both read the same files.
-CONFIG_DIR = Path(str(resources.files("ttsfarm_configs")))
+
+
+def _config_dir() -> Path:
+    """The shipped configs: the installed ``ttsfarm_configs`` package, or the checkout's configs/ when the
+    sources run without being installed (PYTHONPATH pointing at a checkout, as the GPU check does)."""
+    try:
+        return Path(str(resources.files("ttsfarm_configs")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "configs"
+
+
+CONFIG_DIR = _config_dir()
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from pipeline.settings import CONFIG_DIR  # noqa: E402
 from scripts.gpu_check_models import LEFT_OUT, StageModel, discover_models, precision_variant  # noqa: E402
 from scripts.gpu_check_run import (  # noqa: E402
     StageRunner,
+    process_memory_mb,
     cuda_graph_row,
     device_memory,
     quality,
@@ -209,12 +210,17 @@ class MemorySampler(threading.Thread):
         super().__init__(daemon=True)
         self.out = out
         self.samples: list[tuple[float, float | None]] = []
+        self.worker: list[tuple[float, float]] = []  # the worker process's own device memory, when nvidia-smi lists it
         self._stop = threading.Event()
         self.t0 = time.monotonic()
 
     def run(self) -> None:
         while not self._stop.wait(1.0):
-            self.samples.append((round(time.monotonic() - self.t0, 1), device_memory()["used_mb"]))
+            t = round(time.monotonic() - self.t0, 1)
+            self.samples.append((t, device_memory()["used_mb"]))
+            mine = process_memory_mb(os.getpid())
+            if mine is not None:
+                self.worker.append((t, mine))
             for log_file in Path(tempfile.gettempdir()).glob("ttsfarm-bench-*/worker0.log"):
                 try:
                     data = log_file.read_bytes()[-200_000:]
@@ -284,6 +290,11 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
     out["device_memory_mb"] = {"samples": len(mem), "min": min(mem, default=None), "max": max(mem, default=None),
                                "first_10s_max": max((m for t, m in sampler.samples if m is not None and t <= 10), default=None),
                                "last": mem[-1] if mem else None}
+    w = [m for _, m in sampler.worker]
+    if w:  # flat = after its first 20 s (sessions made, arena grown to the shapes in use) it grows < 5 %
+        settled = [m for t, m in sampler.worker if t >= sampler.worker[0][0] + 20] or w
+        out["worker_device_memory_mb"] = {"samples": len(w), "first": w[0], "max": max(w), "settled_min": min(settled),
+                                          "settled_max": max(settled), "flat": max(settled) <= 1.05 * min(settled)}
     return out
 
 
