@@ -1,0 +1,47 @@
+"""How close the farm's word timings are to a recognizer's: the accuracy gate and its benchmark.
+
+The reference is faster-whisper's word timestamps (``word_timestamps=True``, the recognizer the quality
+gates use, ``pipeline/intelligibility.py``) on the very audio the farm made. Words of the two lists are
+paired by their spelling (an alignment over lower-cased letters, so a word whisper misheard is left out),
+and each pair gives two boundary errors, start and end. Whisper's own timestamps carry an error of a few
+tens of milliseconds, so this measures an upper bound of the farm's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.intelligibility import ASR_RATE, recognizer
+
+Timed = tuple[str, float, float]  # word, start_s, end_s
+
+
+def recognized_words(audio: np.ndarray, sample_rate: int, lang: str, cache_dir: Path) -> list[Timed]:
+    from pipeline.audio import resample
+
+    pcm = resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_RATE)
+    segments, _ = recognizer(lang, str(cache_dir)).transcribe(pcm, language=lang, beam_size=5, vad_filter=False,
+                                                              condition_on_previous_text=False, word_timestamps=True)
+    return [(w.word, float(w.start), float(w.end)) for s in segments for w in (s.words or [])]
+
+
+def _key(word: str) -> str:
+    return re.sub(r"[^\w]", "", word.lower())
+
+
+def boundary_errors(ours: Sequence[Timed], theirs: Sequence[Timed]) -> list[float]:
+    """Absolute start and end differences (seconds) of the words both lists spell the same."""
+    a, b = [_key(w) for w, _, _ in ours], [_key(w) for w, _, _ in theirs]
+    out: list[float] = []
+    for i, j, size in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        for k in range(size):
+            if not a[i + k]:
+                continue
+            (_, s1, e1), (_, s2, e2) = ours[i + k], theirs[j + k]
+            out += [abs(s1 - s2), abs(e1 - e2)]
+    return out
