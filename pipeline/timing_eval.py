@@ -21,11 +21,14 @@ from pipeline.intelligibility import ASR_RATE, recognizer
 Timed = tuple[str, float, float]  # word, start_s, end_s
 
 
-def recognized_words(audio: np.ndarray, sample_rate: int, lang: str, cache_dir: Path) -> list[Timed]:
+def recognized_words(audio: np.ndarray, sample_rate: int, lang: str, cache_dir: Path, *,
+                     multilingual: bool = False) -> list[Timed]:
+    """Whisper's words with their timestamps; English uses tiny.en unless ``multilingual`` (then base)."""
     from pipeline.audio import resample
 
     pcm = resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_RATE)
-    segments, _ = recognizer(lang, str(cache_dir)).transcribe(pcm, language=lang, beam_size=5, vad_filter=False,
+    model = recognizer("multi" if multilingual else lang, str(cache_dir))
+    segments, _ = model.transcribe(pcm, language=lang, beam_size=5, vad_filter=False,
                                                               condition_on_previous_text=False, word_timestamps=True)
     return [(w.word, float(w.start), float(w.end)) for s in segments for w in (s.words or [])]
 
@@ -44,4 +47,22 @@ def boundary_errors(ours: Sequence[Timed], theirs: Sequence[Timed]) -> list[floa
                 continue
             (_, s1, e1), (_, s2, e2) = ours[i + k], theirs[j + k]
             out += [abs(s1 - s2), abs(e1 - e2)]
+    return out
+
+
+def junction_errors(ours: Sequence[Timed], theirs: Sequence[Timed]) -> list[float]:
+    """Absolute differences (seconds) at the junctions between two consecutive words both lists spell the same.
+
+    Whisper gives no gaps (a word ends where the next starts) and its word boundaries come from attention,
+    so the comparable instant is the junction: ours is the middle of the gap between the two words."""
+    a, b = [_key(w) for w, _, _ in ours], [_key(w) for w, _, _ in theirs]
+    pairs = {}
+    for i, j, size in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        pairs.update({i + k: j + k for k in range(size) if a[i + k]})
+    out: list[float] = []
+    for i, j in pairs.items():
+        if pairs.get(i + 1) == j + 1:
+            ours_at = (ours[i][2] + ours[i + 1][1]) / 2
+            theirs_at = (theirs[j][2] + theirs[j + 1][1]) / 2
+            out.append(abs(ours_at - theirs_at))
     return out
