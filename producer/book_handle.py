@@ -322,7 +322,7 @@ class BookHandle:
             elif task == "ttsfarm.assemble_chapter":
                 ch = self.plan.chapters[[c.index for c in self.plan.chapters].index(chapter)]
                 self.written[chapter] = ChapterResult(chapter, ch.title, reply["key"], reply["url"], reply["duration_s"],
-                                                      len(ch.segments), reply["bytes"])
+                                                      len(ch.segments), reply["bytes"], reply.get("captions", ""))
                 new.append(self.written[chapter])
             else:
                 self.files = reply["urls"]

@@ -104,6 +104,7 @@ class ChapterResult:
     duration_s: float
     segments: int
     bytes: int
+    captions: str = ""  # the chapter's WebVTT, beside its audio file
 
 
 @dataclass(frozen=True)

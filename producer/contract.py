@@ -224,6 +224,11 @@ def words_from_wire(words: Sequence[Sequence[Any]], offset: int, rate: int) -> l
                  bool(w[5]) if len(w) > 5 else False) for w in words]
 
 
+def words_key(job_id: str) -> str:
+    """Storage key of a finished job's words (a JSON list of ``Word`` dicts), beside its audio."""
+    return f"{job_id}/words.json"
+
+
 def job_words(segments: Sequence[Sequence[Sequence[Any]]], lengths: Sequence[int], rate: int) -> list[Word]:
     """All words of a job from each segment's wire words and its length in samples (pause included)."""
     out: list[Word] = []

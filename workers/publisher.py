@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, job_words, words_in
+from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, job_words, words_in, words_key
 from workers.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,8 @@ class Publisher:
         created = job.created
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
         words = json.dumps([w.to_dict() for w in self.job_words(job)], ensure_ascii=False)
+        # Beside the audio, for whoever joins stored jobs later (a book's chapter captions).
+        self.storage.put(words_key(job.job_id), words.encode("utf-8"), "application/json")
         won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
                           done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
         if won == 2:
