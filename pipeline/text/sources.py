@@ -55,19 +55,35 @@ def _fold_case(text: str) -> str:
 def align_spans(src: str, dst: str) -> list[Span]:
     """For each character of ``dst`` (a rewrite of ``src``), the span of ``src`` it stands for.
 
-    Characters in a block both texts share map one to one; a stretch of ``dst`` between two such blocks
-    maps, every character of it, onto the whole stretch of ``src`` between them (an insertion with nothing
-    opposite maps onto an empty span at its place). Single alphanumeric matches between rewritten
-    stretches ("k" of "5km" in "kilometers") are kept: they only narrow a span inside its stretch."""
+    Anchors are the blocks both texts share that hold a letter or digit and are longer than one character
+    (or one Han character): what a normalizer left alone. A single shared "." or "-" or letter inside two
+    rewritten stretches ("3.50" / "fifty cents." ; "2024-03-05" / "twenty-four") is no anchor. Between
+    anchors, equal punctuation and spaces at the stretch's edges pair one to one, and the rest of the
+    ``dst`` stretch maps, every character of it, onto the whole rest of the ``src`` stretch (an insertion
+    with nothing opposite maps onto an empty span at its place)."""
     matcher = difflib.SequenceMatcher(None, _fold_case(src), _fold_case(dst), autojunk=False)
+    anchors = [(a, b, n) for a, b, n in matcher.get_matching_blocks()
+               if n and any(c.isalnum() for c in src[a : a + n]) and (n > 1 or is_han(src[a]))]
     spans: list[Span] = []
     i = j = 0
-    for a, b, size in matcher.get_matching_blocks():
-        gap = (i, a) if a > i else (i, i)
-        spans.extend([gap] * (b - j))
+    for a, b, size in [*anchors, (len(src), len(dst), 0)]:
+        spans.extend(_gap(src, dst, i, a, j, b))
         spans.extend((a + k, a + k + 1) for k in range(size))
         i, j = a + size, b + size
     return spans
+
+
+def _gap(src: str, dst: str, i0: int, i1: int, j0: int, j1: int) -> list[Span]:
+    """Spans for ``dst[j0:j1]`` rewritten from ``src[i0:i1]``."""
+    head: list[Span] = []
+    while i0 < i1 and j0 < j1 and src[i0] == dst[j0] and not src[i0].isalnum():
+        head.append((i0, i0 + 1))
+        i0, j0 = i0 + 1, j0 + 1
+    tail: list[Span] = []
+    while i0 < i1 and j0 < j1 and src[i1 - 1] == dst[j1 - 1] and not src[i1 - 1].isalnum():
+        tail.append((i1 - 1, i1))
+        i1, j1 = i1 - 1, j1 - 1
+    return head + [(i0, i1)] * (j1 - j0) + tail[::-1]
 
 
 def shifted(spans: Sequence[Span], offset: int) -> list[Span]:
