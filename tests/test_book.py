@@ -160,13 +160,14 @@ def test_epub_of_the_same_book_into_s3_reuses_every_segment(farm: Farm, md_run: 
     assert result.reused == result.segments == first.segments and result.synthesized == 0
     assert result.manifest_url == f"s3://{bucket}/audio/small/manifest.json"
     listing = s3.client.list_objects_v2(Bucket=bucket)["Contents"]
-    assert len(listing) == 11 + 2
+    assert len(listing) == 11 * 2 + 2  # a chapter file and its captions each, the manifest and the playlist
     manifest = json.loads(s3.get("manifest.json"))
     assert manifest["title"] == "The Small Farm" and len(manifest["chapters"]) == 11
     for a, b in zip(first.chapters, result.chapters):  # the same segments, pauses and gain: the same audio
         s3_audio, _ = sf.read(io.BytesIO(s3.get(b.file)), dtype="int16")
         local, _ = sf.read(md_out / a.file, dtype="int16")
         np.testing.assert_array_equal(s3_audio, local)
+        assert s3.get(b.captions) == (md_out / a.captions).read_bytes()  # reused segments keep their words
 
 
 @pytest.mark.slow
