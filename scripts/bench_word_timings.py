@@ -4,7 +4,8 @@ Held-out English sentences (never used to build or tune the timings) through the
 process, segment by segment as a worker does it (``pipeline/timing.py``, pauses and joins counted). Prints
 the median absolute errors of word starts, word ends, and junctions between consecutive words, for whisper
 tiny.en (the English recognizer of the quality gates) and whisper base, and the two recognizers' disagreement
-with each other on the same audio (how exact the reference itself is).
+with each other on the same audio (how exact the reference itself is); and, independent of any recognizer,
+each sentence's first word start and last word end against where its waveform's energy starts and ends.
 
     .venv/bin/python scripts/bench_word_timings.py
 """
@@ -55,6 +56,14 @@ def timed_say(bank: VoiceBank, settings, text: str, voice: str) -> tuple[np.ndar
     return np.concatenate(pieces), rate, words
 
 
+def speech_edges(audio: np.ndarray, rate: int) -> tuple[float, float]:
+    """First and last instant the 5 ms envelope is over 2 % of its peak: where speech starts and ends."""
+    n = max(1, int(rate * 0.005))
+    env = np.convolve(np.abs(audio), np.ones(n) / n, mode="same")
+    loud = np.nonzero(env > 0.02 * env.max())[0]
+    return loud[0] / rate, loud[-1] / rate
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--voice", default="joe")
@@ -62,6 +71,14 @@ def main() -> None:
     settings = load_settings()
     bank = VoiceBank(settings.catalogue, settings.runtime)
     rendered = [timed_say(bank, settings, text, args.voice) for text in HELD_OUT]
+    starts_at, ends_at = [], []  # the sentence's first word start and last word end against its energy envelope
+    for audio, rate, ours in rendered:
+        onset, offset = speech_edges(audio, rate)
+        starts_at.append(ours[0][1] - onset)
+        ends_at.append(ours[-1][2] - offset)
+    print(f"energy envelope (5 ms, 2 % of peak): first word start - speech onset median {np.median(starts_at) * 1000:+.0f} ms "
+          f"(max |.| {np.max(np.abs(starts_at)) * 1000:.0f}); last word end - speech offset median "
+          f"{np.median(ends_at) * 1000:+.0f} ms (max |.| {np.max(np.abs(ends_at)) * 1000:.0f})")
     heard = {multilingual: [recognized_words(audio, rate, "en", settings.runtime.cache_dir, multilingual=multilingual)
                             for audio, rate, _ in rendered] for multilingual in (False, True)}
     floor = [e for tiny, base in zip(heard[False], heard[True]) for e in boundary_errors(tiny, base)]
