@@ -85,6 +85,28 @@ def test_words_cover_the_text_in_order_inside_the_audio(farm: Farm, text: str) -
     assert ("2024" in spans) or ("$3.50" in spans) or ("1,500" in spans)
 
 
+def test_async_client_gets_the_same_words(farm: Farm) -> None:
+    import asyncio
+
+    from producer.aio import AsyncClient
+
+    text = TEXTS[1]
+
+    async def go() -> tuple[list[Word], list[Word]]:
+        async with AsyncClient.from_url(settings=farm.settings) as client:
+            job = await client.submit(text, voice="default", chunk_ms=300)
+            streamed = [w async for c in job.stream(timeout=120) for w in c.words]
+            return streamed, list((await job.wait(timeout=30)).words)
+
+    streamed, words = asyncio.run(go())
+    sync_job = farm.client().submit(text, voice="default", chunk_ms=300)
+    list(sync_job.stream(timeout=120))
+    sync_words = list(sync_job.wait(timeout=30).words)
+    assert merge_words(streamed) == words
+    # the same text, voice and options: the same words and spans; times within noise of the stochastic voice
+    assert [(w.text, w.char_start, w.char_end) for w in words] == [(w.text, w.char_start, w.char_end) for w in sync_words]
+
+
 def test_joe_timings_match_the_recognizer(farm: Farm, tmp_path: Path) -> None:
     from pipeline.timing_eval import boundary_errors, recognized_words
 
