@@ -5,40 +5,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from producer.gateway import create_app
 from producer.gateway.serve import BackgroundServer
-from tests.conftest import Farm
-from tests.test_gateway import _sse_events, _ws_messages
+from tests.test_gateway import _sse_events, _ws_messages, farm, http, server  # noqa: F401 - its farm, gateway, client
 from tests.test_word_timings_farm import _parse_srt, _parse_vtt
 
 pytestmark = pytest.mark.slow
 
 TEXT = "The farm reads 2,024 words. 今天是2024年3月5日。"
-
-
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("captions-farm"))
-    f.start_worker()
-    yield f
-    f.stop()
-
-
-@pytest.fixture(scope="module")
-def server(farm: Farm) -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(farm.settings)) as s:
-        yield s
-
-
-@pytest.fixture
-def http(server: BackgroundServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=60) as c:
-        yield c
 
 
 def test_events_carry_words_and_captions_follow(server: BackgroundServer, http: httpx.Client) -> None:
