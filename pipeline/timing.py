@@ -63,7 +63,7 @@ def word_times(words: Sequence[WordRef], text: str, lang: str, ph: Phonemized, d
     owners = None
     if durations is not None and hop > 0 and len(ph.id_units) == len(durations):
         owners = _unit_words(words, text, lang, ph, phonemize)
-    if owners is None:
+    if owners is None or durations is None:
         return _proportional(words, text, speech_samples)
     scale = hop * out_rate / voice_rate
     ends = np.cumsum(durations)

@@ -225,7 +225,8 @@ class Segmenter:
 
     def _pack(self, pieces: list[tuple[str, str, Break, list[Span]]]) -> list[Segment]:
         segments: list[Segment] = []
-        cur_lang, cur_text, cur_brk = "", "", "none"
+        cur_lang, cur_text = "", ""
+        cur_brk: Break = "none"
         cur_spans: list[Span] = []
 
         def flush() -> None:
