@@ -66,3 +66,27 @@ def junction_errors(ours: Sequence[Timed], theirs: Sequence[Timed]) -> list[floa
             theirs_at = (theirs[j][2] + theirs[j + 1][1]) / 2
             out.append(abs(ours_at - theirs_at))
     return out
+
+
+def _han(text: str) -> str:
+    return "".join(c for c in text if "\u3400" <= c <= "\u9fff")
+
+
+def han_boundary_errors(ours: Sequence[Timed], theirs: Sequence[Timed]) -> list[float]:
+    """Chinese: whisper's words are runs of characters. Each is found (in order) among the farm's characters,
+    and its start and end are compared with its first character's start and its last one's end."""
+    owner: list[int] = []  # for each Han character of ours, its word
+    for i, (w, _, _) in enumerate(ours):
+        owner += [i] * len(_han(w))
+    chars = "".join(_han(w) for w, _, _ in ours)
+    out: list[float] = []
+    at = 0
+    for w, start, end in theirs:
+        run = _han(w)
+        found = chars.find(run, at) if run else -1
+        if found < 0:
+            continue
+        first, last = ours[owner[found]], ours[owner[found + len(run) - 1]]
+        out += [abs(first[1] - start), abs(last[2] - end)]
+        at = found + len(run)
+    return out

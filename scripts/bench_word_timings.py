@@ -1,6 +1,7 @@
 """Word-timing accuracy: the farm's word times against faster-whisper's word timestamps on the same audio.
 
-Held-out English sentences (never used to build or tune the timings) through the `joe` voice, in this
+Held-out English sentences (never used to build or tune the timings) through the `joe` voice (and Chinese
+through `baker`, against whisper base, whose words are runs of characters), in this
 process, segment by segment as a worker does it (``pipeline/timing.py``, pauses and joins counted). Prints
 the median absolute errors of word starts, word ends, and junctions between consecutive words, for whisper
 tiny.en (the English recognizer of the quality gates) and whisper base, and the two recognizers' disagreement
@@ -19,7 +20,7 @@ import numpy as np
 from pipeline.settings import load_settings
 from pipeline.synth import finish_segment, plan
 from pipeline.timing import synthesize_timed, word_times
-from pipeline.timing_eval import boundary_errors, junction_errors, recognized_words
+from pipeline.timing_eval import boundary_errors, han_boundary_errors, junction_errors, recognized_words
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 
@@ -36,6 +37,18 @@ HELD_OUT = [
     "A large size in stockings is hard to sell.",
     "The boy was there when the sun rose.",
     "A rod is used to catch pink salmon.",
+]
+
+
+HELD_OUT_ZH = [
+    "我们明天早上八点在学校门口见面。",
+    "这家饭店的菜做得非常好吃。",
+    "请把窗户打开，让新鲜空气进来。",
+    "他每天骑自行车去公司上班。",
+    "图书馆里的书可以借回家看两个星期。",
+    "今年夏天的雨水比往年多了很多。",
+    "妈妈在厨房里给我们包饺子。",
+    "这条河的两边种满了柳树。",
 ]
 
 
@@ -64,12 +77,31 @@ def speech_edges(audio: np.ndarray, rate: int) -> tuple[float, float]:
     return loud[0] / rate, loud[-1] / rate
 
 
+def chinese(bank: VoiceBank, settings, voice: str) -> None:  # type: ignore[no-untyped-def]
+    """Each Han character's times against whisper base's words (runs of characters), and the energy edges."""
+    errors, edges = [], []
+    for text in HELD_OUT_ZH:
+        audio, rate, ours = timed_say(bank, settings, text, voice)
+        errors += han_boundary_errors(ours, recognized_words(audio, rate, "zh", settings.runtime.cache_dir))
+        onset, offset = speech_edges(audio, rate)
+        edges.append((ours[0][1] - onset, ours[-1][2] - offset))
+    starts, ends = errors[0::2], errors[1::2]
+    print(f"{voice} (Chinese) vs whisper base: {len(starts)} of its words (runs of characters) matched, "
+          f"{sum(len(t) - 1 for t in HELD_OUT_ZH)} characters in all; median |error| starts {np.median(starts) * 1000:.0f} ms, "
+          f"ends {np.median(ends) * 1000:.0f} ms, all boundaries {np.median(errors) * 1000:.0f} ms; first character start - "
+          f"speech onset median {np.median([e[0] for e in edges]) * 1000:+.0f} ms, last character end - speech offset "
+          f"median {np.median([e[1] for e in edges]) * 1000:+.0f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--voice", default="joe")
+    ap.add_argument("--zh-voice", default="baker", help="the Chinese voice (two-stage: durations); '' skips Chinese")
     args = ap.parse_args()
     settings = load_settings()
     bank = VoiceBank(settings.catalogue, settings.runtime)
+    if args.zh_voice:
+        chinese(bank, settings, args.zh_voice)
     rendered = [timed_say(bank, settings, text, args.voice) for text in HELD_OUT]
     starts_at, ends_at = [], []  # the sentence's first word start and last word end against its energy envelope
     for audio, rate, ours in rendered:
