@@ -126,3 +126,10 @@ def test_captions_split_at_sentences_and_keep_punctuation() -> None:
     assert [c[2] for c in cues(words, text)] == ["Hello there, farm.", "你好！"]
     assert to_vtt(words, text).startswith("WEBVTT\n\n00:00:00.100 --> 00:00:01.000\nHello there, farm.\n")
     assert to_srt(words, text).startswith("1\n00:00:00,100 --> 00:00:01,000\nHello there, farm.\n\n2\n00:00:01,500")
+
+
+def test_baker_symbols_belong_to_their_syllables() -> None:
+    from pipeline.text.zh_baker import symbol_syllables
+
+    symbols = ["sil", "h", "ua1", "er5", "#0", "^", "ai4", "#3", "n", "i3", "sil", "eos"]  # 花儿 爱，你
+    assert symbol_syllables(symbols) == [-1, 0, 0, 1, -1, 2, 2, -1, 3, 3, -1, -1]
