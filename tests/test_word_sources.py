@@ -133,3 +133,21 @@ def test_baker_symbols_belong_to_their_syllables() -> None:
 
     symbols = ["sil", "h", "ua1", "er5", "#0", "^", "ai4", "#3", "n", "i3", "sil", "eos"]  # 花儿 爱，你
     assert symbol_syllables(symbols) == [-1, 0, 0, 1, -1, 2, 2, -1, 3, 3, -1, -1]
+
+
+@pytest.mark.parametrize("words", [[[0, 3, 0, 3]], [[0, 99, 0, 3, "one"]], [["0", 3, 0, 3, "one"]], "one", [[2, 1, 0, 3, "x"]]])
+def test_a_job_with_malformed_words_is_refused(words: object) -> None:
+    import json
+
+    from pipeline.errors import MALFORMED_JOB, InputError
+    from producer.contract import SegmentJob
+
+    job = SegmentJob(job_id="abcdefgh12", seg=0, total=1, text="one two", lang="en", voice="joe", request_voice="joe",
+                     format="wav", sample_rate=24000, words=[[0, 3, 0, 3, "one"]])
+    fields = job.to_fields()
+    assert SegmentJob.from_fields(fields).words == [[0, 3, 0, 3, "one"]]
+    data = json.loads(fields["job"])
+    data["words"] = words
+    with pytest.raises(InputError) as err:
+        SegmentJob.from_fields({"v": fields["v"], "job": json.dumps(data)})
+    assert err.value.code == MALFORMED_JOB
