@@ -31,6 +31,8 @@ def clean_origin(raw: str, cleaned: str, fold: dict[str, str]) -> list[int]:
     """For each character of ``cleaned`` (``clean_text(raw)``), its index in ``raw``.
 
     ``fold`` is the per-character map the cleaner applies before NFKC (Chinese punctuation it keeps)."""
+    if raw == cleaned:
+        return list(range(len(raw)))
     expanded: list[tuple[str, int]] = []
     for i, ch in enumerate(raw):
         folded = fold.get(ch) or unicodedata.normalize("NFKC", ch)
@@ -61,9 +63,22 @@ def align_spans(src: str, dst: str) -> list[Span]:
     anchors, equal punctuation and spaces at the stretch's edges pair one to one, and the rest of the
     ``dst`` stretch maps, every character of it, onto the whole rest of the ``src`` stretch (an insertion
     with nothing opposite maps onto an empty span at its place)."""
-    matcher = difflib.SequenceMatcher(None, _fold_case(src), _fold_case(dst), autojunk=False)
-    anchors = [(a, b, n) for a, b, n in matcher.get_matching_blocks()
-               if n and any(c.isalnum() for c in src[a : a + n]) and (n > 1 or is_han(src[a]))]
+    a_low, b_low = _fold_case(src), _fold_case(dst)
+    if a_low == b_low:  # most runs: nothing to spell out
+        return [(k, k + 1) for k in range(len(src))]
+    # The text before the first rewrite and after the last is shared as is: only the middle needs diffing.
+    head = next((k for k, (x, y) in enumerate(zip(a_low, b_low)) if x != y), min(len(src), len(dst)))
+    while head and a_low[head - 1].isalnum():  # a prefix ends on a whole token: "D" of "Dr." / "Doctor" is no anchor
+        head -= 1
+    tail = 0
+    while tail < min(len(src), len(dst)) - head and a_low[-1 - tail] == b_low[-1 - tail]:
+        tail += 1
+    while tail and a_low[len(src) - tail].isalnum():
+        tail -= 1
+    matcher = difflib.SequenceMatcher(None, a_low[head : len(src) - tail], b_low[head : len(dst) - tail], autojunk=False)
+    middle = [(a + head, b + head, n) for a, b, n in matcher.get_matching_blocks()
+              if n and any(c.isalnum() for c in src[a + head : a + head + n]) and (n > 1 or is_han(src[a + head]))]
+    anchors = [(0, 0, head), *middle, (len(src) - tail, len(dst) - tail, tail)]
     spans: list[Span] = []
     i = j = 0
     for a, b, size in [*anchors, (len(src), len(dst), 0)]:
