@@ -169,7 +169,8 @@ class BookHandle:
             p = self.jobs[job_id]
             job = SegmentJob(job_id=job_id, seg=0, total=1, text=p.text, lang=p.lang, voice=p.voice,
                              request_voice=self.plan.voice, format="pcm", sample_rate=self.plan.sample_rate,
-                             lane="bulk", pause_s=0.0, est_s=p.est_s, options=dict(self.plan.options), created=now)
+                             lane="bulk", pause_s=0.0, est_s=p.est_s, options=dict(self.plan.options), created=now,
+                             words=[list(w) for w in p.words])
             status = {"state": "queued", "total": 1, "done": 0, "voice": self.plan.voice, "format": "pcm",
                       "sample_rate": self.plan.sample_rate, "lane": "bulk", "created": now, "deadline": 0.0,
                       "est_seconds": p.est_s, "book": self.id}
@@ -322,7 +323,7 @@ class BookHandle:
             elif task == "ttsfarm.assemble_chapter":
                 ch = self.plan.chapters[[c.index for c in self.plan.chapters].index(chapter)]
                 self.written[chapter] = ChapterResult(chapter, ch.title, reply["key"], reply["url"], reply["duration_s"],
-                                                      len(ch.segments), reply["bytes"])
+                                                      len(ch.segments), reply["bytes"], reply.get("captions", ""))
                 new.append(self.written[chapter])
             else:
                 self.files = reply["urls"]

@@ -51,6 +51,7 @@ class PlannedSegment:
     voice: str
     pause_after_s: float
     est_s: float
+    words: tuple[tuple[int, int, int, int, str], ...] = ()  # as SegmentJob.words (offsets into the paragraphs)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class ChapterResult:
     duration_s: float
     segments: int
     bytes: int
+    captions: str = ""  # the chapter's WebVTT, beside its audio file
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     for n, ch in enumerate(book.chapters, 1):
         paras = ([ch.title] if opts.read_titles and ch.title else []) + list(ch.paragraphs)
         segs, skipped = _segment_paragraphs(segmenter, paras, fe.paragraph_pause_s)
-        planned = tuple(_planned(settings, spec.name, s, book_id, rate, options) for s in segs)
+        planned = tuple(_planned(settings, spec.name, s, book_id, rate, options, source) for s, source in segs)
         chapters.append(ChapterPlan(n, ch.title or f"{n}", planned, tuple(skipped)))
     chapters = [c for c in chapters if c.segments]
     if not chapters:
@@ -206,16 +208,17 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     return BookPlan(book_id, book, spec.name, rate, options, tuple(chapters))
 
 
-def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float) -> tuple[list[Any], list[str]]:
+def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float) -> tuple[list[tuple[Any, str]], list[str]]:
     """The whole chapter at once (one language guess for bare numbers); paragraph by paragraph, skipping
-    the ones that cannot be read, when that fails or the chapter is over the text limit."""
+    the ones that cannot be read, when that fails or the chapter is over the text limit. Each segment comes
+    with the text its words' offsets index."""
     text = "\n\n".join(paras)
     if paras and len(text) <= segmenter.s.max_text_chars:
         try:
-            return segmenter.split(text), []
+            return [(s, text) for s in segmenter.split(text)], []
         except InputError:
             pass
-    segs: list[Any] = []
+    segs: list[tuple[Any, str]] = []
     skipped: list[str] = []
     for para in paras:
         try:
@@ -224,17 +227,19 @@ def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float
             skipped.append(f"[{exc.code}] {para[:60]}")
             continue
         if segs:
-            segs[-1] = dataclasses.replace(segs[-1], pause_after_s=paragraph_pause, brk="paragraph")
-        segs += part
+            segs[-1] = (dataclasses.replace(segs[-1][0], pause_after_s=paragraph_pause, brk="paragraph"), segs[-1][1])
+        segs += [(s, para) for s in part]
     return segs, skipped
 
 
-def _planned(settings: Settings, voice: str, seg: Any, book_id: str, rate: int, options: dict[str, float]) -> PlannedSegment:
+def _planned(settings: Settings, voice: str, seg: Any, book_id: str, rate: int, options: dict[str, float],
+             source: str) -> PlannedSegment:
     from pipeline.voices.bank import route
 
     concrete = route(settings.catalogue, voice, seg.lang, settings.runtime.cache_dir).name
+    words = tuple((a, b, c, d, source[c:d]) for a, b, c, d in seg.words)
     return PlannedSegment(segment_job_id(book_id, concrete, seg.lang, seg.text, rate, options), seg.text, seg.lang,
-                          concrete, float(seg.pause_after_s), round(max(0.0, seg.est_seconds - seg.pause_after_s), 3))
+                          concrete, float(seg.pause_after_s), round(max(0.0, seg.est_seconds - seg.pause_after_s), 3), words)
 
 
 # -- loudness: histograms the workers measure, combined here for one gain per book --------------------

@@ -78,10 +78,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from producer.client import Client
 
     timeout_arg("--timeout", args.timeout)  # before anything is queued
+    if args.captions:
+        from producer.captions import caption_format
+
+        caption_format(args.captions)
     settings = _settings(args)
     client = Client.from_url(settings=settings)
     start = time.perf_counter()
-    job = client.submit(_text(args), voice=args.voice, format="pcm", lane=args.lane, options=_options(args))
+    text = _text(args)
+    job = client.submit(text, voice=args.voice, format="pcm", lane=args.lane, options=_options(args))
     print(f"job {job.id}: {job.total} segment(s)", file=sys.stderr)
     first = None
     pcm = bytearray()
@@ -105,6 +110,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"{args.output}: {len(pcm) / 2 / rate:.2f} s of audio streamed in {total:.2f} s", file=sys.stderr)
     result = job.wait(timeout=args.timeout)
     print(f"full output stored at {result.url}", file=sys.stderr)
+    if args.captions:
+        from producer.captions import render
+
+        source = text.decode("utf-8") if isinstance(text, bytes) else text  # the words' char offsets index this
+        Path(args.captions).write_text(render(result.words, args.captions, source), encoding="utf-8")
+        print(f"{args.captions}: {len(result.words)} word(s) timed", file=sys.stderr)
     return 0
 
 
@@ -330,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lane", default="interactive", choices=["interactive", "bulk"])
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--file", action="store_true", help="TEXT names a UTF-8 file")
+    p.add_argument("--captions", metavar="FILE", help="also write the word timings as captions: a .vtt or .srt file")
     _add_voice_opts(p)
     p.set_defaults(func=cmd_submit)
 

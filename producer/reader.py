@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import JobError
-from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk
+from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk, Word, words_from_wire
 
 STREAM_TRIMMED = "STREAM_TRIMMED"  # stable: the chunks a reader needs are no longer in the results stream
 READ_COUNT = 256  # entries per read
@@ -39,8 +39,9 @@ class ResultsReader:
     next_seg: int = 0
     seq: int = 0
     final: dict[str, Any] | None = None
-    _parts: dict[tuple[int, str], dict[int, tuple[bytes, int, bool]]] = field(default_factory=dict)
-    _complete: dict[int, list[tuple[bytes, int]]] = field(default_factory=dict)
+    samples: int = 0  # samples released so far (resumed-past chunks too): where the next segment starts
+    _parts: dict[tuple[int, str], dict[int, tuple[bytes, int, bool, list[Any]]]] = field(default_factory=dict)
+    _complete: dict[int, list[tuple[bytes, int, list[Any]]]] = field(default_factory=dict)
 
     def read_args(self) -> list[Any]:
         """ARGV of ``contract.READ_RESULTS``: the entries after this reader's position."""
@@ -81,10 +82,11 @@ class ResultsReader:
         if seg < self.next_seg or seg in self._complete:
             return []
         parts = self._parts.setdefault((seg, attempt), {})
-        parts[part] = (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1")
-        last = [p for p, (_, _, is_last) in parts.items() if is_last]
+        words = json.loads(_s(f["words"])) if f.get("words") else []
+        parts[part] = (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1", words)
+        last = [p for p, (_, _, is_last, _) in parts.items() if is_last]
         if last and len(parts) == last[0] + 1:
-            self._complete[seg] = [(parts[i][0], parts[i][1]) for i in range(len(parts))]
+            self._complete[seg] = [(parts[i][0], parts[i][1], parts[i][3]) for i in range(len(parts))]
             for key in [k for k in self._parts if k[0] == seg]:
                 del self._parts[key]
         return self._release()
@@ -94,11 +96,14 @@ class ResultsReader:
         while self.next_seg in self._complete:
             seg = self.next_seg
             pieces = self._complete.pop(seg)
-            for i, (pcm, rate) in enumerate(pieces):
+            seg_start = self.samples
+            for i, (pcm, rate, wire_words) in enumerate(pieces):
                 last = seg == self.total - 1 and i == len(pieces) - 1
                 if self.seq > self.skip_through_seq:
-                    out.append(Chunk(seq=self.seq, seg=seg, pcm=bytes(pcm), sample_rate=rate, last=last))
+                    words: tuple[Word, ...] = tuple(words_from_wire(wire_words, seg_start, rate))
+                    out.append(Chunk(seq=self.seq, seg=seg, pcm=bytes(pcm), sample_rate=rate, last=last, words=words))
                 self.seq += 1
+                self.samples += len(pcm) // 2
             self.next_seg += 1
         return out
 

@@ -39,6 +39,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
     type or value of any of them, or an unknown keyword, is an ``InputError`` (``producer.checks``)."""
     from pipeline.audio import check_format, check_sample_rate
     from pipeline.synth import plan
+    from pipeline.text.clean import decode
     from pipeline.voices.base import SynthesisOptions
     from pipeline.voices.bank import output_rate
 
@@ -63,6 +64,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
     spec = settings.catalogue.get(voice)
     rate = check_sample_rate(sample_rate) if sample_rate else output_rate(settings.catalogue, spec.name)
     planned = plan(text, spec.name, settings)
+    source = decode(text)  # what Segment.words index into
     job_id = job_id or new_job_id()
     now = time.time()
     deadline = now + deadline_s if deadline_s else 0.0
@@ -85,6 +87,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
             options=opts.to_dict(),
             created=now,
             chunk_ms=chunk_ms or 0,
+            words=[[a, b, c, d, source[c:d]] for a, b, c, d in p.segment.words],
         )
         for p in planned
     ]

@@ -160,13 +160,14 @@ def test_epub_of_the_same_book_into_s3_reuses_every_segment(farm: Farm, md_run: 
     assert result.reused == result.segments == first.segments and result.synthesized == 0
     assert result.manifest_url == f"s3://{bucket}/audio/small/manifest.json"
     listing = s3.client.list_objects_v2(Bucket=bucket)["Contents"]
-    assert len(listing) == 11 + 2
+    assert len(listing) == 11 * 2 + 2  # a chapter file and its captions each, the manifest and the playlist
     manifest = json.loads(s3.get("manifest.json"))
     assert manifest["title"] == "The Small Farm" and len(manifest["chapters"]) == 11
     for a, b in zip(first.chapters, result.chapters):  # the same segments, pauses and gain: the same audio
         s3_audio, _ = sf.read(io.BytesIO(s3.get(b.file)), dtype="int16")
         local, _ = sf.read(md_out / a.file, dtype="int16")
         np.testing.assert_array_equal(s3_audio, local)
+        assert s3.get(b.captions) == (md_out / a.captions).read_bytes()  # reused segments keep their words
 
 
 @pytest.mark.slow
@@ -242,3 +243,21 @@ def test_killed_worker_and_runner_then_a_rerun_redoes_only_what_was_in_flight(fa
     assert all(entries[j] == 1 for j in ids), {j: entries[j] for j in ids if entries[j] != 1}  # no job was queued twice
     numbers = _check_chapters(farm, plan, result, lambda f: sf.read(out / f, dtype="float32"))
     print(f"\nkilled and rerun: {len(in_flight)} of {len(ids)} redone, {numbers}, rerun {result.wall_s:.1f} s")
+
+
+@pytest.mark.slow
+def test_chapters_have_captions_listed_in_the_manifest(farm: Farm, md_run: tuple[BookResult, Path, str]) -> None:
+    from tests.test_word_timings_farm import _parse_vtt
+
+    result, out, _ = md_run
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    opts = BookOptions()
+    for entry, made in zip(manifest["chapters"], result.chapters):
+        assert entry["captions"] == made.captions == Path(made.file).stem + ".vtt"
+        cues = _parse_vtt((out / entry["captions"]).read_text(encoding="utf-8"))
+        assert cues, entry
+        assert cues[0][0] >= opts.head_s - 1e-3 and cues[-1][1] <= made.duration_s + 1e-3
+        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(cues, cues[1:]))  # in order, no overlap
+    # the chapter's words are its text's words: the third chapter (Chinese) as the characters read
+    third = _parse_vtt((out / result.chapters[2].captions).read_text(encoding="utf-8"))
+    assert any("\u4e00" <= ch <= "\u9fff" for _, _, text in third for ch in text)

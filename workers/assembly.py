@@ -273,12 +273,32 @@ def _run(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[str, 
     return {k: v for k, v in result.items() if k != "hist"}
 
 
-def _pieces(storage: Storage, segments: list[list[Any]], missing: list[str]) -> Iterator[tuple[Audio, float]]:
+def _pieces(storage: Storage, segments: list[list[Any]], missing: list[str],
+            seen: list[tuple[str, int, float]] | None = None) -> Iterator[tuple[Audio, float]]:
     for (key, data), (_, pause) in zip(_fetch(storage, [str(k) for k, _ in segments]), segments):
         if data is None:
             missing.append(key)
             continue
-        yield _pcm(data), float(pause)
+        audio = _pcm(data)
+        if seen is not None:
+            seen.append((key, len(audio), float(pause)))
+        yield audio, float(pause)
+
+
+def chapter_captions(storage: Storage, seen: list[tuple[str, int, float]], rate: int, head_s: float) -> str:
+    """WebVTT of a chapter: each stored job's words (``contract.words_key``) moved to where ``join_chapter``
+    put its audio (head silence, then each segment and its pause). A job stored without words adds none."""
+    from producer.captions import to_vtt
+    from producer.contract import Word, words_key
+
+    words: list[Word] = []
+    offset = round(head_s * rate)
+    for (key, n, pause), (_, data) in zip(seen, _fetch(storage, [words_key(k.split("/", 1)[0]) for k, _, _ in seen])):
+        shift = offset / rate
+        for w in json.loads(data) if data else []:
+            words.append(dataclasses.replace(Word(**w), start_s=round(w["start_s"] + shift, 4), end_s=round(w["end_s"] + shift, 4)))
+        offset += n + (round(pause * rate) if pause > 0 else 0)
+    return to_vtt(words)
 
 
 # -- the tasks -------------------------------------------------------------------------------------
@@ -305,7 +325,8 @@ def _assemble(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dic
         raise InputError(f"a chapter file is a plain .{fmt} name, not {key!r}", code=BAD_OPTION)
     encoder = StreamEncoder(fmt, rate, dict(spec.get("tags") or {}))
     missing: list[str] = []
-    pieces = _pieces(storage, spec["segments"], missing)
+    seen: list[tuple[str, int, float]] = []
+    pieces = _pieces(storage, spec["segments"], missing, seen)
     for block in join_chapter(pieces, rate, gain=float(spec["gain"]), fade_ms=float(spec["fade_ms"]),
                               head_s=float(spec["head_s"]), tail_s=float(spec["tail_s"]),
                               ceiling=float(spec.get("ceiling", 1.0))):
@@ -314,9 +335,11 @@ def _assemble(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dic
     if missing:
         raise TTSFarmError(f"{len(missing)} segment(s) are not stored", code=SEGMENT_MISSING, missing=missing)
     url = out.put(key, data, _CONTENT[fmt])
+    captions = key.rsplit(".", 1)[0] + ".vtt"
+    out.put(captions, chapter_captions(storage, seen, rate, float(spec["head_s"])).encode("utf-8"), "text/vtt; charset=utf-8")
     log.info("chapter %s: %.1f s, %d bytes -> %s", key, encoder.samples / rate, len(data), url)
     return {"key": key, "url": url, "duration_s": round(encoder.samples / rate, 4), "samples": encoder.samples,
-            "bytes": len(data)}
+            "bytes": len(data), "captions": captions}
 
 
 def _write_files(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dict[str, Any]:

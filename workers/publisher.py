@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields
+from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, job_words, words_in, words_key
 from workers.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -81,18 +81,24 @@ class Publisher:
         """True for the first segment of a job to start anywhere (the job's start)."""
         return bool(self._mark_started(keys=[self.keys.status(job.job_id)], args=[time.time(), worker]))
 
-    def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str) -> SegmentOutcome:
-        """Chunks of one finished segment, then its part for assembly, in one round trip."""
+    def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str,
+                        words: list[Any] | None = None) -> SegmentOutcome:
+        """Chunks of one finished segment, then its part for assembly, in one round trip. ``words``: the
+        segment's wire words (``workers/timings.py``); each chunk carries those that end inside it."""
         keys, k_status, k_res = self.keys, self.keys.status(job.job_id), self.keys.results(job.job_id)
         step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
         pieces = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
         pipe = self.r.pipeline(transaction=True)
         for i, piece in enumerate(pieces):
-            fields = chunk_fields(job.seg, i, i == len(pieces) - 1, attempt, job.sample_rate, piece)
+            last = i == len(pieces) - 1
+            inside = words_in(words or [], i * step // 2, (i * step + len(piece)) // 2, last=last)
+            fields = chunk_fields(job.seg, i, last, attempt, job.sample_rate, piece, inside)
             pipe.xadd(k_res, fields, maxlen=self.maxlen, approximate=True)
         pipe.expire(k_res, self.ttl)
         pipe.hset(keys.parts(job.job_id), str(job.seg), pcm)
         pipe.expire(keys.parts(job.job_id), self.ttl)
+        pipe.hset(keys.words(job.job_id), str(job.seg), json.dumps(words or [], ensure_ascii=False))
+        pipe.expire(keys.words(job.job_id), self.ttl)
         pipe.sadd(keys.done(job.job_id), job.seg)
         pipe.expire(keys.done(job.job_id), self.ttl)
         pipe.hsetnx(k_status, "first_chunk", time.time())
@@ -125,16 +131,30 @@ class Publisher:
         url = self.storage.put(key, data, _content_type(CONTENT_TYPES, job))
         created = job.created
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
+        words = json.dumps([w.to_dict() for w in self.job_words(job)], ensure_ascii=False)
+        # Beside the audio, for whoever joins stored jobs later (a book's chapter captions).
+        self.storage.put(words_key(job.job_id), words.encode("utf-8"), "application/json")
         won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
-                          done=job.total, info=json.dumps(info, ensure_ascii=False))
+                          done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
-            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
+            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id), self.keys.words(job.job_id))
             return None, True
         if won:
-            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id))
+            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id), self.keys.words(job.job_id))
             log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
         return (url if won else None), False
+
+    def job_words(self, job: SegmentJob) -> list[Any]:
+        """Every word of the job, its times in the assembled audio (segments in order, pauses counted)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(self.keys.words(job.job_id))
+        for seg in range(job.total):
+            pipe.hstrlen(self.keys.parts(job.job_id), str(seg))
+        replies = pipe.execute()
+        by_seg = {int(k): json.loads(v) for k, v in replies[0].items()}
+        return job_words([by_seg.get(seg, []) for seg in range(job.total)], [int(n) // 2 for n in replies[1:]],
+                         job.sample_rate)
 
     def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
@@ -148,7 +168,7 @@ class Publisher:
         info = {"code": code, "message": message}
         won = self.finish(job_id, state, info, error_code=code, error_message=message, finished=time.time())
         if won:
-            self.r.delete(self.keys.parts(job_id), self.keys.done(job_id))
+            self.r.delete(self.keys.parts(job_id), self.keys.done(job_id), self.keys.words(job_id))
         return won
 
     def is_final(self, state: str) -> bool:

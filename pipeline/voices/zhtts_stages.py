@@ -70,7 +70,7 @@ class BakerPhonemizer:
         if lang not in self.languages:
             raise InputError(f"voice {self.voice} does not speak {lang!r}", code=UNSUPPORTED_LANGUAGE)
         from pipeline.text.zh import zh_pinyin_words
-        from pipeline.text.zh_baker import baker_symbols
+        from pipeline.text.zh_baker import baker_symbols, symbol_syllables
 
         words = zh_pinyin_words(text)
         if not any(p[-1:].isdigit() for _, pinyin in words for p in pinyin):
@@ -80,7 +80,13 @@ class BakerPhonemizer:
         if len(ids) > MAX_IDS:
             raise InputError(f"segment too long for {self.voice}: {len(ids)} > {MAX_IDS} symbols", code=TEXT_TOO_LONG)
         pinyin = tuple(p for _, pinyin in words for p in pinyin if p[-1:].isdigit())
-        return Phonemized(ids=ids, phonemes=" ".join(symbols), pinyin=pinyin)
+        starts = [sum(len(x) + 1 for x in symbols[:i]) for i in range(len(symbols))]  # of each symbol in the string
+        phonemes = " ".join(symbols)
+        syllables = [-1] * len(phonemes)
+        for start, symbol, syllable in zip(starts, symbols, symbol_syllables(symbols)):
+            syllables[start : start + len(symbol)] = [syllable] * len(symbol)
+        return Phonemized(ids=ids, phonemes=phonemes, pinyin=pinyin, id_units=tuple(starts),
+                          unit_syllables=tuple(syllables))
 
 
 class FastSpeech2Acoustic:

@@ -38,8 +38,10 @@ DESCRIPTION = """
 `POST /v1/audio/speech` takes OpenAI's request; `wav` and `pcm` stream with chunked transfer as the farm
 makes them. `POST /v1/jobs` queues text; follow a job with `GET /v1/jobs/{id}/events` (server-sent events)
 or the WebSocket `/v1/jobs/{id}/stream` (not listed below: OpenAPI has no WebSockets). Both send numbered
-chunks `{type: "chunk", seq, seg, sample_rate, last, bytes, pcm}` (PCM16 little-endian mono, base64; on the
-WebSocket with `?binary=1` the PCM comes as the binary frame after each chunk message), resume with
+chunks `{type: "chunk", seq, seg, sample_rate, last, bytes, words, pcm}` (PCM16 little-endian mono, base64; on
+the WebSocket with `?binary=1` the PCM comes as the binary frame after each chunk message; `words`: the words that
+end inside the chunk, `{text, start_s, end_s, char_start, char_end, approx}`, times in the job's audio, offsets in
+code points of the submitted text; `GET /v1/jobs/{id}/captions?format=vtt|srt` once it is done), resume with
 `?after_seq=N`, and end with `{type: "done", ...}` or `{type: "error", error: {code, message}}` (code
 STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fetch `audio` instead).
 On the WebSocket, send `{"type": "cancel"}` to cancel the job.

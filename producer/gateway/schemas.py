@@ -60,6 +60,7 @@ class JobLinks(BaseModel):
     audio: str
     events: str
     stream: str
+    captions: str
 
 
 class JobCreated(BaseModel):
