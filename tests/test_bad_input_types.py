@@ -236,10 +236,13 @@ BOOK_ARGS = [
 
 @pytest.mark.parametrize(("kwargs", "code"), BOOK_ARGS, ids=[_id(k) for k, _ in BOOK_ARGS])
 def test_submit_book_arguments(settings: Settings, tmp_path: Path, kwargs: dict[str, Any], code: str) -> None:
+    import secrets
+
+    settings = settings.replace(redis={"key_prefix": f"t{secrets.token_hex(4)}"})  # its own keys: earlier tests leave theirs
     args = {"path": str(BOOK), "out": str(tmp_path / "out"), **kwargs}
     client = Client.from_url(settings=settings)
     expect(code, submit_book, client, args.pop("path"), **args)
-    assert not client.redis.keys("*:job:*"), "nothing may be queued for a refused book"
+    assert not client.redis.keys(f"{settings.redis.key_prefix}:*"), "nothing may be queued for a refused book"
 
 
 def test_client_submit_book_refuses_unknown_keywords(settings: Settings, tmp_path: Path) -> None:
