@@ -156,7 +156,7 @@ def sweep_section(check: Check, models: list[StageModel], device: str, batches: 
             for batch in batches:
                 if batch > model.max_batch:
                     rows.append({"stage": model.label, "precision": precision, "batch": batch,
-                                 "error": f"the graph's batch axis is fixed at {model.max_batch} (items run one by one)"})
+                                 "error": f"over the stage's max_batch of {model.max_batch} (the graph's or the catalogue's limit)"})
                     break
                 if check.left_s() < 45:
                     check.skip(f"sweep {model.label} {precision} batch {batch}: time budget")
@@ -262,12 +262,15 @@ def farm_config_dir(settings: Any, work: Path) -> tuple[Path, bool]:
     return out, speaks_zh
 
 
-def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_batch: int, work: Path) -> dict[str, Any]:
+def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_batch: int, work: Path,
+                 loops: int = 0) -> dict[str, Any]:
     from producer.bench import BenchConfig, LoadSpec, run_bench
 
     config_dir, speaks_zh = farm_config_dir(settings, work)
     env = {"TTSFARM_RUNTIME_DEVICE": device, "TTSFARM_RUNTIME_CPU_FALLBACK": "false" if device == "cuda" else "true",
            "TTSFARM_QUEUE_MAX_BATCH_CUDA": str(max_batch), "TTSFARM_CONFIG_DIR": str(config_dir)}
+    if loops:  # loops sharing the worker's sessions (0: the default, one on CUDA)
+        env["TTSFARM_QUEUE_INFERENCE_THREADS"] = str(loops)
     sat_s = max(5.0, farm_s * 0.4)
     mix: Any = "mixed" if speaks_zh else {"en_short": 0.75, "en_paragraph": 0.25}
     load = LoadSpec(mix=mix, duration_s=max(5.0, farm_s - sat_s), seed=5, timeout_s=120)
@@ -335,13 +338,14 @@ def text_report(doc: dict[str, Any]) -> str:
                          f"{r['speech_s_per_s']:>9.1f} [{r['cpu_nodes']}] {q or ''}")
     for r in doc["sections"].get("transfer", []):
         lines.append(f"  transfer {r['stage']} {r['mode']}: {r['ms_per_call']:.2f} ms/call ({r.get('note', '')})")
-    farm = doc["sections"].get("farm")
-    if farm:
+    for name, farm in doc["sections"].items():
+        if not name.startswith("farm"):
+            continue
         for phase in ("saturation", "load"):
             if phase in farm:
                 p = farm[phase]
-                lines.append(f"farm {phase}: {p['throughput']} mean_batch={p['mean_batch']} first_chunk_ms={p['first_chunk_ms']}")
-        lines.append(f"farm device memory MB: {farm.get('device_memory_mb')}")
+                lines.append(f"{name} {phase}: {p['throughput']} mean_batch={p['mean_batch']} first_chunk_ms={p['first_chunk_ms']}")
+        lines.append(f"{name} device memory MB: {farm.get('device_memory_mb')} worker: {farm.get('worker_device_memory_mb')}")
     if doc["sections"].get("ceiling"):
         lines.append(f"raw ceiling: {doc['sections']['ceiling']}")
     lines += [f"skipped: {s}" for s in doc.get("skipped", [])]
@@ -360,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default=",".join(PRECISIONS))
     ap.add_argument("--voices", default="", help="comma-separated voices (default: every served voice with a stage model)")
     ap.add_argument("--min-time-s", type=float, default=0.4, help="time each cell at least this long")
+    ap.add_argument("--sections", default="sweep,transfer,ceiling,farm", help="which measurements to make")
+    ap.add_argument("--farm-loops", default="0", help="farm runs, one per value: inference loops per worker (0 = default)")
     ap.add_argument("--quick", action="store_true", help="batches 1,2, FP32+INT8, a short farm run: the CPU test")
     args = ap.parse_args(argv)
     if args.quick:
@@ -383,20 +389,28 @@ def main(argv: list[str] | None = None) -> int:
     check.section("models", [dataclasses.asdict(m) | {"path": str(m.path), "items": len(m.items)} for m in models])
     batches = tuple(int(b) for b in args.batches.split(","))
     precisions = tuple(p for p in args.precisions.split(",") if p)
-    sweep_section(check, models, args.device, batches, precisions, work, args.min_time_s)
-    transfer_section(check, models, args.device, args.min_time_s)
-    try:
-        check.section("ceiling", ceiling_section(models, args.device, args.max_batch, args.min_time_s))
-    except Exception as exc:  # noqa: BLE001
-        check.error("ceiling", exc)
-    if args.farm_s > 0:
+    sections = set(args.sections.split(","))
+    if "sweep" in sections:
+        sweep_section(check, models, args.device, batches, precisions, work, args.min_time_s)
+    if "transfer" in sections:
+        transfer_section(check, models, args.device, args.min_time_s)
+    if "ceiling" in sections:
+        try:
+            check.section("ceiling", ceiling_section(models, args.device, args.max_batch, args.min_time_s))
+        except Exception as exc:  # noqa: BLE001
+            check.error("ceiling", exc)
+    for n, loops in enumerate(int(x) for x in args.farm_loops.split(",")):
+        if args.farm_s <= 0 or "farm" not in sections:
+            break
+        name = "farm" if n == 0 else f"farm_loops{loops}"
         if check.left_s() < args.farm_s + 30:
-            check.skip(f"farm: {check.left_s():.0f} s left of the budget, {args.farm_s + 30:.0f} s needed")
-        else:
-            try:
-                check.section("farm", farm_section(check, settings, args.device, args.farm_s, args.max_batch, work))
-            except Exception as exc:  # noqa: BLE001
-                check.error("farm", exc)
+            check.skip(f"{name}: {check.left_s():.0f} s left of the budget, {args.farm_s + 30:.0f} s needed")
+            continue
+        try:
+            check.section(name, {"loops": loops or "default"} | farm_section(check, settings, args.device, args.farm_s,
+                                                                             args.max_batch, work, loops))
+        except Exception as exc:  # noqa: BLE001
+            check.error(name, exc)
     check.save()
     print(text_report(check.doc))
     return 1 if check.doc["errors"] and not check.doc["sections"].get("sweep") else 0
