@@ -90,6 +90,7 @@ UNSUPPORTED_FORMAT = "UNSUPPORTED_FORMAT"
 UNSUPPORTED_SAMPLE_RATE = "UNSUPPORTED_SAMPLE_RATE"
 BAD_OPTION = "BAD_OPTION"
 MALFORMED_JOB = "MALFORMED_JOB"
+VOICE_UNAVAILABLE = "VOICE_UNAVAILABLE"  # the catalogue has the voice, but the worker could not load it (reason in the message)
 # Stable model codes.
 MODEL_MISSING = "MODEL_MISSING"
 MODEL_CORRUPT = "MODEL_CORRUPT"
@@ -115,6 +116,7 @@ _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
             UNSUPPORTED_SAMPLE_RATE,
             BAD_OPTION,
             MALFORMED_JOB,
+            VOICE_UNAVAILABLE,
             "BAD_BOOK",
             "BOOK_OUTPUT_REFUSED",
             "BAD_KEY",
