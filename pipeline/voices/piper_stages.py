@@ -23,7 +23,7 @@ from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, T
 
 log = logging.getLogger(__name__)
 
-PIPER_PREPARER_VERSION = 1
+PIPER_PREPARER_VERSION = 2  # 2: a full preparation records the listening gate (WER)
 PREPARED = "prepared"
 ACOUSTIC_GRAPH = AcousticGraph(ids=PIPER_INPUTS[0], lengths=PIPER_INPUTS[1], frames=LATENT, frame_lengths=FRAME_LENGTHS,
                                durations=DURATIONS, layout="channels_first")
