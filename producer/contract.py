@@ -126,6 +126,7 @@ class SegmentJob:
     options: Mapping[str, float] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
     chunk_ms: int = 0  # PCM per results record; 0 = the worker's setting
+    bitrate: int = 0  # bit/s of a lossy stored output (mp3, ogg, aac); 0 = the codec's default
     v: int = SCHEMA_VERSION
 
     def to_fields(self) -> dict[str, str]:
@@ -156,6 +157,7 @@ class SegmentJob:
             (isinstance(self.sample_rate, int) and 8000 <= self.sample_rate <= 48000, "sample_rate"),
             (isinstance(self.options, dict), "options"),
             (isinstance(self.chunk_ms, int) and (self.chunk_ms == 0 or CHUNK_MS_RANGE[0] <= self.chunk_ms <= CHUNK_MS_RANGE[1]), "chunk_ms"),
+            (isinstance(self.bitrate, int) and 0 <= self.bitrate <= 1_000_000, "bitrate"),
         ]
         bad = [name for ok, name in checks if not ok]
         if bad:

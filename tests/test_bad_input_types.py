@@ -64,7 +64,7 @@ OPTIONS = [
     ({"format": 3}, BAD_OPTION),
     ({"format": None}, BAD_OPTION),
     ({"format": ["wav"]}, BAD_OPTION),
-    ({"format": "mp3"}, UNSUPPORTED_FORMAT),
+    ({"format": "wma"}, UNSUPPORTED_FORMAT),
     ({"lane": None}, BAD_OPTION),
     ({"lane": 1}, BAD_OPTION),
     ({"lane": ["bulk"]}, BAD_OPTION),
@@ -220,7 +220,7 @@ BOOK_ARGS = [
     ({"opts": {"speed": 1.0}}, BAD_OPTION),
     ({"manifest": 3}, BAD_OPTION),
     ({"opts": BookOptions(format=3)}, BAD_OPTION),  # type: ignore[arg-type]
-    ({"opts": BookOptions(format="mp3")}, UNSUPPORTED_FORMAT),
+    ({"opts": BookOptions(format="wma")}, UNSUPPORTED_FORMAT),
     ({"opts": BookOptions(sample_rate="16000")}, BAD_OPTION),  # type: ignore[arg-type]
     ({"opts": BookOptions(sample_rate=7)}, UNSUPPORTED_SAMPLE_RATE),
     ({"opts": BookOptions(options={"speed": math.nan})}, BAD_OPTION),
