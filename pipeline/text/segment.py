@@ -8,6 +8,7 @@ run they belong to.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from typing import Literal
 
 from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import FrontendSettings
-from pipeline.text.clean import clean_text
+from pipeline.text.clean import clean_text, decode
+from pipeline.text.lexicon import protect, restore
 
 Break = Literal["paragraph", "sentence", "phrase", "none", "end"]
 
@@ -173,6 +175,14 @@ class Segmenter:
                 "phrase": self.s.phrase_pause_s}.get(brk, 0.0)
 
     def split(self, raw: bytes | str) -> list[Segment]:
+        """Segments of ``raw``; pronunciation blocks (``[[chong2 qing4]]``, ``[[ŋwˈɪn]]``) pass through whole."""
+        protected, blocks = protect(decode(raw))
+        segments = self._split(protected)
+        if not blocks:
+            return segments
+        return [dataclasses.replace(s, text=restore(s.text, blocks)) for s in segments]
+
+    def _split(self, raw: str) -> list[Segment]:
         text = clean_text(raw, max_chars=self.s.max_text_chars)
         default_lang = "zh" if len(_HAN.findall(text)) > len(_LATIN.findall(text)) / 4 else "en"
         pieces: list[tuple[str, str, Break]] = []  # (lang, phrase, break after it)
