@@ -19,7 +19,7 @@ from typing import Any
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
 from producer.book_formats import Book
-from producer.checks import integer_arg, name_arg, number_arg, optional_name_arg, options_arg
+from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
 
 CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")  # what a chapter file may be (workers.assembly encodes them)
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio
@@ -171,6 +171,7 @@ def check_book_options(opts: BookOptions) -> None:
     name_arg("format", opts.format)
     integer_arg("sample_rate", opts.sample_rate, optional=True)
     options_arg(opts.options)
+    lexicon_arg(opts.lexicon)
     if not isinstance(opts.single_file, bool):
         raise InputError(f"single_file must be true or false, not {opts.single_file!r}"[:120], code=BAD_OPTION)
     if not isinstance(opts.read_titles, bool):

@@ -101,6 +101,17 @@ def options_arg(options: Any) -> dict[str, Any]:
     return out
 
 
+def lexicon_arg(lexicon: Any) -> dict[str, str] | None:
+    """A pronunciation lexicon's type: a mapping of ``str`` to ``str`` (or ``None``); what the entries say is
+    checked by ``pipeline.text.lexicon`` (BAD_LEXICON)."""
+    if lexicon is None:
+        return None
+    if not isinstance(lexicon, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in lexicon.items()):
+        raise InputError("lexicon must be a mapping of word -> pronunciation strings, such as {'重庆': 'chong2 qing4'}",
+                         code=BAD_OPTION)
+    return dict(lexicon)
+
+
 def seq_arg(after_seq: Any) -> int:
     """``after_seq`` of a resumed stream: -1 (from the start) or a chunk number."""
     return int(number_arg("after_seq", after_seq, low=-1, high=MAX_SEQ, integer=True))

@@ -12,7 +12,7 @@ from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
-from producer.checks import bool_arg, integer_arg, job_id_arg, name_arg, number_arg, optional_name_arg, options_arg, text_arg
+from producer.checks import bool_arg, integer_arg, lexicon_arg, job_id_arg, name_arg, number_arg, optional_name_arg, options_arg, text_arg
 from producer.contract import CHUNK_MS_RANGE, JOB_ID, LANES, Keys, SegmentJob, bucket_of, new_job_id
 
 
@@ -84,7 +84,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
     spec = settings.catalogue.get(voice)
     rate = check_sample_rate(sample_rate) if sample_rate else output_rate(settings.catalogue, spec.name)
     bitrate = check_bitrate(fmt, request.get("bitrate"), pipeline_output_rate(fmt, rate)) or 0
-    planned = plan(text, spec.name, settings, lexicon=request.get("lexicon"),
+    planned = plan(text, spec.name, settings, lexicon=lexicon_arg(request.get("lexicon")),
                    ssml=bool_arg("ssml", request.get("ssml"), optional=True))
     job_id = job_id or new_job_id()
     now = time.time()

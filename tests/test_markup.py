@@ -69,13 +69,18 @@ def test_blocks_survive_segmentation_whole(base_settings: Settings) -> None:
     {"Nguyen": "nu9en"},          # digits are not phonemes
     {"": "a"},
     {"x" * 65: "a"},
-    ["重庆"],
-    {"重庆": 3},
 ])
 def test_bad_lexicon_is_refused(base_settings: Settings, lexicon: Any) -> None:
     with pytest.raises(InputError) as err:
         prepare_submission(base_settings, "我去重庆见Nguyen。", lexicon=lexicon)
     assert err.value.code == BAD_LEXICON
+
+
+@pytest.mark.parametrize("lexicon", [["重庆"], {"重庆": 3}, "重庆=chong2 qing4"])
+def test_a_lexicon_of_the_wrong_type_is_a_bad_option(base_settings: Settings, lexicon: Any) -> None:
+    with pytest.raises(InputError) as err:
+        prepare_submission(base_settings, "我去重庆。", lexicon=lexicon)
+    assert err.value.code == "BAD_OPTION"
 
 
 # -- SSML ------------------------------------------------------------------------------------------------------
