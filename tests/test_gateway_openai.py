@@ -5,42 +5,20 @@ container and decode to the job's duration; stored outputs too; models, voices, 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from pipeline.encoders import MP3_PRIMING, mp3_frame_samples
-from producer.gateway import create_app
 from producer.gateway.serve import BackgroundServer
-from tests.conftest import Farm
 from tests.decode import decode_av
+from tests.test_gateway import farm, http, server  # noqa: F401  (the same farm, gateway and client fixtures)
 
 pytestmark = pytest.mark.slow
 
 LONG = ("The farm encodes this while it is still being made. " * 2 + "Each sentence is its own segment. ") * 2
 OPUS_DECODE_RATE = 48000
-
-
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("openai-farm"))
-    f.start_worker()
-    yield f
-    f.stop()
-
-
-@pytest.fixture(scope="module")
-def server(farm: Farm) -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(farm.settings)) as s:
-        yield s
-
-
-@pytest.fixture
-def http(server: BackgroundServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=60) as c:
-        yield c
 
 
 @pytest.fixture
