@@ -114,9 +114,10 @@ def test_unknown_model_is_a_clear_400(openai_client: Any) -> None:
 
 def test_speed_is_honoured(openai_client: Any) -> None:
     lengths = {}
-    for speed in (1.0, 2.0):
+    for speed in (0.5, 1.0, 2.0):
         with openai_client.audio.speech.with_streaming_response.create(
                 model="tts-1", voice="joe", input="Speed changes how long this sentence takes to say.",
                 response_format="pcm", speed=speed) as response:
             lengths[speed] = len(response.read())
-    assert 0.4 <= lengths[2.0] / lengths[1.0] <= 0.65, lengths
+    # Piper rounds each phoneme's duration up to whole frames, so twice the speed is not quite half the length.
+    assert 0.5 <= lengths[2.0] / lengths[1.0] <= 0.78 and 1.45 <= lengths[0.5] / lengths[1.0] <= 2.2, lengths
