@@ -145,3 +145,21 @@ def test_encoder_refuses_what_it_cannot_make() -> None:
     with pytest.raises(InputError) as err:
         enc.close()
     assert err.value.code == "NOTHING_TO_SPEAK"
+
+
+def test_chunks_encode_as_they_come_and_bad_requests_fail_before_any() -> None:
+    from producer.contract import Chunk
+    from producer.encoded import encode_chunks
+
+    rate = 24000
+    x = voice_like(rate, 2.0)
+    chunks = [Chunk(i, 0, audio.to_pcm16(b), rate, False) for i, b in enumerate(in_blocks(x, 2400))]
+    pieces = list(encode_chunks(iter(chunks), "ogg"))
+    assert len(pieces) > 10
+    decoded, _ = decode_av(b"".join(pieces))
+    assert abs(len(decoded) / OPUS_DECODE_RATE - len(x) / rate) <= 2 / rate
+    assert list(encode_chunks(iter([]), "mp3")) == []
+    for fmt, bitrate, code in (("wav", None, UNSUPPORTED_FORMAT), ("mp3", 5, BAD_OPTION)):
+        with pytest.raises(InputError) as err:
+            next(encode_chunks(iter(chunks), fmt, bitrate=bitrate))
+        assert err.value.code == code

@@ -121,3 +121,22 @@ def test_speed_is_honoured(openai_client: Any) -> None:
             lengths[speed] = len(response.read())
     # Piper rounds each phoneme's duration up to whole frames, so twice the speed is not quite half the length.
     assert 0.5 <= lengths[2.0] / lengths[1.0] <= 0.78 and 1.45 <= lengths[0.5] / lengths[1.0] <= 2.2, lengths
+
+
+def test_sdk_encodes_a_jobs_chunks_as_they_stream(farm: Any) -> None:
+    from producer.encoded import encode_chunks
+
+    job = farm.client().submit(LONG, voice="joe", format="ogg")
+    pieces = list(encode_chunks(job.stream(timeout=60), "ogg"))
+    result = job.wait(timeout=60)
+    assert len(pieces) > 5 and pieces[0][:4] == b"OggS"
+    samples, _ = decode_av(b"".join(pieces))
+    _within("opus", len(samples), 22050, result.duration_s, streamed=True)
+    stored, _ = decode_av(_stored(farm, job.id))
+    assert abs(len(stored) - len(samples)) <= 1  # the same length as the job's stored Ogg Opus
+
+
+def _stored(farm: Any, job_id: str) -> bytes:
+    from workers.storage import storage_from_settings
+
+    return storage_from_settings(farm.settings.storage).get(f"{job_id}/audio.ogg")

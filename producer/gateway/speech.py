@@ -20,8 +20,7 @@ import redis
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
-from pipeline.audio import content_type, from_pcm16, output_rate
-from pipeline.encoders import AudioEncoder
+from pipeline.audio import content_type, output_rate
 from pipeline.errors import (
     BAD_OPTION,
     TEXT_TOO_LONG,
@@ -32,6 +31,7 @@ from pipeline.errors import (
 )
 from producer.aio import AsyncJob
 from producer.contract import STATES_FINAL, Chunk
+from producer.encoded import aencode_chunks
 from producer.gateway import streams
 from producer.gateway.auth import require_key
 from producer.gateway.formats import STREAMED, request_format
@@ -94,8 +94,7 @@ async def create_speech(req: SpeechRequest, request: Request) -> Response:
     media = content_type(fmt, first.sample_rate)
     if fmt in RAW:
         return StreamingResponse(_audio_body(job, first, chunks, fmt), media_type=media, headers=headers)
-    encoder = AudioEncoder(fmt, first.sample_rate, bitrate=req.bitrate)
-    return StreamingResponse(_encoded_body(job, first, chunks, encoder), media_type=media, headers=headers)
+    return StreamingResponse(_encoded_body(job, first, chunks, fmt, req.bitrate), media_type=media, headers=headers)
 
 
 async def _first_chunk(job: AsyncJob, chunks: AsyncIterator[Chunk], timeout_s: float) -> Chunk:
@@ -128,16 +127,17 @@ async def _audio_body(job: AsyncJob, first: Chunk, chunks: AsyncIterator[Chunk],
         await _cancel_unfinished(job)
 
 
-async def _encoded_body(job: AsyncJob, first: Chunk, chunks: AsyncIterator[Chunk],
-                        encoder: AudioEncoder) -> AsyncIterator[bytes]:
-    """The chunks through a streaming encoder (off the event loop), then its flush: one whole container."""
-    try:
-        yield await anyio.to_thread.run_sync(encoder.write, from_pcm16(first.pcm))
+async def _encoded_body(job: AsyncJob, first: Chunk, chunks: AsyncIterator[Chunk], fmt: str,
+                        bitrate: int | None) -> AsyncIterator[bytes]:
+    """The chunks through one streaming encoder, then its flush: one whole container."""
+    async def all_chunks() -> AsyncIterator[Chunk]:
+        yield first
         async for chunk in chunks:
-            data = await anyio.to_thread.run_sync(encoder.write, from_pcm16(chunk.pcm))
-            if data:
-                yield data
-        yield await anyio.to_thread.run_sync(encoder.close)
+            yield chunk
+
+    try:
+        async for data in aencode_chunks(all_chunks(), fmt, bitrate=bitrate):
+            yield data
     except Exception as exc:  # as in _audio_body: dropping the connection is how "incomplete" is said
         log.warning("speech job %s ended early: %s", job.id, exc)
         raise
