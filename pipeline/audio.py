@@ -195,7 +195,10 @@ def encode(audio: npt.ArrayLike, sample_rate: int, fmt: str, *, out_rate: int | 
     if name in _LOSSY:
         from pipeline.encoders import encode_lossy
 
-        return encode_lossy(_as_float(audio), sample_rate, name, out_rate=target, bitrate=bitrate)
+        arr = _as_float(audio)
+        if arr.ndim == 2 and arr.shape[1] != 1:
+            raise InputError(f"{name} output is mono; got {arr.shape[1]} channels", code=UNSUPPORTED_FORMAT)
+        return encode_lossy(arr.reshape(-1), sample_rate, name, out_rate=target, bitrate=bitrate)
     if bitrate:
         raise InputError(f"bitrate applies to the lossy formats ({', '.join(_LOSSY)}), not {name}", code=BAD_OPTION)
     arr = resample(audio, sample_rate, target)

@@ -139,6 +139,9 @@ def test_job_requests_check_format_and_bitrate(base_settings: Settings) -> None:
 
 def test_encoder_refuses_what_it_cannot_make() -> None:
     with pytest.raises(InputError) as err:
+        audio.encode(np.zeros((100, 2), np.float32), 24000, "mp3")
+    assert err.value.code == UNSUPPORTED_FORMAT  # the lossy formats are mono
+    with pytest.raises(InputError) as err:
         AudioEncoder("flac", 24000)
     assert err.value.code == UNSUPPORTED_FORMAT
     enc = AudioEncoder("mp3", 24000)
