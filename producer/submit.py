@@ -12,7 +12,17 @@ from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
-from producer.checks import bool_arg, integer_arg, lexicon_arg, job_id_arg, name_arg, number_arg, optional_name_arg, options_arg, text_arg
+from producer.checks import (
+    bool_arg,
+    integer_arg,
+    job_id_arg,
+    lexicon_arg,
+    name_arg,
+    number_arg,
+    optional_name_arg,
+    options_arg,
+    text_arg,
+)
 from producer.contract import CHUNK_MS_RANGE, JOB_ID, LANES, Keys, SegmentJob, bucket_of, new_job_id
 
 

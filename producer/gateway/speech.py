@@ -35,8 +35,8 @@ from producer.encoded import aencode_chunks
 from producer.gateway import streams
 from producer.gateway.auth import require_key
 from producer.gateway.formats import STREAMED, request_format
-from producer.gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
 from producer.gateway.jobs import stored_output
+from producer.gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
 from producer.gateway.schemas import SpeechRequest, VoiceRef, error_responses
 from producer.gateway.state import state_of
 
