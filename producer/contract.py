@@ -132,6 +132,7 @@ class SegmentJob:
     chunk_ms: int = 0  # PCM per results record; 0 = the worker's setting
     # The segment's words: [start, end in ``text``, char_start, char_end in the caller's text, that text].
     words: Sequence[Sequence[Any]] = ()
+    bitrate: int = 0  # bit/s of a lossy stored output (mp3, ogg, aac); 0 = the codec's default
     v: int = SCHEMA_VERSION
 
     def to_fields(self) -> dict[str, str]:
@@ -163,6 +164,7 @@ class SegmentJob:
             (isinstance(self.options, dict), "options"),
             (isinstance(self.words, (list, tuple)) and all(_is_word_ref(w, len(self.text)) for w in self.words), "words"),
             (isinstance(self.chunk_ms, int) and (self.chunk_ms == 0 or CHUNK_MS_RANGE[0] <= self.chunk_ms <= CHUNK_MS_RANGE[1]), "chunk_ms"),
+            (isinstance(self.bitrate, int) and 0 <= self.bitrate <= 1_000_000, "bitrate"),
         ]
         bad = [name for ok, name in checks if not ok]
         if bad:

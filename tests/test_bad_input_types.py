@@ -64,7 +64,16 @@ OPTIONS = [
     ({"format": 3}, BAD_OPTION),
     ({"format": None}, BAD_OPTION),
     ({"format": ["wav"]}, BAD_OPTION),
-    ({"format": "mp3"}, UNSUPPORTED_FORMAT),
+    ({"format": "wma"}, UNSUPPORTED_FORMAT),
+    ({"bitrate": "64k"}, BAD_OPTION),
+    ({"bitrate": True}, BAD_OPTION),
+    ({"format": "mp3", "bitrate": 1}, BAD_OPTION),
+    ({"format": "wav", "bitrate": 64000}, BAD_OPTION),
+    ({"lexicon": ["Nguyen"]}, BAD_OPTION),
+    ({"lexicon": {"Nguyen": 1}}, BAD_OPTION),
+    ({"lexicon": {"重庆": "chong qing"}}, "BAD_LEXICON"),
+    ({"ssml": "yes"}, BAD_OPTION),
+    ({"ssml": 1}, BAD_OPTION),
     ({"lane": None}, BAD_OPTION),
     ({"lane": 1}, BAD_OPTION),
     ({"lane": ["bulk"]}, BAD_OPTION),
@@ -220,7 +229,12 @@ BOOK_ARGS = [
     ({"opts": {"speed": 1.0}}, BAD_OPTION),
     ({"manifest": 3}, BAD_OPTION),
     ({"opts": BookOptions(format=3)}, BAD_OPTION),  # type: ignore[arg-type]
-    ({"opts": BookOptions(format="mp3")}, UNSUPPORTED_FORMAT),
+    ({"opts": BookOptions(format="wma")}, UNSUPPORTED_FORMAT),
+    ({"opts": BookOptions(format="aac")}, UNSUPPORTED_FORMAT),  # chapters: flac, ogg, mp3, wav (the M4B is AAC)
+    ({"opts": BookOptions(format="mp3", bitrate=5)}, BAD_OPTION),
+    ({"opts": BookOptions(lexicon=["x"])}, BAD_OPTION),  # type: ignore[arg-type]
+    ({"opts": BookOptions(lexicon={"重庆": "chong qing"})}, "BAD_LEXICON"),
+    ({"opts": BookOptions(single_file="yes")}, BAD_OPTION),  # type: ignore[arg-type]
     ({"opts": BookOptions(sample_rate="16000")}, BAD_OPTION),  # type: ignore[arg-type]
     ({"opts": BookOptions(sample_rate=7)}, UNSUPPORTED_SAMPLE_RATE),
     ({"opts": BookOptions(options={"speed": math.nan})}, BAD_OPTION),

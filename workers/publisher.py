@@ -126,7 +126,8 @@ class Publisher:
         from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
 
         pcm, duration = self.assemble(job)
-        data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format)
+        data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format,
+                                                      bitrate=job.bitrate or None)
         key = f"{job.job_id}/audio.{job.format}"
         url = self.storage.put(key, data, _content_type(CONTENT_TYPES, job))
         created = job.created

@@ -8,6 +8,7 @@ run they belong to.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import FrontendSettings
 from pipeline.text.clean import clean_text, decode, source_of_cleaned
 from pipeline.text.sources import NO_SOURCE, Span, WordRef, align_spans, find_spans, mapped, segment_words, shifted
+from pipeline.text.lexicon import protect, restore
 
 Break = Literal["paragraph", "sentence", "phrase", "none", "end"]
 
@@ -182,8 +184,17 @@ class Segmenter:
 
     def split(self, raw: bytes | str) -> list[Segment]:
         """Segments of ``raw``; each carries its words with their spans in ``raw`` decoded (``Segment.words``).
+        Pronunciation blocks (``[[chong2 qing4]]``, ``[[ŋwˈɪn]]``, from a lexicon or SSML) pass through whole;
+        the segments of a text holding any carry no word spans (the text read is no longer the text given)."""
+        protected, blocks = protect(decode(raw))
+        segments = self._split(protected)
+        if not blocks:
+            return segments
+        return [dataclasses.replace(s, text=restore(s.text, blocks), words=()) for s in segments]
 
-        Every piece is found in the text it was cut from by position, so each character's source is known."""
+    def _split(self, raw: str) -> list[Segment]:
+        """The segments of text without pronunciation blocks; every piece is found in the text it was cut from by
+        position, so each character's source is known."""
         text = clean_text(raw, max_chars=self.s.max_text_chars)
         origin = source_of_cleaned(decode(raw), text)
         default_lang = "zh" if len(_HAN.findall(text)) > len(_LATIN.findall(text)) / 4 else "en"

@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import Settings, load_settings
-from producer.gateway import errors, jobs, speech
+from producer.gateway import errors, jobs, openai_compat, speech
 from producer.gateway.auth import require_key
 from producer.gateway.schemas import Health, VoiceList, error_responses
 from producer.gateway.settings import GatewaySettings
@@ -82,8 +82,9 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     errors.install(app)
     if gateway.cors:
         app.add_middleware(CORSMiddleware, allow_origins=list(gateway.cors), allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["X-Job-Id", "X-Sample-Rate"])
+                           allow_headers=["*"], expose_headers=["X-Job-Id", "X-Sample-Rate", "X-TTSFarm-Note"])
     app.include_router(speech.router)
+    app.include_router(openai_compat.router)
     app.include_router(jobs.router)
     app.include_router(jobs.live)
 

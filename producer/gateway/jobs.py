@@ -65,7 +65,8 @@ async def submit_job(req: JobRequest, request: Request) -> dict[str, Any]:
     fmt = request_format(req.format)
     await farm.require_workers()
     job = await farm.client.submit(req.text, voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
-                                   options=options, deadline_s=req.deadline_s)
+                                   options=options, deadline_s=req.deadline_s, bitrate=req.bitrate,
+                                   lexicon=req.lexicon, ssml=req.ssml)
     st = await job.status()
     return {"id": job.id, "state": st["state"], "segments": job.total, "voice": st["voice"], "format": st["format"],
             "sample_rate": st["sample_rate"], "links": links(request, job.id)}
