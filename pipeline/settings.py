@@ -98,7 +98,7 @@ class QueueSettings:
     chunk_ms: int = 500
     results_maxlen: int = 4000
     job_ttl_s: int = 86400
-    inference_threads: int = 0  # loops per worker process; 0: one per core on CPU, one on CUDA (+ the reserved)
+    inference_threads: int = 0  # loops per worker process; 0: one per core on CPU (+ the reserved), six on CUDA
     interactive_loops: int = 1  # of those loops, how many take interactive work only (see docs/BENCHMARKS.md)
     bulk_nice: int = 19  # OS nice of background batches (bulk; callers' later segments), on a helper thread; 0: off
     interactive_loop_threads: int = 0  # intra-op threads of the reserved loops' own session; 0: the usable cores
