@@ -9,6 +9,8 @@ format    what it is                                  content type
 ``wav``   RIFF WAVE, PCM 16-bit                       ``audio/wav``
 ``flac``  FLAC, 16-bit (lossless, so PCM16-exact)     ``audio/flac``
 ``ogg``   Ogg Opus (lossy)                            ``audio/ogg; codecs=opus``
+``mp3``   MPEG-1/2 Layer III (lossy)                  ``audio/mpeg``
+``aac``   AAC-LC in ADTS (lossy)                      ``audio/aac``
 ``pcm``   raw PCM 16-bit little-endian, no header     ``audio/L16;rate=<rate>;channels=<n>``
 ========  ==========================================  =====================================
 
@@ -16,8 +18,9 @@ Opus only runs at 8, 12, 16, 24 or 48 kHz. An ``ogg`` output asked for at anothe
 the smallest Opus rate at or above it (22050 -> 24000, 44100 -> 48000, 32000 -> 48000), so no
 bandwidth is lost; the decoder reports that rate. See :func:`output_rate`.
 
-Mono audio is a 1-D array; several channels are a 2-D ``(frames, channels)`` array. Only numpy,
-soundfile and soxr are used here: no I/O except :func:`write`.
+The lossy formats (``mp3``, ``ogg``, ``aac``) are made by ``pipeline.encoders`` (PyAV) and take a
+``bitrate``; wav and flac by soundfile. Mono audio is a 1-D array; several channels are a 2-D
+``(frames, channels)`` array (lossless formats only). No I/O except :func:`write`.
 """
 
 from __future__ import annotations
@@ -32,17 +35,19 @@ import numpy.typing as npt
 import soundfile as sf
 import soxr
 
-from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_FORMAT, UNSUPPORTED_SAMPLE_RATE, InputError
+from pipeline.errors import BAD_OPTION, NOTHING_TO_SPEAK, UNSUPPORTED_FORMAT, UNSUPPORTED_SAMPLE_RATE, InputError
 
 log = logging.getLogger(__name__)
 
-FORMATS: Final[tuple[str, ...]] = ("wav", "flac", "ogg", "pcm")
+FORMATS: Final[tuple[str, ...]] = ("wav", "flac", "ogg", "mp3", "aac", "pcm")
 """The output formats a job may ask for."""
 
 CONTENT_TYPES: Final[dict[str, str]] = {
     "wav": "audio/wav",
     "flac": "audio/flac",
     "ogg": "audio/ogg; codecs=opus",
+    "mp3": "audio/mpeg",
+    "aac": "audio/aac",
     "pcm": "audio/L16",
 }
 """Base content type per format; use :func:`content_type` for ``pcm``, whose type names its rate."""
@@ -58,17 +63,19 @@ SUFFIXES: Final[dict[str, str]] = {
     ".flac": "flac",
     ".ogg": "ogg",
     ".opus": "ogg",
+    ".mp3": "mp3",
+    ".aac": "aac",
     ".pcm": "pcm",
     ".raw": "pcm",
 }
 """File suffix -> format, for :func:`write`."""
 
 _PCM16_SCALE: Final = 32768.0
+_LOSSY: Final = ("mp3", "ogg", "aac")  # made by pipeline.encoders
 # (soundfile container format, subtype) per encoded format; pcm is written by to_pcm16 alone.
 _SOUNDFILE: Final[dict[str, tuple[str, str]]] = {
     "wav": ("WAV", "PCM_16"),
     "flac": ("FLAC", "PCM_16"),
-    "ogg": ("OGG", "OPUS"),
 }
 
 FloatAudio = npt.NDArray[np.float32]
@@ -166,11 +173,13 @@ def resample(audio: npt.ArrayLike, from_rate: int, to_rate: int) -> FloatAudio:
     return np.asarray(out, dtype=np.float32)
 
 
-def encode(audio: npt.ArrayLike, sample_rate: int, fmt: str, *, out_rate: int | None = None) -> bytes:
+def encode(audio: npt.ArrayLike, sample_rate: int, fmt: str, *, out_rate: int | None = None,
+           bitrate: int | None = None) -> bytes:
     """Encode float audio at ``sample_rate`` to ``fmt`` bytes.
 
     ``out_rate`` (one of :data:`SAMPLE_RATES`) resamples first; by default the audio keeps its own
     rate. For ``ogg`` the rate is then raised to the next Opus rate (see :func:`output_rate`).
+    ``bitrate`` (bit/s) is for the lossy formats (``pipeline.encoders.check_bitrate``).
 
     Empty audio is refused with ``NOTHING_TO_SPEAK`` for every format: libsndfile writes no bytes
     at all for an empty FLAC and an Ogg Opus file without audio pages that it cannot read back.
@@ -183,17 +192,25 @@ def encode(audio: npt.ArrayLike, sample_rate: int, fmt: str, *, out_rate: int | 
     sample_rate = int(sample_rate)
     target = check_sample_rate(out_rate) if out_rate is not None else sample_rate
     target = output_rate(name, target)
+    if name in _LOSSY:
+        from pipeline.encoders import encode_lossy
+
+        arr = _as_float(audio)
+        if arr.ndim == 2 and arr.shape[1] != 1:
+            raise InputError(f"{name} output is mono; got {arr.shape[1]} channels", code=UNSUPPORTED_FORMAT)
+        return encode_lossy(arr.reshape(-1), sample_rate, name, out_rate=target, bitrate=bitrate)
+    if bitrate:
+        raise InputError(f"bitrate applies to the lossy formats ({', '.join(_LOSSY)}), not {name}", code=BAD_OPTION)
     arr = resample(audio, sample_rate, target)
     if target != sample_rate:
         log.debug("resampled %d frames from %d Hz to %d Hz for %s", arr.shape[0], sample_rate, target, name)
     if name == "pcm":
         return to_pcm16(arr)
     container, subtype = _SOUNDFILE[name]
-    # Opus is fed floats (it encodes from float anyway); the lossless formats get the exact int16
-    # samples to_pcm16 would produce, so wav and flac decode to the same PCM16 as the pcm format.
-    samples: npt.NDArray[np.generic] = arr if name == "ogg" else _pcm16_samples(arr)
+    # The lossless formats get the exact int16 samples to_pcm16 would produce, so wav and flac decode
+    # to the same PCM16 as the pcm format.
     buf = io.BytesIO()
-    sf.write(buf, samples, target, format=container, subtype=subtype)
+    sf.write(buf, _pcm16_samples(arr), target, format=container, subtype=subtype)
     return buf.getvalue()
 
 
@@ -216,9 +233,10 @@ def write(
     fmt: str | None = None,
     *,
     out_rate: int | None = None,
+    bitrate: int | None = None,
 ) -> Path:
     """Encode ``audio`` and write it to ``path``; the format comes from the suffix unless ``fmt`` is given."""
     target = Path(path)
     name = check_format(fmt) if fmt is not None else format_for_path(target)
-    target.write_bytes(encode(audio, sample_rate, name, out_rate=out_rate))
+    target.write_bytes(encode(audio, sample_rate, name, out_rate=out_rate, bitrate=bitrate))
     return target

@@ -90,6 +90,10 @@ UNSUPPORTED_FORMAT = "UNSUPPORTED_FORMAT"
 UNSUPPORTED_SAMPLE_RATE = "UNSUPPORTED_SAMPLE_RATE"
 BAD_OPTION = "BAD_OPTION"
 MALFORMED_JOB = "MALFORMED_JOB"
+VOICE_UNAVAILABLE = "VOICE_UNAVAILABLE"  # the catalogue has the voice, but the worker could not load it (reason in the message)
+BAD_SSML = "BAD_SSML"  # SSML that does not parse, or markup outside the supported subset
+BAD_LEXICON = "BAD_LEXICON"  # a pronunciation lexicon entry that is not pinyin with tones or phonemes
+UNKNOWN_MODEL = "UNKNOWN_MODEL"  # an OpenAI model name the gateway does not answer to
 # Stable model codes.
 MODEL_MISSING = "MODEL_MISSING"
 MODEL_CORRUPT = "MODEL_CORRUPT"
@@ -115,6 +119,10 @@ _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
             UNSUPPORTED_SAMPLE_RATE,
             BAD_OPTION,
             MALFORMED_JOB,
+            VOICE_UNAVAILABLE,
+            BAD_SSML,
+            BAD_LEXICON,
+            UNKNOWN_MODEL,
             "BAD_BOOK",
             "BOOK_OUTPUT_REFUSED",
             "BAD_KEY",

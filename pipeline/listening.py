@@ -85,6 +85,25 @@ def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, m
     return out
 
 
+def speaker(voice: Any, settings: Any) -> Speak:
+    """Text -> audio through the same segmenting and joining `ttsfarm say` uses, on this (unsaved) voice."""
+    from pipeline.settings import Catalogue, Settings, VoiceSpec
+    from pipeline.synth import Synthesizer
+    from pipeline.voices.base import SynthesisOptions
+    from pipeline.voices.bank import VoiceBank
+
+    spec = VoiceSpec(name=voice.name, engine="twostage", languages=voice.languages, sample_rate=voice.sample_rate)
+    catalogue = Catalogue(voices={voice.name: spec}, default_voice=voice.name)
+    bank = VoiceBank(catalogue, settings.runtime, builder=lambda _spec, _factory: voice)
+    synth = Synthesizer(Settings(frontend=settings.frontend, runtime=settings.runtime, catalogue=catalogue), bank)
+
+    def speak(text: str) -> tuple[np.ndarray, int]:
+        out = synth.synthesize(text, voice.name, SynthesisOptions())
+        return out.audio, out.sample_rate
+
+    return speak
+
+
 def syllables(text: str) -> list[str]:
     """Toneless pinyin of the Han characters of ``text``."""
     from pypinyin import lazy_pinyin

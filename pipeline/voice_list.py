@@ -57,7 +57,6 @@ def describe_voice(spec: VoiceSpec, settings: Settings) -> dict[str, Any]:
     row["prepared"] = str(prepared.folder) if prepared else None
     if note:
         row["note"] = note
-    wanted = wanted_precision(spec, settings.runtime)
     stages: dict[str, Any] = {}
     if spec.engine == "twostage":
         for stage in ("acoustic", "vocoder"):
@@ -65,9 +64,9 @@ def describe_voice(spec: VoiceSpec, settings: Settings) -> dict[str, Any]:
             if location != "prepared" or prepared is None:
                 stages[stage] = {"model": location, "precision": "fp32" if location != "prepared" else None}
                 continue
-            path, precision, why = prepared.served(stage, wanted)
+            path, precision, why = prepared.served(stage, wanted_precision(spec, settings.runtime, stage))
             stages[stage] = {"model": path.name, "precision": precision, "why": why,
-                             "gate": {p: _figures(prepared.verdict(stage, p)) for p in ("fp32", "int8") if _figures(prepared.verdict(stage, p))}}
+                             "gate": {p: _figures(prepared.verdict(stage, p)) for p in ("fp32", "fp16", "int8") if _figures(prepared.verdict(stage, p))}}
     else:
         verdict = prepared.verdict("model", spec.precision) if prepared else None
         file = prepared.stage_file("model", spec.precision) if prepared else None

@@ -5,6 +5,6 @@ Light on purpose: importing it loads no model runtime (onnxruntime, torch).
 
 from pipeline.errors import InputError, JobError, OverloadedError, TTSFarmError
 from producer.client import Client, Job
-from producer.contract import Chunk, JobResult
+from producer.contract import Chunk, JobResult, Word
 
-__all__ = ["Chunk", "Client", "InputError", "Job", "JobError", "JobResult", "OverloadedError", "TTSFarmError"]
+__all__ = ["Chunk", "Client", "InputError", "Job", "JobError", "JobResult", "OverloadedError", "TTSFarmError", "Word"]

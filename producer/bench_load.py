@@ -100,8 +100,8 @@ class JobKind:
 KINDS = {
     "en_short": JobKind("en_short", "interactive", "joe", SHORT_EN),
     "en_paragraph": JobKind("en_paragraph", "bulk", "joe", PARAGRAPHS_EN),
-    "zh_short": JobKind("zh_short", "interactive", "kumo", SHORT_ZH),
-    "zh_short_baker": JobKind("zh_short_baker", "interactive", "baker", SHORT_ZH),  # the native two-stage voice
+    "zh_short": JobKind("zh_short", "interactive", "default", SHORT_ZH),  # the voice Chinese is routed to (baker when its gate passes)
+    "zh_short_baker": JobKind("zh_short_baker", "interactive", "baker", SHORT_ZH),  # the native two-stage voice, named
 }
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {"en_short": 0.6, "en_paragraph": 0.2, "zh_short": 0.2},

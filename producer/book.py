@@ -17,7 +17,9 @@
 4. As each chapter's segments are done, ``ttsfarm.measure_chapter`` runs on a worker (are all stored
    outputs there? loudness histogram, peak); when all are measured one gain is chosen for the book,
    ``ttsfarm.assemble_chapter`` writes each chapter file (pauses added here, not by the workers, so they
-   are never doubled) and ``ttsfarm.write_book_files`` writes ``manifest.json`` and ``playlist.m3u8``.
+   are never doubled), ``ttsfarm.assemble_book_file`` the whole book as one M4B with chapter marks
+   (``workers.book_file``; unless ``single_file=False``) and ``ttsfarm.write_book_files`` writes
+   ``manifest.json`` (which lists the M4B as ``book_file``) and ``playlist.m3u8``.
    Tasks reply on Redis lists the runner owns (``producer.book_handle``); the Celery app needs no result backend.
 
 The modules, in the order a book goes through them: ``producer.book_formats`` (parsing, with

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pipeline.errors import TTSFarmError
+from producer.checks import read_lexicon
 from pipeline.settings import Settings
 from producer.book_formats import load_book
 from producer.book_handle import submit_book
@@ -86,7 +87,10 @@ def add_arguments(p: Any) -> None:
     p.add_argument("book", help="a .txt, .md or .epub file (UTF-8)")
     p.add_argument("--out", required=True, help="s3://bucket/prefix, or a folder the workers can write")
     p.add_argument("--voice", default=None, help="a catalogue voice or blend (default: the catalogue's default)")
-    p.add_argument("--format", default="flac", choices=["flac", "ogg", "wav"])
+    p.add_argument("--format", default="flac", choices=["flac", "ogg", "mp3", "wav"], help="the chapter files")
+    p.add_argument("--bitrate", type=int, default=None, help="bit/s of ogg or mp3 chapters (default: the codec's)")
+    p.add_argument("--no-m4b", action="store_true", help="no single M4B of the whole book (chapter files only)")
+    p.add_argument("--lexicon", default=None, help='pronunciations: a JSON file or JSON {"重庆": "chong2 qing4"}')
     p.add_argument("--rate", type=int, default=None, help="output sample rate (default: the voice's)")
     p.add_argument("--book-id", default=None, help="names the book's jobs (default: the file name); keep it across edits")
     p.add_argument("--chapters", default=None, help="a JSON manifest overriding chapter splits and titles")
@@ -104,7 +108,8 @@ def cmd_book(settings: Settings, args: Any) -> int:
     timeout_arg("--timeout", args.timeout)  # before anything is queued
     options = {"speed": args.speed, **({"noise_scale": 0.0, "noise_w": 0.0} if args.noise_off else {})}
     opts = BookOptions(voice=args.voice, format=args.format, sample_rate=args.rate, options=options,
-                       read_titles=not args.no_titles, loudness_db=args.loudness, peak_db=args.peak)
+                       read_titles=not args.no_titles, loudness_db=args.loudness, peak_db=args.peak,
+                       bitrate=args.bitrate, single_file=not args.no_m4b, lexicon=read_lexicon(args.lexicon) or {})
     if args.dry_run:
         book = load_book(args.book, manifest=args.chapters)
         plan = plan_book(settings, book, book_id=args.book_id or default_book_id(args.book), opts=opts)

@@ -24,6 +24,7 @@ from pipeline.errors import (
 from pipeline.settings import Settings
 from producer.book_formats import Book, load_book
 from producer.book_plan import (
+    CHAPTER_FORMATS,
     BookOptions,
     BookPlan,
     BookProgress,
@@ -86,8 +87,8 @@ def submit_book(client: Any, path: str | Path, *, out: str, voice: str | None = 
         opts = dataclasses.replace(opts, voice=voice)
     check_book_options(opts)
 
-    if check_format(opts.format) == "pcm":
-        raise InputError("a chapter file is flac, ogg or wav", code="UNSUPPORTED_FORMAT")
+    if check_format(opts.format) not in CHAPTER_FORMATS:
+        raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {opts.format}", code="UNSUPPORTED_FORMAT")
     out = normalize_out(out)
     book = book or load_book(path, manifest=manifest)
     plan = plan_book(client.settings, book, book_id=book_id or default_book_id(path), opts=opts)
@@ -142,6 +143,7 @@ class BookHandle:
         self.gain: tuple[float, float, bool] | None = None  # (loudness, gain dB, limited)
         self.gen = 0  # bumped when the gain must be chosen again: older assembly replies are then ignored
         self.files: dict[str, str] = {}
+        self.book_file: dict[str, Any] | None = None  # the M4B's reply, when opts.single_file
         self._submit = self.r.register_script(_SUBMIT)
         self._sender: Any = None
         self._last_ttl = self._last_offer = time.monotonic()
@@ -169,7 +171,8 @@ class BookHandle:
             p = self.jobs[job_id]
             job = SegmentJob(job_id=job_id, seg=0, total=1, text=p.text, lang=p.lang, voice=p.voice,
                              request_voice=self.plan.voice, format="pcm", sample_rate=self.plan.sample_rate,
-                             lane="bulk", pause_s=0.0, est_s=p.est_s, options=dict(self.plan.options), created=now)
+                             lane="bulk", pause_s=0.0, est_s=p.est_s, options=dict(self.plan.options), created=now,
+                             words=[list(w) for w in p.words])
             status = {"state": "queued", "total": 1, "done": 0, "voice": self.plan.voice, "format": "pcm",
                       "sample_rate": self.plan.sample_rate, "lane": "bulk", "created": now, "deadline": 0.0,
                       "est_seconds": p.est_s, "book": self.id}
@@ -306,29 +309,36 @@ class BookHandle:
                                                        "segments": self._segments(ch)}, ch.index)
         new: list[ChapterResult] = []
         for task, spec, chapter, reply in self._collect():
-            if task == "ttsfarm.assemble_chapter" and spec.get("gen") != self.gen:
+            if task in GAIN_TASKS and spec.get("gen") != self.gen:
                 continue
             if not reply.get("ok"):
                 if reply.get("code") != "SEGMENT_MISSING":
                     raise TTSFarmError.from_dict(reply)
                 self._resubmit_missing(reply.get("missing", []))
                 self.measured.pop(chapter, None)
-                if task == "ttsfarm.assemble_chapter":  # lost after measuring: measure and choose the gain again
+                if task in GAIN_TASKS:  # lost after measuring: measure and choose the gain again
                     self.gain, self.gen = None, self.gen + 1
                     self.written.clear()
+                    self.book_file = None
                 continue
             if task == "ttsfarm.measure_chapter":
                 self.measured[chapter] = reply
             elif task == "ttsfarm.assemble_chapter":
                 ch = self.plan.chapters[[c.index for c in self.plan.chapters].index(chapter)]
                 self.written[chapter] = ChapterResult(chapter, ch.title, reply["key"], reply["url"], reply["duration_s"],
-                                                      len(ch.segments), reply["bytes"])
+                                                      len(ch.segments), reply["bytes"], reply.get("captions", ""))
                 new.append(self.written[chapter])
+            elif task == "ttsfarm.assemble_book_file":
+                self.book_file = {"file": reply["key"], **{k: reply[k] for k in ("url", "format", "bytes", "duration_s",
+                                                                                  "chapters")}}
             else:
                 self.files = reply["urls"]
         if self.gain is None and len(self.measured) == len(self.plan.chapters):
             self._assemble_all()
-        if self.gain is not None and len(self.written) == len(self.plan.chapters) and not self.files and not self.tasks:
+        chapters_done = self.gain is not None and len(self.written) == len(self.plan.chapters) and not self.tasks
+        if chapters_done and self.opts.single_file and self.book_file is None:
+            self._send("ttsfarm.assemble_book_file", self._book_file_spec(), 0)
+        elif chapters_done and not self.files:
             self._send("ttsfarm.write_book_files", {"out": self.out, "files": self._manifest()}, 0)
         return new
 
@@ -340,6 +350,12 @@ class BookHandle:
             self.duration.pop(j, None)
         self._submit_jobs(ids, force=True)
 
+    def _join_spec(self) -> dict[str, Any]:
+        """How chapters are joined, the same for the chapter files and the book file."""
+        o, gain_db = self.opts, (self.gain or (0.0, 0.0, False))[1]
+        return {"gen": self.gen, "rate": self.plan.sample_rate, "gain": 10 ** (gain_db / 20), "head_s": o.head_s,
+                "tail_s": o.tail_s, "fade_ms": o.fade_ms, "ceiling": 10 ** (o.peak_db / 20), "out": self.out}
+
     def _assemble_all(self) -> None:
         loud = loudness_of([m["hist"] for m in self.measured.values()])
         peak = max(float(m["peak"]) for m in self.measured.values())
@@ -348,12 +364,16 @@ class BookHandle:
         o = self.opts
         for ch in self.plan.chapters:
             self._send("ttsfarm.assemble_chapter", {
-                "gen": self.gen, "rate": self.plan.sample_rate, "segments": self._segments(ch), "gain": 10 ** (gain_db / 20),
-                "head_s": o.head_s, "tail_s": o.tail_s, "fade_ms": o.fade_ms, "ceiling": 10 ** (o.peak_db / 20),
-                "format": o.format, "out": self.out,
+                **self._join_spec(), "segments": self._segments(ch), "format": o.format, "bitrate": o.bitrate,
                 "file": f"{ch.file_stem}.{o.format}",
                 "tags": {"title": ch.title, "album": self.plan.book.title, "artist": self.plan.book.author,
                          "tracknumber": str(ch.index)}}, ch.index)
+
+    def _book_file_spec(self) -> dict[str, Any]:
+        book = self.plan.book
+        return {**self._join_spec(), "file": f"{self.id}.m4b",
+                "chapters": [{"title": ch.title, "segments": self._segments(ch)} for ch in self.plan.chapters],
+                "tags": {"title": book.title, "album": book.title, "artist": book.author, "genre": "Audiobook"}}
 
     def _manifest(self) -> dict[str, str]:
         loud, gain_db, limited = self.gain or (0.0, 0.0, False)
@@ -364,6 +384,7 @@ class BookHandle:
                     "loudness": {"target_db": self.opts.loudness_db, "measured_db": round(loud, 2),
                                  "gain_db": round(gain_db, 2), "gain_capped": limited, "peak_ceiling_db": self.opts.peak_db},
                     "duration_s": round(sum(c["duration_s"] for c in chapters), 3), "chapters": chapters,
+                    "book_file": self.book_file,
                     "created": time.time(), "generator": "ttsfarm"}
         m3u = ["#EXTM3U", f"#PLAYLIST:{self.plan.book.title}"]
         for c in chapters:
@@ -425,7 +446,11 @@ class BookHandle:
                           self.files["playlist.m3u8"], len(self.jobs), len(self.reused),
                           len(self.jobs) - len(self.reused) - len(self.skipped),
                           tuple(self.skipped.values()) + tuple(p for c in self.plan.chapters for p in c.skipped),
-                          loud, gain_db, capped, time.monotonic() - self.started)
+                          loud, gain_db, capped, time.monotonic() - self.started,
+                          (self.book_file or {}).get("url"))
+
+
+GAIN_TASKS = ("ttsfarm.assemble_chapter", "ttsfarm.assemble_book_file")  # made with one gain (one `gen`)
 
 
 def celery_sender(settings: Settings) -> Any:

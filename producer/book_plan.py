@@ -19,8 +19,9 @@ from typing import Any
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
 from producer.book_formats import Book
-from producer.checks import integer_arg, name_arg, number_arg, optional_name_arg, options_arg
+from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
 
+CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")  # what a chapter file may be (workers.assembly encodes them)
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio
 LOUDNESS_FLOOR_DB = -70.0  # absolute gate; blocks below it are silence
 LOUDNESS_STEP_DB = 0.25  # histogram bin width
@@ -29,8 +30,11 @@ LOUDNESS_STEP_DB = 0.25  # histogram bin width
 @dataclass(frozen=True)
 class BookOptions:
     voice: str | None = None
-    format: str = "flac"  # flac | ogg | wav
+    format: str = "flac"  # flac | ogg (Opus) | mp3 | wav: the chapter files
     sample_rate: int | None = None
+    bitrate: int | None = None  # bit/s of ogg or mp3 chapters; None: the codec's default
+    lexicon: Mapping[str, str] = field(default_factory=dict)  # word -> pinyin or phonemes (pipeline.text.lexicon)
+    single_file: bool = True  # one M4B (AAC, chapter marks, title) of the whole book beside the chapters
     options: Mapping[str, float] = field(default_factory=dict)  # speed, noise_scale, noise_w
     read_titles: bool = True
     loudness_db: float = -20.0  # gated RMS target of the whole book, dBFS
@@ -51,6 +55,7 @@ class PlannedSegment:
     voice: str
     pause_after_s: float
     est_s: float
+    words: tuple[tuple[int, int, int, int, str], ...] = ()  # as SegmentJob.words (offsets into the paragraphs)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class ChapterResult:
     duration_s: float
     segments: int
     bytes: int
+    captions: str = ""  # the chapter's WebVTT, beside its audio file
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,7 @@ class BookResult:
     gain_db: float
     gain_capped: bool
     wall_s: float
+    book_file_url: str | None = None  # the M4B of the whole book (opts.single_file)
 
     @property
     def duration_s(self) -> float:
@@ -166,6 +173,9 @@ def check_book_options(opts: BookOptions) -> None:
     name_arg("format", opts.format)
     integer_arg("sample_rate", opts.sample_rate, optional=True)
     options_arg(opts.options)
+    lexicon_arg(opts.lexicon)
+    if not isinstance(opts.single_file, bool):
+        raise InputError(f"single_file must be true or false, not {opts.single_file!r}"[:120], code=BAD_OPTION)
     if not isinstance(opts.read_titles, bool):
         raise InputError(f"read_titles must be true or false, not {opts.read_titles!r}"[:120], code=BAD_OPTION)
     number_arg("loudness_db", opts.loudness_db, low=LOUDNESS_FLOOR_DB, high=0)
@@ -181,24 +191,30 @@ def check_book_options(opts: BookOptions) -> None:
 def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions) -> BookPlan:
     """Segments and job ids of every chapter; input errors (voice, options) are raised here."""
     from pipeline.audio import check_sample_rate
+    from pipeline.audio import output_rate as encoded_rate
+    from pipeline.encoders import check_bitrate
     from pipeline.text.segment import Segmenter
     from pipeline.voices.bank import output_rate
     from pipeline.voices.base import SynthesisOptions
 
+    from pipeline.text.lexicon import apply_lexicon, check_lexicon
+
     check_book_options(opts)
+    lexicon = check_lexicon(opts.lexicon)
     if not re.fullmatch(r"[\w.-]{1,64}", name_arg("book_id", book_id)):
         raise InputError(f"book id {book_id!r}: use 1 to 64 letters, digits, '.', '_' or '-'", code=BAD_OPTION)
     spec = settings.catalogue.get(opts.voice)
     rate = check_sample_rate(opts.sample_rate) if opts.sample_rate else output_rate(settings.catalogue, spec.name)
+    check_bitrate(opts.format, opts.bitrate, encoded_rate(opts.format, rate) if opts.format in CHAPTER_FORMATS else None)
     options = SynthesisOptions.from_dict(options_arg(opts.options)).to_dict()
     fe = settings.frontend
     segmenter = Segmenter(dataclasses.replace(fe, first_segment_chars=fe.max_segment_chars,
                                               first_segment_chars_zh=fe.max_segment_chars_zh))
     chapters = []
     for n, ch in enumerate(book.chapters, 1):
-        paras = ([ch.title] if opts.read_titles and ch.title else []) + list(ch.paragraphs)
+        paras = [apply_lexicon(p, lexicon) for p in ([ch.title] if opts.read_titles and ch.title else []) + list(ch.paragraphs)]
         segs, skipped = _segment_paragraphs(segmenter, paras, fe.paragraph_pause_s)
-        planned = tuple(_planned(settings, spec.name, s, book_id, rate, options) for s in segs)
+        planned = tuple(_planned(settings, spec.name, s, book_id, rate, options, source) for s, source in segs)
         chapters.append(ChapterPlan(n, ch.title or f"{n}", planned, tuple(skipped)))
     chapters = [c for c in chapters if c.segments]
     if not chapters:
@@ -206,16 +222,17 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     return BookPlan(book_id, book, spec.name, rate, options, tuple(chapters))
 
 
-def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float) -> tuple[list[Any], list[str]]:
+def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float) -> tuple[list[tuple[Any, str]], list[str]]:
     """The whole chapter at once (one language guess for bare numbers); paragraph by paragraph, skipping
-    the ones that cannot be read, when that fails or the chapter is over the text limit."""
+    the ones that cannot be read, when that fails or the chapter is over the text limit. Each segment comes
+    with the text its words' offsets index."""
     text = "\n\n".join(paras)
     if paras and len(text) <= segmenter.s.max_text_chars:
         try:
-            return segmenter.split(text), []
+            return [(s, text) for s in segmenter.split(text)], []
         except InputError:
             pass
-    segs: list[Any] = []
+    segs: list[tuple[Any, str]] = []
     skipped: list[str] = []
     for para in paras:
         try:
@@ -224,17 +241,19 @@ def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float
             skipped.append(f"[{exc.code}] {para[:60]}")
             continue
         if segs:
-            segs[-1] = dataclasses.replace(segs[-1], pause_after_s=paragraph_pause, brk="paragraph")
-        segs += part
+            segs[-1] = (dataclasses.replace(segs[-1][0], pause_after_s=paragraph_pause, brk="paragraph"), segs[-1][1])
+        segs += [(s, para) for s in part]
     return segs, skipped
 
 
-def _planned(settings: Settings, voice: str, seg: Any, book_id: str, rate: int, options: dict[str, float]) -> PlannedSegment:
+def _planned(settings: Settings, voice: str, seg: Any, book_id: str, rate: int, options: dict[str, float],
+             source: str) -> PlannedSegment:
     from pipeline.voices.bank import route
 
     concrete = route(settings.catalogue, voice, seg.lang, settings.runtime.cache_dir).name
+    words = tuple((a, b, c, d, source[c:d]) for a, b, c, d in seg.words)
     return PlannedSegment(segment_job_id(book_id, concrete, seg.lang, seg.text, rate, options), seg.text, seg.lang,
-                          concrete, float(seg.pause_after_s), round(max(0.0, seg.est_seconds - seg.pause_after_s), 3))
+                          concrete, float(seg.pause_after_s), round(max(0.0, seg.est_seconds - seg.pause_after_s), 3), words)
 
 
 # -- loudness: histograms the workers measure, combined here for one gain per book --------------------

@@ -16,7 +16,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.errors import BAD_OPTION, MALFORMED_JOB, InputError
+from pipeline.errors import BAD_LEXICON, BAD_OPTION, MALFORMED_JOB, InputError
 
 MAX_NAME_CHARS = 200  # a voice, a format, a lane, a job id: longer is never a real name
 MAX_SEQ = 2**53  # after_seq: any chunk number a job can have (and a JSON number keeps it exactly)
@@ -73,6 +73,15 @@ def number_arg(name: str, value: Any, *, low: float, high: float, optional: bool
     return v
 
 
+def bool_arg(name: str, value: Any, *, optional: bool = False) -> bool | None:
+    """``True`` or ``False`` (``None`` too when ``optional``); 1, "yes" and the like are refused."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be true or false, not {_kind(value)}", code=BAD_OPTION)
+    return value
+
+
 def integer_arg(name: str, value: Any, *, optional: bool = False) -> int | None:
     """An ``int`` of any size (not ``bool``); its range is for the caller to check."""
     return number_arg(name, value, low=-math.inf, high=math.inf, optional=optional, integer=True)  # type: ignore[no-any-return]
@@ -90,6 +99,17 @@ def options_arg(options: Any) -> dict[str, Any]:
         name = name_arg("an option name", key)
         out[name] = number_arg(f"options[{name[:40]!r}]", value, low=-math.inf, high=math.inf, optional=True)
     return out
+
+
+def lexicon_arg(lexicon: Any) -> dict[str, str] | None:
+    """A pronunciation lexicon's type: a mapping of ``str`` to ``str`` (or ``None``); what the entries say is
+    checked by ``pipeline.text.lexicon`` (BAD_LEXICON)."""
+    if lexicon is None:
+        return None
+    if not isinstance(lexicon, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in lexicon.items()):
+        raise InputError("lexicon must be a mapping of word -> pronunciation strings, such as {'重庆': 'chong2 qing4'}",
+                         code=BAD_OPTION)
+    return dict(lexicon)
 
 
 def seq_arg(after_seq: Any) -> int:
@@ -118,3 +138,19 @@ def stream_args(after_seq: Any, timeout: Any, block_ms: Any) -> tuple[int, float
 def wait_args(timeout: Any, poll_s: Any) -> tuple[float | None, float]:
     """``Job.wait``'s arguments, checked the same for both SDK faces."""
     return timeout_arg("timeout", timeout), float(number_arg("poll_s", poll_s, low=0, high=60, low_open=True))
+
+
+def read_lexicon(source: str | None) -> Any:
+    """A lexicon given on a command line: inline JSON (``{"重庆": "chong2 qing4"}``) or the path of a JSON
+    file; ``None`` when not given. Its entries are checked where it is used (``pipeline.text.lexicon``)."""
+    import json
+    from pathlib import Path
+
+    if not source:
+        return None
+    try:
+        raw = source if source.lstrip().startswith("{") else Path(source).read_text(encoding="utf-8")
+        return json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"lexicon {source[:60]!r}: not a JSON object or a readable JSON file ({exc})",
+                         code=BAD_LEXICON) from None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, EXTRA_MISSING, InputError, ModelError, TTSFarmError
-from producer.checks import timeout_arg
+from producer.checks import read_lexicon, timeout_arg
 
 log = logging.getLogger("ttsfarm")
 
@@ -43,6 +43,17 @@ def _options(args: argparse.Namespace) -> dict[str, float]:
     return opts
 
 
+def _markup(args: argparse.Namespace) -> dict[str, Any]:
+    """``lexicon`` (from --lexicon: a JSON file or inline JSON) and ``ssml`` (--ssml) for plan/submit."""
+    return {"lexicon": read_lexicon(args.lexicon), "ssml": True if args.ssml else None}
+
+
+def _add_markup_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lexicon", default=None, help='pronunciations: JSON {"重庆": "chong2 qing4", "Nguyen": "ŋwˈɪn"} '
+                                                  "or a JSON file of them")
+    p.add_argument("--ssml", action="store_true", help="read TEXT as SSML (text starting with <speak> is SSML anyway)")
+
+
 def cmd_say(args: argparse.Namespace) -> int:
     from pipeline.audio import write
     from pipeline.synth import Synthesizer
@@ -50,9 +61,9 @@ def cmd_say(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     synth = Synthesizer(settings)
-    out = synth.synthesize(_text(args), args.voice, SynthesisOptions.from_dict(_options(args)))
+    out = synth.synthesize(_text(args), args.voice, SynthesisOptions.from_dict(_options(args)), **_markup(args))
     rate = args.rate or out.sample_rate
-    write(args.output, out.audio, out.sample_rate, fmt=args.format, out_rate=rate)
+    write(args.output, out.audio, out.sample_rate, fmt=args.format, out_rate=rate, bitrate=args.bitrate)
     t = out.timings
     print(f"{args.output}: {out.duration_s:.2f} s of audio at {rate} Hz, {len(out.segments)} segment(s), "
           f"made in {t['total_s']:.2f} s (RTF {t['total_s'] / max(out.duration_s, 1e-9):.3f})")
@@ -63,7 +74,7 @@ def cmd_phonemize(args: argparse.Namespace) -> int:
     from pipeline.synth import Synthesizer
 
     synth = Synthesizer(_settings(args))
-    for planned, ph in synth.phonemize(_text(args), args.voice):
+    for planned, ph in synth.phonemize(_text(args), args.voice, **_markup(args)):
         seg = planned.segment
         print(f"[{seg.index}] {seg.lang} voice={planned.voice} pause={seg.pause_after_s:.2f}s")
         print(f"  text:     {seg.text}")
@@ -78,10 +89,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from producer.client import Client
 
     timeout_arg("--timeout", args.timeout)  # before anything is queued
+    if args.captions:
+        from producer.captions import caption_format
+
+        caption_format(args.captions)
     settings = _settings(args)
     client = Client.from_url(settings=settings)
     start = time.perf_counter()
-    job = client.submit(_text(args), voice=args.voice, format="pcm", lane=args.lane, options=_options(args))
+    text = _text(args)
+    job = client.submit(text, voice=args.voice, format="pcm", lane=args.lane, options=_options(args), **_markup(args))
     print(f"job {job.id}: {job.total} segment(s)", file=sys.stderr)
     first = None
     pcm = bytearray()
@@ -105,6 +121,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"{args.output}: {len(pcm) / 2 / rate:.2f} s of audio streamed in {total:.2f} s", file=sys.stderr)
     result = job.wait(timeout=args.timeout)
     print(f"full output stored at {result.url}", file=sys.stderr)
+    if args.captions:
+        from producer.captions import render
+
+        source = text.decode("utf-8") if isinstance(text, bytes) else text  # the words' char offsets index this
+        Path(args.captions).write_text(render(result.words, args.captions, source), encoding="utf-8")
+        print(f"{args.captions}: {len(result.words)} word(s) timed", file=sys.stderr)
     return 0
 
 
@@ -313,15 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("say", help="synthesize offline, in this process")
     p.add_argument("text", help="text, '-' for stdin")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--format", default=None, help="wav | flac | ogg | pcm (default: from the file name)")
+    p.add_argument("--format", default=None, help="wav | flac | ogg (Opus) | mp3 | aac | pcm (default: from the file name)")
     p.add_argument("--rate", type=int, default=None, help="output sample rate")
+    p.add_argument("--bitrate", type=int, default=None, help="bit/s of mp3, ogg or aac (default: the codec's)")
     p.add_argument("--file", action="store_true", help="TEXT names a UTF-8 file")
     _add_voice_opts(p)
+    _add_markup_opts(p)
     p.set_defaults(func=cmd_say)
 
     p = sub.add_parser("phonemize", help="show segments, languages, pinyin and model tokens")
     p.add_argument("text")
     p.add_argument("--voice", default=None)
+    _add_markup_opts(p)
     p.set_defaults(func=cmd_phonemize)
 
     p = sub.add_parser("submit", help="queue text on the farm and stream its audio while it is made")
@@ -330,7 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lane", default="interactive", choices=["interactive", "bulk"])
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--file", action="store_true", help="TEXT names a UTF-8 file")
+    p.add_argument("--captions", metavar="FILE", help="also write the word timings as captions: a .vtt or .srt file")
     _add_voice_opts(p)
+    _add_markup_opts(p)
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("worker", help="start a farm worker (the plain `celery -A workers.app worker`)",

@@ -11,7 +11,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,6 +96,10 @@ class Keys:
     def backlog(self, lane: str) -> str:
         return f"{self.prefix}:backlog:{lane}"
 
+    def words(self, job_id: str) -> str:
+        """Hash: segment -> its words with their times (JSON), until the job is assembled."""
+        return f"{self.prefix}:words:{job_id}"
+
 
 def new_job_id() -> str:
     """128 random bits, URL-safe: unguessable, so a job id is also the right to read its results."""
@@ -126,6 +130,9 @@ class SegmentJob:
     options: Mapping[str, float] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
     chunk_ms: int = 0  # PCM per results record; 0 = the worker's setting
+    # The segment's words: [start, end in ``text``, char_start, char_end in the caller's text, that text].
+    words: Sequence[Sequence[Any]] = ()
+    bitrate: int = 0  # bit/s of a lossy stored output (mp3, ogg, aac); 0 = the codec's default
     v: int = SCHEMA_VERSION
 
     def to_fields(self) -> dict[str, str]:
@@ -155,11 +162,18 @@ class SegmentJob:
             (self.lane in LANES, "lane"),
             (isinstance(self.sample_rate, int) and 8000 <= self.sample_rate <= 48000, "sample_rate"),
             (isinstance(self.options, dict), "options"),
+            (isinstance(self.words, (list, tuple)) and all(_is_word_ref(w, len(self.text)) for w in self.words), "words"),
             (isinstance(self.chunk_ms, int) and (self.chunk_ms == 0 or CHUNK_MS_RANGE[0] <= self.chunk_ms <= CHUNK_MS_RANGE[1]), "chunk_ms"),
+            (isinstance(self.bitrate, int) and 0 <= self.bitrate <= 1_000_000, "bitrate"),
         ]
         bad = [name for ok, name in checks if not ok]
         if bad:
             raise InputError(f"job record has bad field(s): {', '.join(bad)}", code=MALFORMED_JOB)
+
+
+def _is_word_ref(w: Any, n: int) -> bool:
+    return (isinstance(w, (list, tuple)) and len(w) == 5 and all(isinstance(x, int) for x in w[:4])
+            and 0 <= w[0] <= w[1] <= n and 0 <= w[2] <= w[3] and isinstance(w[4], str))
 
 
 def _s(value: Any) -> str:
@@ -172,8 +186,73 @@ def _s(value: Any) -> str:
 CHUNK, FINAL = "chunk", "final"
 
 
-def chunk_fields(seg: int, part: int, last: bool, attempt: str, rate: int, pcm: bytes) -> dict[str, Any]:
-    return {"type": CHUNK, "seg": seg, "part": part, "last": int(last), "attempt": attempt, "rate": rate, "pcm": pcm}
+def chunk_fields(seg: int, part: int, last: bool, attempt: str, rate: int, pcm: bytes,
+                 words: Sequence[Sequence[Any]] = ()) -> dict[str, Any]:
+    """A chunk record; ``words``: the wire words that end inside it (``words_in``), if any."""
+    fields = {"type": CHUNK, "seg": seg, "part": part, "last": int(last), "attempt": attempt, "rate": rate, "pcm": pcm}
+    if words:
+        fields["words"] = json.dumps(list(words), ensure_ascii=False, separators=(",", ":"))
+    return fields
+
+
+# Word timings on the wire: [start, end, char_start, char_end, text, approx], start and end in samples of the
+# job's rate from the start of the word's segment (a worker does not know where its segment starts in the job;
+# a reader does). char_start/char_end index the submitted text (code points). approx: 1 when the voice gave no
+# durations and the time is the word's share of its segment.
+def words_in(words: Sequence[Sequence[Any]], start: int, end: int, *, last: bool) -> list[Sequence[Any]]:
+    """The wire words of a segment that end inside the chunk of its samples [start, end); the segment's last
+    chunk also takes any that end at or after its end. Any chunking of a segment gives each word exactly once."""
+    return [w for w in words if start <= w[1] and (last or w[1] < end)]
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word of the submitted text and when it is spoken in the job's audio."""
+
+    text: str  # the submitted text[char_start:char_end] ("2024年" reads as several words but is one span)
+    start_s: float
+    end_s: float
+    char_start: int
+    char_end: int
+    approx: bool = False  # the voice gave no durations: the word's share of its segment
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def words_from_wire(words: Sequence[Sequence[Any]], offset: int, rate: int) -> list[Word]:
+    """Wire words of one segment that starts ``offset`` samples into the job -> ``Word``s."""
+    return [Word(str(w[4]), round((offset + w[0]) / rate, 4), round((offset + w[1]) / rate, 4), int(w[2]), int(w[3]),
+                 bool(w[5]) if len(w) > 5 else False) for w in words]
+
+
+def words_key(job_id: str) -> str:
+    """Storage key of a finished job's words (a JSON list of ``Word`` dicts), beside its audio."""
+    return f"{job_id}/words.json"
+
+
+def job_words(segments: Sequence[Sequence[Sequence[Any]]], lengths: Sequence[int], rate: int) -> list[Word]:
+    """All words of a job from each segment's wire words and its length in samples (pause included)."""
+    out: list[Word] = []
+    offset = 0
+    for words, n in zip(segments, lengths):
+        out.extend(words_from_wire(words, offset, rate))
+        offset += n
+    return merge_words(out)
+
+
+def merge_words(words: Sequence[Word]) -> list[Word]:
+    """One word per span of the submitted text: pieces of one span (a date read across two segments) join."""
+    out: list[Word] = []
+    for w in words:
+        if out and w.char_start < out[-1].char_end:
+            p = out[-1]
+            text = p.text if p.char_end >= w.char_end else p.text + w.text[p.char_end - w.char_start :]
+            out[-1] = Word(text, p.start_s, max(p.end_s, w.end_s),
+                           p.char_start, max(p.char_end, w.char_end), p.approx or w.approx)
+        else:
+            out.append(w)
+    return out
 
 
 def final_fields(state: str, **info: Any) -> dict[str, Any]:
@@ -189,6 +268,7 @@ class Chunk:
     pcm: bytes
     sample_rate: int
     last: bool  # the last chunk of the whole job
+    words: tuple[Word, ...] = ()  # the words that end inside this chunk, times in the job's audio
 
 
 @dataclass(frozen=True)
@@ -199,3 +279,4 @@ class JobResult:
     duration_s: float
     timings: Mapping[str, float]
     info: Mapping[str, Any]
+    words: tuple[Word, ...] = ()  # every word of the submitted text and when it is spoken

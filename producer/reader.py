@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import JobError
-from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk
+from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk, Word, words_from_wire
 
 STREAM_TRIMMED = "STREAM_TRIMMED"  # stable: the chunks a reader needs are no longer in the results stream
 READ_COUNT = 256  # entries per read
@@ -32,8 +32,8 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _complete(parts: Mapping[int, tuple[bytes, int, bool]]) -> bool:
-    last = [p for p, (_, _, is_last) in parts.items() if is_last]
+def _complete(parts: Mapping[int, tuple[bytes, int, bool, list[Any]]]) -> bool:
+    last = [p for p, (_, _, is_last, _) in parts.items() if is_last]
     return bool(last) and len(parts) == last[0] + 1
 
 
@@ -47,9 +47,11 @@ class ResultsReader:
     next_seg: int = 0
     seq: int = 0
     final: dict[str, Any] | None = None
-    _parts: dict[tuple[int, str], dict[int, tuple[bytes, int, bool]]] = field(default_factory=dict)
+    samples: int = 0  # samples released so far (resumed-past chunks too): where the next segment starts
+    _parts: dict[tuple[int, str], dict[int, tuple[bytes, int, bool, list[Any]]]] = field(default_factory=dict)
     _attempt: str | None = None  # the attempt the segment being read comes from
     _next_part: int = 0
+    _seg_start: int = 0  # samples before the segment being read
 
     def read_args(self) -> list[Any]:
         """ARGV of ``contract.READ_RESULTS``: the entries after this reader's position."""
@@ -89,7 +91,8 @@ class ResultsReader:
         seg, part, attempt = int(_s(f["seg"])), int(_s(f["part"])), _s(f["attempt"])
         if seg < self.next_seg:
             return []
-        self._parts.setdefault((seg, attempt), {}).setdefault(part, (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1"))
+        words = json.loads(_s(f["words"])) if f.get("words") else []
+        self._parts.setdefault((seg, attempt), {}).setdefault(part, (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1", words))
         return self._release()
 
     def _choose(self, seg: int) -> str | None:
@@ -106,15 +109,19 @@ class ResultsReader:
             if self._attempt is None:
                 self._attempt = self._choose(seg)
                 self._next_part = 0
+                self._seg_start = self.samples
                 if self._attempt is None:
                     return out
             parts = self._parts[(seg, self._attempt)]
             if self._next_part not in parts:
                 return out
-            pcm, rate, is_last = parts[self._next_part]
+            pcm, rate, is_last, wire_words = parts[self._next_part]
             if self.seq > self.skip_through_seq:
-                out.append(Chunk(seq=self.seq, seg=seg, pcm=bytes(pcm), sample_rate=rate, last=is_last and seg == self.total - 1))
+                words: tuple[Word, ...] = tuple(words_from_wire(wire_words, self._seg_start, rate))
+                out.append(Chunk(seq=self.seq, seg=seg, pcm=bytes(pcm), sample_rate=rate, last=is_last and seg == self.total - 1,
+                                 words=words))
             self.seq += 1
+            self.samples += len(pcm) // 2
             self._next_part += 1
             if is_last:
                 for key in [k for k in self._parts if k[0] == seg]:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.errors import TTSFarmError
-from producer.contract import JobResult
+from producer.contract import JobResult, Word
 
 _NUMBERS = {"total": int, "done": int, "sample_rate": int, "created": float, "started": float, "first_chunk": float,
             "finished": float, "duration": float, "deadline": float, "est_seconds": float}
@@ -31,5 +31,6 @@ def result_from_status(job_id: str, st: Mapping[str, Any]) -> JobResult:
     created = float(st.get("created", 0.0))
     timings = {name: round(float(st[name]) - created, 4) for name in ("started", "first_chunk", "finished") if st.get(name)}
     info = json.loads(st["info"]) if st.get("info") else {}
+    words = tuple(Word(**w) for w in json.loads(st["words"])) if st.get("words") else ()
     return JobResult(job_id=job_id, state=st["state"], url=str(st.get("url", "")), duration_s=float(st.get("duration", 0.0)),
-                     timings=timings, info=info)
+                     timings=timings, info=info, words=words)

@@ -127,6 +127,8 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
             out.append(f"    served: {served}"[:width])
         if w.get("error"):
             out.append(f"    error: {w['error'][:width]}")
+        for name, why in sorted((w.get("voices_failed") or {}).items()):
+            out.append(f"    not serving {name}: {why}"[:width])
         reload = w.get("reload") or {}
         if reload and not reload.get("ok"):
             out.append(f"    last reload failed: {str(reload.get('error', ''))[:width]}")

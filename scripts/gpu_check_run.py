@@ -165,6 +165,18 @@ def device_memory() -> dict[str, float | None]:
         return {"used_mb": None, "total_mb": None}
 
 
+def process_memory_mb(exclude_pid: int) -> float | None:
+    """Device memory of the other processes on the GPU (the farm's worker), from nvidia-smi; None if unreadable."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    used = [float(mb) for pid, _, mb in (line.partition(",") for line in out.splitlines() if "," in line)
+            if pid.strip() != str(exclude_pid) and mb.strip().replace(".", "", 1).isdigit()]
+    return sum(used) if used else None
+
+
 def cuda_graph_row(model: Any, *, min_time_s: float, window: int = 96, batch: int = 8) -> list[dict[str, Any]]:
     """A fixed-shape vocoder window batch with and without a captured CUDA graph (device-resident I/O)."""
     import onnxruntime as ort

@@ -10,6 +10,7 @@ import pytest
 import soundfile as sf
 
 from pipeline import audio
+from tests.decode import decode_av
 from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_FORMAT, UNSUPPORTED_SAMPLE_RATE, InputError
 
 
@@ -24,8 +25,16 @@ def peak_hz(x: np.ndarray, rate: int) -> float:
 
 
 def decode(data: bytes, dtype: str = "float32") -> tuple[np.ndarray, int]:
+    if data[:2] == b"\xff\xf1" or data[:2] == b"\xff\xf9":  # AAC in ADTS: libsndfile has no AAC decoder
+        return decode_av(data)
     samples, rate = sf.read(io.BytesIO(data), dtype=dtype)
     return np.asarray(samples), int(rate)
+
+
+def slack(fmt: str) -> int:
+    """Samples a decoded file may differ by: Opus ends on a 20 ms boundary before its granule trims it;
+    MP3 (LAME tag) within one frame; AAC in ADTS carries no gapless data (1,024 priming samples + padding)."""
+    return {"ogg": 320, "mp3": 576, "aac": 2048}.get(fmt, 1)
 
 
 # -- PCM16 conversion ------------------------------------------------------------------------------
@@ -115,7 +124,7 @@ def test_out_rate_resamples_every_format(fmt: str) -> None:
     else:
         decoded, rate = decode(data)
     assert rate == 16000
-    assert abs(len(decoded) - 16000) <= (320 if fmt == "ogg" else 1)
+    assert abs(len(decoded) - 16000) <= slack(fmt)
     assert abs(peak_hz(decoded, rate) - 500) < 5
 
 
@@ -130,7 +139,7 @@ def test_empty_audio_is_refused(fmt: str) -> None:
 def test_a_single_sample_encodes(fmt: str) -> None:
     data = audio.encode(np.array([0.25], dtype=np.float32), 24000, fmt)
     decoded = audio.from_pcm16(data) if fmt == "pcm" else decode(data)[0]
-    assert len(decoded) == 1
+    assert 1 <= len(decoded) <= 1 + (slack(fmt) if fmt in ("mp3", "aac") else 0)
 
 
 def test_stereo_wav_keeps_channels() -> None:
@@ -166,9 +175,9 @@ def test_write_pcm_and_explicit_format(tmp_path: Path) -> None:
 
 def test_write_unknown_suffix_raises(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
-        audio.write(tmp_path / "a.mp3", sine(440, 16000, 0.1), 16000)
+        audio.write(tmp_path / "a.wma", sine(440, 16000, 0.1), 16000)
     assert err.value.code == UNSUPPORTED_FORMAT
-    assert not (tmp_path / "a.mp3").exists()
+    assert not (tmp_path / "a.wma").exists()
 
 
 # -- resampling ------------------------------------------------------------------------------------
@@ -197,7 +206,7 @@ def test_resample_empty() -> None:
 # -- refusals --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", ["mp3", "", "wav ", "WAV"])
+@pytest.mark.parametrize("fmt", ["wma", "", "wav ", "WAV"])
 def test_check_format(fmt: str) -> None:
     if fmt.strip().lower() == "wav":
         assert audio.check_format(fmt) == "wav"
@@ -223,7 +232,7 @@ def test_check_sample_rate_accepts(rate: int) -> None:
 def test_encode_refuses_bad_format_and_rate() -> None:
     x = sine(440, 16000, 0.1)
     with pytest.raises(InputError) as err:
-        audio.encode(x, 16000, "mp3")
+        audio.encode(x, 16000, "wma")
     assert err.value.code == UNSUPPORTED_FORMAT
     with pytest.raises(InputError) as err:
         audio.encode(x, 16000, "wav", out_rate=12345)

@@ -56,7 +56,7 @@ def test_text_over_the_limit(settings: Settings) -> None:
         ({"voice": "nobody"}, errors.UNKNOWN_VOICE),
         ({"voice": "kumo", "text": "Hello there"}, errors.UNSUPPORTED_LANGUAGE),
         ({"voice": "joe", "text": "你好"}, errors.UNSUPPORTED_LANGUAGE),
-        ({"format": "mp3"}, errors.UNSUPPORTED_FORMAT),
+        ({"format": "wma"}, errors.UNSUPPORTED_FORMAT),
         ({"format": ""}, errors.UNSUPPORTED_FORMAT),
         ({"sample_rate": 12345}, errors.UNSUPPORTED_SAMPLE_RATE),
         ({"sample_rate": -1}, errors.UNSUPPORTED_SAMPLE_RATE),

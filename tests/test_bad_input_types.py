@@ -64,7 +64,16 @@ OPTIONS = [
     ({"format": 3}, BAD_OPTION),
     ({"format": None}, BAD_OPTION),
     ({"format": ["wav"]}, BAD_OPTION),
-    ({"format": "mp3"}, UNSUPPORTED_FORMAT),
+    ({"format": "wma"}, UNSUPPORTED_FORMAT),
+    ({"bitrate": "64k"}, BAD_OPTION),
+    ({"bitrate": True}, BAD_OPTION),
+    ({"format": "mp3", "bitrate": 1}, BAD_OPTION),
+    ({"format": "wav", "bitrate": 64000}, BAD_OPTION),
+    ({"lexicon": ["Nguyen"]}, BAD_OPTION),
+    ({"lexicon": {"Nguyen": 1}}, BAD_OPTION),
+    ({"lexicon": {"重庆": "chong qing"}}, "BAD_LEXICON"),
+    ({"ssml": "yes"}, BAD_OPTION),
+    ({"ssml": 1}, BAD_OPTION),
     ({"lane": None}, BAD_OPTION),
     ({"lane": 1}, BAD_OPTION),
     ({"lane": ["bulk"]}, BAD_OPTION),
@@ -220,7 +229,12 @@ BOOK_ARGS = [
     ({"opts": {"speed": 1.0}}, BAD_OPTION),
     ({"manifest": 3}, BAD_OPTION),
     ({"opts": BookOptions(format=3)}, BAD_OPTION),  # type: ignore[arg-type]
-    ({"opts": BookOptions(format="mp3")}, UNSUPPORTED_FORMAT),
+    ({"opts": BookOptions(format="wma")}, UNSUPPORTED_FORMAT),
+    ({"opts": BookOptions(format="aac")}, UNSUPPORTED_FORMAT),  # chapters: flac, ogg, mp3, wav (the M4B is AAC)
+    ({"opts": BookOptions(format="mp3", bitrate=5)}, BAD_OPTION),
+    ({"opts": BookOptions(lexicon=["x"])}, BAD_OPTION),  # type: ignore[arg-type]
+    ({"opts": BookOptions(lexicon={"重庆": "chong qing"})}, "BAD_LEXICON"),
+    ({"opts": BookOptions(single_file="yes")}, BAD_OPTION),  # type: ignore[arg-type]
     ({"opts": BookOptions(sample_rate="16000")}, BAD_OPTION),  # type: ignore[arg-type]
     ({"opts": BookOptions(sample_rate=7)}, UNSUPPORTED_SAMPLE_RATE),
     ({"opts": BookOptions(options={"speed": math.nan})}, BAD_OPTION),
@@ -236,10 +250,13 @@ BOOK_ARGS = [
 
 @pytest.mark.parametrize(("kwargs", "code"), BOOK_ARGS, ids=[_id(k) for k, _ in BOOK_ARGS])
 def test_submit_book_arguments(settings: Settings, tmp_path: Path, kwargs: dict[str, Any], code: str) -> None:
+    import secrets
+
+    settings = settings.replace(redis={"key_prefix": f"t{secrets.token_hex(4)}"})  # its own keys: earlier tests leave theirs
     args = {"path": str(BOOK), "out": str(tmp_path / "out"), **kwargs}
     client = Client.from_url(settings=settings)
     expect(code, submit_book, client, args.pop("path"), **args)
-    assert not client.redis.keys("*:job:*"), "nothing may be queued for a refused book"
+    assert not client.redis.keys(f"{settings.redis.key_prefix}:*"), "nothing may be queued for a refused book"
 
 
 def test_client_submit_book_refuses_unknown_keywords(settings: Settings, tmp_path: Path) -> None:

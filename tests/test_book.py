@@ -160,13 +160,14 @@ def test_epub_of_the_same_book_into_s3_reuses_every_segment(farm: Farm, md_run: 
     assert result.reused == result.segments == first.segments and result.synthesized == 0
     assert result.manifest_url == f"s3://{bucket}/audio/small/manifest.json"
     listing = s3.client.list_objects_v2(Bucket=bucket)["Contents"]
-    assert len(listing) == 11 + 2
+    assert len(listing) == 11 * 2 + 2 + 1  # a chapter file and its captions each, manifest and playlist, the book's M4B
     manifest = json.loads(s3.get("manifest.json"))
     assert manifest["title"] == "The Small Farm" and len(manifest["chapters"]) == 11
     for a, b in zip(first.chapters, result.chapters):  # the same segments, pauses and gain: the same audio
         s3_audio, _ = sf.read(io.BytesIO(s3.get(b.file)), dtype="int16")
         local, _ = sf.read(md_out / a.file, dtype="int16")
         np.testing.assert_array_equal(s3_audio, local)
+        assert s3.get(b.captions) == (md_out / a.captions).read_bytes()  # reused segments keep their words
 
 
 @pytest.mark.slow
@@ -242,3 +243,74 @@ def test_killed_worker_and_runner_then_a_rerun_redoes_only_what_was_in_flight(fa
     assert all(entries[j] == 1 for j in ids), {j: entries[j] for j in ids if entries[j] != 1}  # no job was queued twice
     numbers = _check_chapters(farm, plan, result, lambda f: sf.read(out / f, dtype="float32"))
     print(f"\nkilled and rerun: {len(in_flight)} of {len(ids)} redone, {numbers}, rerun {result.wall_s:.1f} s")
+
+
+@pytest.mark.slow
+def test_chapters_have_captions_listed_in_the_manifest(farm: Farm, md_run: tuple[BookResult, Path, str]) -> None:
+    from tests.test_word_timings_farm import _parse_vtt
+
+    result, out, _ = md_run
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    opts = BookOptions()
+    for entry, made in zip(manifest["chapters"], result.chapters):
+        assert entry["captions"] == made.captions == Path(made.file).stem + ".vtt"
+        cues = _parse_vtt((out / entry["captions"]).read_text(encoding="utf-8"))
+        assert cues, entry
+        assert cues[0][0] >= opts.head_s - 1e-3 and cues[-1][1] <= made.duration_s + 1e-3
+        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(cues, cues[1:]))  # in order, no overlap
+    # the chapter's words are its text's words: the third chapter (Chinese) as the characters read
+    third = _parse_vtt((out / result.chapters[2].captions).read_text(encoding="utf-8"))
+    assert any("\u4e00" <= ch <= "\u9fff" for _, _, text in third for ch in text)
+
+
+# -- one file a listener can carry -------------------------------------------------------------------------------
+
+
+def _m4b_chapters(path: Path) -> tuple[dict[str, str], list[tuple[str, float, float]], float, str]:
+    """(metadata, [(title, start s, end s)], audio seconds, codec) of an M4B, as FFmpeg reads it."""
+    import av
+
+    with av.open(str(path)) as c:
+        chapters = [(ch["metadata"].get("title", ""), float(ch["start"] * ch["time_base"]), float(ch["end"] * ch["time_base"]))
+                    for ch in c.chapters()]
+        stream = c.streams.audio[0]
+        return dict(c.metadata), chapters, float(stream.duration * stream.time_base), stream.codec_context.name
+
+
+@pytest.mark.slow
+def test_markdown_book_has_one_m4b_with_its_chapters(farm: Farm, md_run: tuple[BookResult, Path, str]) -> None:
+    result, out, _ = md_run
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    book_file = manifest["book_file"]
+    assert book_file["file"] == f"{BOOK_ID}.m4b" and book_file["format"] == "m4b"
+    path = out / book_file["file"]
+    assert result.book_file_url and path.is_file() and path.stat().st_size == book_file["bytes"]
+    meta, chapters, seconds, codec = _m4b_chapters(path)
+    assert codec == "aac" and meta.get("title") == result.title
+    assert [t for t, _, _ in chapters] == [c.title for c in result.chapters]
+    start = 0.0
+    for (title, begin, end), ch in zip(chapters, result.chapters):  # chapter marks where the chapters begin
+        assert abs(begin - start) <= 0.002 and abs((end - begin) - ch.duration_s) <= 0.002, (title, begin, end, ch)
+        start += ch.duration_s
+    assert abs(seconds - start) <= 0.05  # the whole book, once
+    assert [c["start_s"] for c in book_file["chapters"]] == pytest.approx([b for _, b, _ in chapters], abs=0.002)
+
+
+@pytest.mark.slow
+def test_mp3_chapters_with_a_book_lexicon(farm: Farm, tmp_path: Path) -> None:
+    from tests.decode import decode_av
+
+    src = tmp_path / "names.md"
+    src.write_text("# Names\n\n## One\n\nWe met Nguyen today.\n\n## 二\n\n我们听单田芳的评书。\n", encoding="utf-8")
+    lexicon = {"Nguyen": "ŋwˈɪn", "单田芳": "shan4 tian2 fang1"}
+    opts = BookOptions(format="mp3", bitrate=48000, lexicon=lexicon)
+    plan = plan_book(farm.settings, load_book(src), book_id="names", opts=opts)
+    texts = " ".join(s.text for ch in plan.chapters for s in ch.segments)
+    assert "[[ŋwˈɪn]]" in texts and "[[shan4 tian2 fang1]]" in texts
+    result = run_book(farm.settings, src, None, str(tmp_path / "out"), book_id="names", opts=opts, timeout=120)
+    for ch in result.chapters:
+        data = (tmp_path / "out" / ch.file).read_bytes()
+        samples, rate = decode_av(data)
+        assert ch.file.endswith(".mp3") and abs(len(samples) / rate - ch.duration_s) <= 1152 / rate
+    _, chapters, _, _ = _m4b_chapters(tmp_path / "out" / "names.m4b")
+    assert [t for t, _, _ in chapters] == ["One", "二"]

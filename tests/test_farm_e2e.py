@@ -83,7 +83,7 @@ def test_unknown_voice_and_format_are_rejected_at_submit(farm: Farm) -> None:
         client.submit("hello", voice="nobody")
     assert exc.value.code == UNKNOWN_VOICE
     with pytest.raises(InputError) as exc:
-        client.submit("hello", format="mp3")
+        client.submit("hello", format="wma")
     assert exc.value.code == UNSUPPORTED_FORMAT
 
 

@@ -142,7 +142,7 @@ def test_openai_client_pcm_is_24k_raw_pcm16(server: BackgroundServer) -> None:
 
 
 @pytest.mark.parametrize(("fmt", "rate", "subtype"), [("flac", 22050, "PCM_16"), ("opus", 24000, "OPUS"), ("ogg", 24000, "OPUS")])
-def test_flac_and_opus_come_whole_once_stored(http: httpx.Client, fmt: str, rate: int, subtype: str) -> None:
+def test_flac_and_opus_come_whole(http: httpx.Client, fmt: str, rate: int, subtype: str) -> None:
     r = http.post("/v1/audio/speech", json={"model": "tts-1", "input": "Encoded at the end.", "voice": "joe",
                                             "response_format": fmt})
     assert r.status_code == 200, r.text
@@ -158,8 +158,12 @@ def test_flac_and_opus_come_whole_once_stored(http: httpx.Client, fmt: str, rate
         ({"input": "   \n "}, "EMPTY_TEXT"),
         ({"input": "hello", "voice": "nobody"}, "UNKNOWN_VOICE"),
         ({"input": "hello", "voice": {"id": "nobody"}}, "UNKNOWN_VOICE"),
-        ({"input": "hello", "response_format": "mp3"}, "UNSUPPORTED_FORMAT"),
-        ({"input": "hello", "response_format": "aac"}, "UNSUPPORTED_FORMAT"),
+        ({"input": "hello", "response_format": "wma"}, "UNSUPPORTED_FORMAT"),
+        ({"input": "hello", "model": "tts-2"}, "UNKNOWN_MODEL"),
+        ({"input": "hello", "response_format": "mp3", "bitrate": 1000}, "BAD_OPTION"),
+        ({"input": "hello", "response_format": "wav", "bitrate": 64000}, "BAD_OPTION"),
+        ({"input": "<speak>hello <emphasis>you</emphasis></speak>"}, "BAD_SSML"),
+        ({"input": "hello", "lexicon": {"hello": "h3l"}}, "BAD_LEXICON"),
         ({"input": "hello", "response_format": "m4a"}, "UNSUPPORTED_FORMAT"),
         ({"input": "hello", "speed": 9}, "BAD_OPTION"),
         ({"input": "hello", "speed": 0}, "BAD_OPTION"),

@@ -3,7 +3,7 @@
 onnxruntime supports IO binding on its CPU execution provider too, so the very code that runs on CUDA
 (staging pool, rounded shapes, bound outputs, copy back to host) runs here against the real joe voice.
 What needs a device (pinned memory, the device-to-host copy through torch) is measured by
-scripts/bench_gpu.py on a machine with one.
+scripts/gpu_check.sh on a machine with one (docs/GPU.md).
 """
 
 from __future__ import annotations

@@ -33,9 +33,13 @@ def test_auto_on_cpu_is_one_single_threaded_loop_per_core_plus_the_reserved_ones
     assert _layout(s)[0] == 1  # never none
 
 
-def test_auto_on_cuda_is_one_batching_loop_and_explicit_values_are_kept() -> None:
+def test_auto_on_cuda_is_six_loops_on_one_session_and_explicit_values_are_kept() -> None:
     s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="1"), cores=16, cuda=True)
-    assert _layout(s) == (2, 0, 0)  # the reserved loop shares the device session
+    assert _layout(s) == (6, 0, 0)  # the reserved loop among them; all share the device sessions
+    s = resolve_loops(_settings(queue_inference_threads="0", queue_interactive_loops="1"), cores=2, cuda=True)
+    assert _layout(s) == (2, 0, 0)  # at most one loop per core, and never fewer than a shared + the reserved one
+    s = resolve_loops(_settings(queue_inference_threads="1", queue_interactive_loops="0"), cores=16, cuda=True)
+    assert _layout(s) == (1, 0, 0)
     s = resolve_loops(_settings(queue_inference_threads="3", runtime_intra_op_threads="1"), cores=2, cuda=False)
     assert _layout(s) == (3, 1, 2)
     # onnxruntime picks the threads (0): that session already uses every core, the reserved loops share it

@@ -116,6 +116,10 @@ def test_the_wheel_alone_says_english_and_chinese(tmp_path: Path) -> None:
         assert said.returncode == 0, said.stderr[-3000:]
         audio, sr = sf.read(out)
         assert sr == rate and 0.5 < len(audio) / sr < 10 and float(np.abs(audio).max()) > 0.05
+    mp3 = work / "joe.mp3"  # the lossy encoders come with the install (PyAV wheels bundle LAME, libopus, AAC)
+    said = subprocess.run([ttsfarm, "say", "An MP3 from a fresh install.", "--voice", "joe", "-o", str(mp3)],
+                          capture_output=True, text=True, cwd=work, env=env, timeout=600)
+    assert said.returncode == 0 and sf.info(str(mp3)).format == "MP3", said.stderr[-3000:]
     doctor = subprocess.run([ttsfarm, "doctor", "--device", "cpu"], capture_output=True, text=True, cwd=work,
                             env=env, timeout=120)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr

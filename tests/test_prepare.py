@@ -191,6 +191,22 @@ def test_a_fresh_install_serves_the_int8_that_passed(base_settings: Settings, fp
     assert again.precision == "fp32"
     assert describe_voice(settings.catalogue.get("joe"), settings)["stages"]["acoustic"]["precision"] == "fp32"
 
+    # The FP16 vocoder CUDA serves: built and gated here (log-mel against FP32 on the CPU provider), chosen per stage
+    fp16 = result.prepared.verdict("vocoder", "fp16")
+    assert fp16 is not None and fp16["passed"] and fp16["lengths_equal"], fp16
+    assert fp16["spectral"]["value"] <= settings.quality_gate.max_logmel_l1_db
+    from pipeline.voices.prepared import wanted_precision
+
+    spec = settings.catalogue.get("joe")
+    cuda = dataclasses.replace(settings.runtime, device="cuda")
+    with pytest.MonkeyPatch.context() as mp:  # what a CUDA host asks for, per stage (the provider list is all that differs)
+        import onnxruntime as ort
+
+        mp.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+        file, precision, _ = result.prepared.served("vocoder", wanted_precision(spec, cuda, "vocoder"))
+        assert (file.name, precision) == ("vocoder.fp16.onnx", "fp16")
+        assert result.prepared.served("acoustic", wanted_precision(spec, cuda, "acoustic"))[1] == "fp32"
+
 
 def test_cli_prepares_then_lists_what_is_served(base_settings: Settings, fp32_cache: Path, tmp_path: Path) -> None:
     import os

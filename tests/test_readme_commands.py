@@ -344,6 +344,9 @@ def test_metrics_and_farm_commands(shell: Shell, farm: subprocess.Popen[bytes]) 
             assert "first chunk after" in done.stderr
             toks = words(cmd)
             audio_ok(shell.work / toks[toks.index("-o") + 1], 24000)
+            if "--captions" in toks:
+                captions = (shell.work / toks[toks.index("--captions") + 1]).read_text(encoding="utf-8")
+                assert captions.startswith("WEBVTT\n") and " --> " in captions, captions
         elif k == "ttsfarm status" and "--watch" in cmd:
             proc = shell.start(cmd, "watch.log")
             try:

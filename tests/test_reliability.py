@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from pipeline.errors import TransientError
+from pipeline.errors import TransientError, TTSFarmError
 from producer.contract import Keys
 from producer.local import RedisServer
 from tests.conftest import Farm
@@ -236,7 +236,9 @@ def test_sigterm_finishes_the_batch_in_flight_and_leaves_nothing_claimed(redis_u
         farm.stop()
 
 
-def test_a_model_that_fails_to_load_stops_work_with_a_clear_status(redis_url: str, tmp_path: Path) -> None:
+def test_a_model_that_fails_to_load_leaves_the_other_voices_serving(redis_url: str, tmp_path: Path) -> None:
+    """joe's model is missing: the worker serves the other voices, says which voice it lacks and why, and a job for
+    joe fails at once with VOICE_UNAVAILABLE (the load error in its message) instead of waiting forever."""
     import shutil
 
     from pipeline.settings import CONFIG_DIR
@@ -248,7 +250,7 @@ def test_a_model_that_fails_to_load_stops_work_with_a_clear_status(redis_url: st
                                                  str(tmp_path / "missing.onnx")))
     farm = Farm(redis_url, tmp_path, TTSFARM_CONFIG_DIR=str(configs))
     try:
-        worker = farm.start_worker(wait=False)
+        worker = farm.start_worker()  # reaches "serving"
         r = redis.Redis.from_url(redis_url)
         keys = Keys(farm.prefix)
 
@@ -258,12 +260,18 @@ def test_a_model_that_fails_to_load_stops_work_with_a_clear_status(redis_url: st
                     return json.loads(raw)
             return {}
 
-        wait_until(lambda: beat().get("state") == "failed", 60, "the failed status")
-        job = farm.client().submit("Nobody should take this.", voice="joe")
-        time.sleep(2.0)
-        assert "MODEL_MISSING" in beat()["error"]
-        assert worker.proc.poll() is None  # alive, reporting, not crash-looping
-        assert job.status()["state"] == "queued"  # and it took no work
-        result("model_load_failure", heartbeat_state="failed", error=beat()["error"][:60], job_state="queued")
+        info = beat()
+        assert info["state"] == "serving" and "joe" not in info["voices"] and "baker" in info["voices"]
+        assert info["voices_failed"]["joe"].startswith("MODEL_MISSING")
+        client = farm.client()
+        english = client.submit("Nobody can read this here.", voice="joe")
+        chinese = client.submit("今天天气很好。", voice="baker")
+        assert chinese.wait(timeout=120).duration_s > 0
+        with pytest.raises(TTSFarmError) as failed:
+            english.wait(timeout=60)
+        assert failed.value.code == "VOICE_UNAVAILABLE" and "MODEL_MISSING" in str(failed.value)
+        assert worker.proc.poll() is None  # alive and serving the rest
+        result("model_load_failure", heartbeat_state=info["state"], voices_failed=info["voices_failed"]["joe"][:60],
+               english_job="failed VOICE_UNAVAILABLE", chinese_job="done")
     finally:
         farm.stop()

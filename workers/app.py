@@ -39,4 +39,5 @@ def ping() -> str:
     return "pong"
 
 import workers.assembly  # noqa: E402,F401  (registers ttsfarm.measure_chapter / assemble_chapter / write_book_files)
+import workers.book_file  # noqa: E402,F401  (registers ttsfarm.assemble_book_file)
 import workers.control  # noqa: E402,F401  (registers the ttsfarm_reload_voices remote control command)

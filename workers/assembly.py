@@ -57,8 +57,10 @@ BOOK_SUPERSEDED = "BOOK_SUPERSEDED"
 BOOK_OUTPUT_REFUSED = "BOOK_OUTPUT_REFUSED"
 BOOK_FILES = {"manifest.json": "application/json", "playlist.m3u8": "audio/x-mpegurl; charset=utf-8"}
 BLOCK_S, HOP_S = 0.4, 0.1  # loudness blocks, as in BS.1770
-_SOUNDFILE = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "OPUS")}
-_CONTENT = {"wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg; codecs=opus"}
+_SOUNDFILE = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16")}
+CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")
+CONTENT_TYPES = {"wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg; codecs=opus", "mp3": "audio/mpeg",
+            "m4b": "audio/mp4"}
 
 Audio = npt.NDArray[np.float32]
 
@@ -152,41 +154,41 @@ class LoudnessMeter:
 
 
 class StreamEncoder:
-    """Encodes blocks as they come: the chapter is never held whole as float samples."""
+    """Encodes blocks as they come: the chapter is never held whole as float samples. FLAC and WAV go
+    through soundfile; the lossy formats (Ogg Opus, MP3) through ``pipeline.encoders`` (PyAV)."""
 
-    def __init__(self, fmt: str, rate: int, tags: dict[str, str] | None = None) -> None:
+    def __init__(self, fmt: str, rate: int, tags: dict[str, str] | None = None, bitrate: int | None = None) -> None:
         import soundfile as sf
-        import soxr
 
-        from pipeline.audio import output_rate
+        from pipeline.encoders import CODECS, AudioEncoder
 
-        if fmt not in _SOUNDFILE:
-            raise InputError(f"a chapter file is flac, ogg or wav, not {fmt!r}", code="UNSUPPORTED_FORMAT")
-        self.fmt, self.rate, self.out_rate = fmt, rate, output_rate(fmt, rate)
-        self.resampler = soxr.ResampleStream(rate, self.out_rate, 1, dtype="float32") if self.out_rate != rate else None
+        if fmt not in CHAPTER_FORMATS:
+            raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {fmt!r}", code="UNSUPPORTED_FORMAT")
+        self.fmt, self.rate = fmt, rate
+        self.lossy = AudioEncoder(fmt, rate, bitrate=bitrate, seekable=True, tags=tags) if fmt in CODECS else None
+        self.samples = 0
+        if self.lossy is not None:
+            return
         self.buf = io.BytesIO()
         container, subtype = _SOUNDFILE[fmt]
-        self.file = sf.SoundFile(self.buf, "w", samplerate=self.out_rate, channels=1, format=container, subtype=subtype)
+        self.file = sf.SoundFile(self.buf, "w", samplerate=rate, channels=1, format=container, subtype=subtype)
         for name, value in (tags or {}).items():
             if value and fmt != "wav":
                 try:
                     setattr(self.file, name, value)
                 except (RuntimeError, AttributeError):
                     log.debug("cannot tag %s with %s", fmt, name)
-        self.samples = 0
 
     def write(self, x: Audio) -> None:
         self.samples += len(x)
-        if self.resampler is not None:
-            x = self.resampler.resample_chunk(x)
-        if len(x):
-            self.file.write(x if self.fmt == "ogg" else np.clip(np.rint(x * 32768.0), -32768, 32767).astype(np.int16))
+        if self.lossy is not None:
+            self.lossy.write(x)
+        elif len(x):
+            self.file.write(np.clip(np.rint(x * 32768.0), -32768, 32767).astype(np.int16))
 
     def close(self) -> bytes:
-        if self.resampler is not None:
-            tail = self.resampler.resample_chunk(np.zeros(0, np.float32), last=True)
-            if len(tail):
-                self.file.write(tail)
+        if self.lossy is not None:
+            return self.lossy.close()
         self.file.close()
         return self.buf.getvalue()
 
@@ -251,7 +253,7 @@ def _pcm(data: bytes) -> Audio:
     return (np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768.0)).astype(np.float32)
 
 
-def _run(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[str, Any]:
+def run_task(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[str, Any]:
     settings, r, storage = _farm(task)
     reply = str(spec.get("reply", ""))
     if not reply.startswith(f"{settings.redis.key_prefix}:book:"):
@@ -273,12 +275,32 @@ def _run(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[str, 
     return {k: v for k, v in result.items() if k != "hist"}
 
 
-def _pieces(storage: Storage, segments: list[list[Any]], missing: list[str]) -> Iterator[tuple[Audio, float]]:
+def stored_pieces(storage: Storage, segments: list[list[Any]], missing: list[str],
+                  seen: list[tuple[str, int, float]] | None = None) -> Iterator[tuple[Audio, float]]:
     for (key, data), (_, pause) in zip(_fetch(storage, [str(k) for k, _ in segments]), segments):
         if data is None:
             missing.append(key)
             continue
-        yield _pcm(data), float(pause)
+        audio = _pcm(data)
+        if seen is not None:
+            seen.append((key, len(audio), float(pause)))
+        yield audio, float(pause)
+
+
+def chapter_captions(storage: Storage, seen: list[tuple[str, int, float]], rate: int, head_s: float) -> str:
+    """WebVTT of a chapter: each stored job's words (``contract.words_key``) moved to where ``join_chapter``
+    put its audio (head silence, then each segment and its pause). A job stored without words adds none."""
+    from producer.captions import to_vtt
+    from producer.contract import Word, words_key
+
+    words: list[Word] = []
+    offset = round(head_s * rate)
+    for (key, n, pause), (_, data) in zip(seen, _fetch(storage, [words_key(k.split("/", 1)[0]) for k, _, _ in seen])):
+        shift = offset / rate
+        for w in json.loads(data) if data else []:
+            words.append(dataclasses.replace(Word(**w), start_s=round(w["start_s"] + shift, 4), end_s=round(w["end_s"] + shift, 4)))
+        offset += n + (round(pause * rate) if pause > 0 else 0)
+    return to_vtt(words)
 
 
 # -- the tasks -------------------------------------------------------------------------------------
@@ -287,7 +309,7 @@ def _pieces(storage: Storage, segments: list[list[Any]], missing: list[str]) -> 
 def _measure(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dict[str, Any]:
     meter, samples = LoudnessMeter(int(spec["rate"])), 0
     missing: list[str] = []
-    for audio, _ in _pieces(storage, spec["segments"], missing):
+    for audio, _ in stored_pieces(storage, spec["segments"], missing):
         meter.add(audio)
         samples += len(audio)
     if missing:
@@ -303,9 +325,10 @@ def _assemble(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dic
     key = safe_key(str(spec["file"]))
     if "/" in key or not key.endswith(f".{fmt}"):
         raise InputError(f"a chapter file is a plain .{fmt} name, not {key!r}", code=BAD_OPTION)
-    encoder = StreamEncoder(fmt, rate, dict(spec.get("tags") or {}))
+    encoder = StreamEncoder(fmt, rate, dict(spec.get("tags") or {}), spec.get("bitrate"))
     missing: list[str] = []
-    pieces = _pieces(storage, spec["segments"], missing)
+    seen: list[tuple[str, int, float]] = []
+    pieces = stored_pieces(storage, spec["segments"], missing, seen)
     for block in join_chapter(pieces, rate, gain=float(spec["gain"]), fade_ms=float(spec["fade_ms"]),
                               head_s=float(spec["head_s"]), tail_s=float(spec["tail_s"]),
                               ceiling=float(spec.get("ceiling", 1.0))):
@@ -313,10 +336,12 @@ def _assemble(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dic
     data = encoder.close()
     if missing:
         raise TTSFarmError(f"{len(missing)} segment(s) are not stored", code=SEGMENT_MISSING, missing=missing)
-    url = out.put(key, data, _CONTENT[fmt])
+    url = out.put(key, data, CONTENT_TYPES[fmt])
+    captions = key.rsplit(".", 1)[0] + ".vtt"
+    out.put(captions, chapter_captions(storage, seen, rate, float(spec["head_s"])).encode("utf-8"), "text/vtt; charset=utf-8")
     log.info("chapter %s: %.1f s, %d bytes -> %s", key, encoder.samples / rate, len(data), url)
     return {"key": key, "url": url, "duration_s": round(encoder.samples / rate, 4), "samples": encoder.samples,
-            "bytes": len(data)}
+            "bytes": len(data), "captions": captions}
 
 
 def _write_files(settings: Settings, storage: Storage, spec: dict[str, Any]) -> dict[str, Any]:
@@ -329,14 +354,14 @@ def _write_files(settings: Settings, storage: Storage, spec: dict[str, Any]) -> 
 
 @shared_task(name="ttsfarm.measure_chapter", bind=True, acks_late=True, ignore_result=True)
 def measure_chapter(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    return _run(self, spec, _measure, writes=False)
+    return run_task(self, spec, _measure, writes=False)
 
 
 @shared_task(name="ttsfarm.assemble_chapter", bind=True, acks_late=True, ignore_result=True)
 def assemble_chapter(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    return _run(self, spec, _assemble, writes=True)
+    return run_task(self, spec, _assemble, writes=True)
 
 
 @shared_task(name="ttsfarm.write_book_files", bind=True, acks_late=True, ignore_result=True)
 def write_book_files(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    return _run(self, spec, _write_files, writes=True)
+    return run_task(self, spec, _write_files, writes=True)

@@ -70,6 +70,7 @@ class FarmWorker:
         self.stopping = threading.Event()
         self.ready = threading.Event()
         self.state = "loading"
+        self.voices_failed: dict[str, TTSFarmError] = {}
         self.error: TTSFarmError | None = None
         self._threads: list[threading.Thread] = []
         self.loops: list[InferenceLoop] = []
@@ -104,14 +105,21 @@ class FarmWorker:
         self._threads = [t]
 
     def _run(self) -> None:
+        # A voice that fails to load leaves the others serving: its jobs fail with VOICE_UNAVAILABLE (the load error
+        # in the message) and the heartbeat lists it. Only a worker none of whose voices load takes no work.
         try:
             for bank in self.banks():
-                bank.load_all()
+                self.voices_failed.update(bank.load_all(tolerant=True))
+            if self.voices_failed and not self.bank.loaded():
+                first = next(iter(self.voices_failed.values()))
+                raise first
         except TTSFarmError as exc:
             self.state, self.error = "failed", exc
             log.error("voices failed to load, taking no work: %s", exc)
             self._heartbeat_until_stopped()
             return
+        for name, exc in self.voices_failed.items():
+            self.metrics.error(exc.code, stage="load", message=f"voice {name}: {exc.message}")
         self.state = "serving"
         self.ready.set()
         self.metrics.voices_loaded(self.bank)
@@ -142,6 +150,7 @@ class FarmWorker:
     def heartbeat(self, state: str | None = None) -> None:
         info = {"state": state or self.state, "ts": time.time(), "pid": os.getpid(),
                 "voices": sorted(self.bank.loaded()), "error": str(self.error) if self.error else "",
+                "voices_failed": {name: f"{exc.code}: {exc.message}" for name, exc in self.voices_failed.items()},
                 "batches": sum(loop.batches for loop in self.loops), "segments": sum(loop.segments for loop in self.loops)}
         self.last_beat = time.time()
         if state is None:

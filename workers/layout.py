@@ -62,13 +62,18 @@ def usable_cores() -> int:
     return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
+CUDA_LOOPS = 6  # loops per CUDA worker by default (measured on an H200: 2.6x the throughput of one loop)
+
+
 def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | None = None) -> Settings:
     """``settings`` with the loop layout made concrete.
 
     ``queue.inference_threads = 0`` (auto): on CPU one loop per ``runtime.intra_op_threads`` cores (1 when
     that is 0 too), so every core runs one single-threaded inference: on 2 cores this was faster than one
-    two-threaded session and than two processes (docs/BENCHMARKS.md, CPU tuning). On CUDA one loop: the
-    device batches. The loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
+    two-threaded session and than two processes (docs/BENCHMARKS.md, CPU tuning). On CUDA ``CUDA_LOOPS`` loops
+    (at most one per core), the reserved ones among them, all on the same sessions: one loop left the GPU idle
+    while it did a segment's host work (H200: 44 speech s/s with 1 + 1 loops, 115 with 6; docs/BENCHMARKS.md,
+    "GPU"). On CPU the loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
     ``queue.interactive_loop_threads = 0``: on CPU the reserved loops run a session of their own with one
     thread per usable core (a caller's first chunk comes sooner when the cores are free); on CUDA they
     share the other loops' session.
@@ -76,10 +81,10 @@ def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | 
     q, rt = settings.queue, settings.runtime
     reserved = max(0, q.interactive_loops)
     on_cuda = cuda_wanted(rt) if cuda is None else cuda
-    if on_cuda:
-        return settings.replace(queue={"inference_threads": q.inference_threads or 1 + reserved,
-                                       "interactive_loop_threads": rt.intra_op_threads})
     cores = cores or usable_cores()
+    if on_cuda:  # several loops share the device sessions: the host work of a segment runs beside the device's
+        loops = q.inference_threads or max(1 + reserved, min(CUDA_LOOPS, cores))
+        return settings.replace(queue={"inference_threads": loops, "interactive_loop_threads": rt.intra_op_threads})
     threads, loops = rt.intra_op_threads, q.inference_threads
     if loops <= 0:
         threads = threads or 1

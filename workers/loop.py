@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from pipeline.errors import InputError, TransientError
+from pipeline.timing import synthesize_timed
 from pipeline.voices.bank import VoiceBank
-from pipeline.voices.base import SynthesisOptions
+from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowPlan
 from producer.contract import LANES, SegmentJob
@@ -38,6 +39,7 @@ from workers.batcher import Candidate, LaneState, choose_head, padding_waste, se
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome
 from workers.queue import Entry, StreamQueue
+from workers.timings import segment_words
 
 from workers.streaming import StreamingBatch
 
@@ -325,7 +327,7 @@ class InferenceLoop:
         if not live:
             return
         voice = self.voice_bank().get(live[0].job.voice)  # type: ignore[union-attr]
-        ready: list[tuple[Entry, tuple[int, ...]]] = []
+        ready: list[tuple[Entry, Phonemized]] = []
         for e in live:
             job = e.job
             assert job is not None
@@ -333,7 +335,7 @@ class InferenceLoop:
                 events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
             self.farm.faults.check(job.text)
             try:
-                ready.append((e, voice.phonemize(job.text, job.lang).ids))
+                ready.append((e, voice.phonemize(job.text, job.lang)))
             except InputError as exc:
                 if pub.fail(job.job_id, exc.code, exc.message):
                     events.failed(job.job_id, exc.code, exc.message)
@@ -350,12 +352,13 @@ class InferenceLoop:
                                                      small_first=self._small_first()))
         else:
             start = time.perf_counter()
-            audios = self.compute(lambda: voice.synthesize_batch([ids for _, ids in ready], opts))
+            audios, durations, hop = self.compute(lambda: synthesize_timed(voice, [ph.ids for _, ph in ready], opts))
             done = {"infer_s": time.perf_counter() - start, "audio_s": sum(len(a) for a in audios) / voice.sample_rate}
-            for (e, _), audio in zip(ready, audios):
-                self._publish(e, audio, voice.sample_rate, batch_id)
+            for (e, ph), audio, dur in zip(ready, audios, durations):
+                words = segment_words(e.job, ph, dur, hop=hop, voice_rate=voice.sample_rate, model_samples=len(audio))  # type: ignore[arg-type]
+                self._publish(e, audio, voice.sample_rate, batch_id, words)
         stats = {"batch_id": batch_id, "size": len(ready), "voice": voice.name,
-                 "padding_waste": padding_waste([len(ids) for _, ids in ready]),
+                 "padding_waste": padding_waste([len(ph.ids) for _, ph in ready]),
                  "queue_wait_s": [(started * 1000 - e.arrived_ms) / 1000 for e, _ in ready],
                  "lanes": [e.job.lane for e, _ in ready],  # type: ignore[union-attr]
                  "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready], "started": started, **done}
@@ -426,7 +429,7 @@ class InferenceLoop:
                 self.farm.stopping.wait(wait)
                 delay = min(10.0, delay * 2)
 
-    def _publish(self, e: Entry, audio: Any, voice_rate: int, batch_id: str) -> None:
+    def _publish(self, e: Entry, audio: Any, voice_rate: int, batch_id: str, words: list[Any] | None = None) -> None:
         from pipeline.audio import to_pcm16
         from pipeline.synth import finish_segment
 
@@ -434,7 +437,7 @@ class InferenceLoop:
         assert job is not None
         pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
         outcome = self.farm.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
-                                                      batch_id=batch_id, worker=self.consumer)
+                                                      batch_id=batch_id, worker=self.consumer, words=words or [])
         self.segment_published(e, outcome, len(pcm) / 2 / job.sample_rate, whole=True)
 
     def segment_already_published(self, e: Entry) -> None:

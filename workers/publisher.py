@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields
+from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, job_words, words_in, words_key
 from workers.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,10 @@ class SegmentProgress:
 
     job: SegmentJob
     attempt: str
+    words: list[Any] = field(default_factory=list)  # the segment's wire words, samples from its start
     part: int = 0
     pieces: int = 0
+    samples: int = 0  # published so far
     pcm: list[bytes] = field(default_factory=list)
 
 
@@ -108,16 +110,20 @@ class Publisher:
         """True for the first segment of a job to start anywhere (the job's start)."""
         return bool(self._mark_started(keys=[self.keys.status(job.job_id)], args=[time.time(), worker]))
 
-    def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str) -> SegmentOutcome:
-        """Chunks of one finished segment, then its part for assembly, in one round trip."""
-        outcome = self.publish_piece(SegmentProgress(job, attempt), pcm, last=True, batch_id=batch_id, worker=worker)
+    def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str,
+                        words: list[Any] | None = None) -> SegmentOutcome:
+        """Chunks of one finished segment, then its part for assembly, in one round trip. ``words``: the
+        segment's wire words (``workers/timings.py``); each chunk carries those that end inside it."""
+        outcome = self.publish_piece(SegmentProgress(job, attempt, words=words or []), pcm, last=True, batch_id=batch_id,
+                                     worker=worker)
         assert outcome is not None
         return outcome
 
     def publish_piece(self, seg: SegmentProgress, pcm: bytes, *, last: bool, batch_id: str, worker: str,
                       publish: bool = True) -> SegmentOutcome | None:
         """The next piece of a segment (a whole segment, or one vocoder window of it) as chunks of at most
-        ``chunk_ms``, numbered on from the segment's earlier pieces, in one round trip. With ``last``, the
+        ``chunk_ms``, numbered on from the segment's earlier pieces, in one round trip; each chunk carries the
+        segment's words that end inside it (by sample range from the segment's start). With ``last``, the
         segment's whole PCM (its pieces joined) becomes its part for assembly and the outcome is returned.
         ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
         job, keys = seg.job, self.keys
@@ -128,7 +134,10 @@ class Publisher:
         pipe = self.r.pipeline(transaction=True)
         if publish:
             for i, piece in enumerate(pieces):
-                fields = chunk_fields(job.seg, seg.part + i, last and i == len(pieces) - 1, seg.attempt, job.sample_rate, piece)
+                final = last and i == len(pieces) - 1
+                start = seg.samples + i * step // 2
+                inside = words_in(seg.words, start, start + len(piece) // 2, last=final)
+                fields = chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, piece, inside)
                 pipe.xadd(k_res, fields, maxlen=self.maxlen, approximate=True)
             pipe.expire(k_res, self.ttl)
             pipe.hset(k_status, f"windows:{job.seg}", seg.pieces + 1)
@@ -136,6 +145,7 @@ class Publisher:
                 pipe.hsetnx(k_status, "first_chunk", time.time())
         seg.part += len(pieces)
         seg.pieces += 1
+        seg.samples += len(pcm) // 2
         seg.pcm.append(pcm)
         if not last:
             if publish:
@@ -144,6 +154,8 @@ class Publisher:
         pipe.hdel(self.frames_key(job.job_id), f"{job.seg}:frames")  # a book keeps only its segments in flight
         pipe.hset(keys.parts(job.job_id), str(job.seg), b"".join(seg.pcm))
         pipe.expire(keys.parts(job.job_id), self.ttl)
+        pipe.hset(keys.words(job.job_id), str(job.seg), json.dumps(seg.words, ensure_ascii=False))
+        pipe.expire(keys.words(job.job_id), self.ttl)
         pipe.sadd(keys.done(job.job_id), job.seg)
         pipe.expire(keys.done(job.job_id), self.ttl)
         pipe.hsetnx(k_status, "first_chunk", time.time())
@@ -168,6 +180,10 @@ class Publisher:
     def frames_key(self, job_id: str) -> str:
         return self.keys.status(job_id) + ":frames"
 
+    def _job_keys(self, job_id: str) -> tuple[str, ...]:
+        """What a job keeps while it runs, dropped when it ends: parts, done set, words, streamed frames."""
+        return self.keys.parts(job_id), self.keys.done(job_id), self.keys.words(job_id), self.frames_key(job_id)
+
     def assemble(self, job: SegmentJob) -> tuple[bytes, float]:
         """The job's full PCM16 from its parts, in segment order."""
         parts = self.r.hgetall(self.keys.parts(job.job_id))
@@ -184,21 +200,36 @@ class Publisher:
         from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
 
         pcm, duration = self.assemble(job)
-        data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format)
+        data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format,
+                                                      bitrate=job.bitrate or None)
         key = f"{job.job_id}/audio.{job.format}"
         url = self.storage.put(key, data, _content_type(CONTENT_TYPES, job))
         created = job.created
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
+        words = json.dumps([w.to_dict() for w in self.job_words(job)], ensure_ascii=False)
+        # Beside the audio, for whoever joins stored jobs later (a book's chapter captions).
+        self.storage.put(words_key(job.job_id), words.encode("utf-8"), "application/json")
         won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
-                          done=job.total, info=json.dumps(info, ensure_ascii=False))
+                          done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
-            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id), self.frames_key(job.job_id))
+            self.r.delete(*self._job_keys(job.job_id))
             return None, True
         if won:
-            self.r.delete(self.keys.parts(job.job_id), self.keys.done(job.job_id), self.frames_key(job.job_id))
+            self.r.delete(*self._job_keys(job.job_id))
             log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
         return (url if won else None), False
+
+    def job_words(self, job: SegmentJob) -> list[Any]:
+        """Every word of the job, its times in the assembled audio (segments in order, pauses counted)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(self.keys.words(job.job_id))
+        for seg in range(job.total):
+            pipe.hstrlen(self.keys.parts(job.job_id), str(seg))
+        replies = pipe.execute()
+        by_seg = {int(k): json.loads(v) for k, v in replies[0].items()}
+        return job_words([by_seg.get(seg, []) for seg in range(job.total)], [int(n) // 2 for n in replies[1:]],
+                         job.sample_rate)
 
     def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
@@ -212,7 +243,7 @@ class Publisher:
         info = {"code": code, "message": message}
         won = self.finish(job_id, state, info, error_code=code, error_message=message, finished=time.time())
         if won:
-            self.r.delete(self.keys.parts(job_id), self.keys.done(job_id), self.frames_key(job_id))
+            self.r.delete(*self._job_keys(job_id))
         return won
 
     def is_final(self, state: str) -> bool:

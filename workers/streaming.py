@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.voices.base import PhonemeIds, SynthesisOptions
+from pipeline.voices.base import Phonemized, SynthesisOptions
+from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
 from workers.publisher import SegmentProgress
 from workers.queue import Entry
+from workers.timings import segment_words
 
 if TYPE_CHECKING:
     from workers.loop import InferenceLoop
@@ -41,17 +43,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def pack_frames(frames: np.ndarray, plan: WindowPlan) -> bytes:
-    """A segment's frames and window plan, as claimed: a redo cuts the same windows from the same frames."""
+def pack_frames(out: AcousticOutput, plan: WindowPlan) -> bytes:
+    """A segment's acoustic output and window plan, as claimed: a redo cuts the same windows from the same frames
+    (and times its words from the same durations)."""
     buf = io.BytesIO()
-    np.savez(buf, frames=np.ascontiguousarray(frames, dtype=np.float32), plan=np.array([plan.first, plan.size], dtype=np.int64))
+    np.savez(buf, frames=np.ascontiguousarray(out.frames, dtype=np.float32), durations=np.asarray(out.durations, dtype=np.int64),
+             plan=np.array([plan.first, plan.size], dtype=np.int64))
     return buf.getvalue()
 
 
-def unpack_frames(data: bytes) -> tuple[np.ndarray, WindowPlan]:
+def unpack_frames(data: bytes) -> tuple[AcousticOutput, WindowPlan]:
     with np.load(io.BytesIO(data), allow_pickle=False) as stored:
         first, size = (int(v) for v in stored["plan"])
-        return stored["frames"], WindowPlan(first=first, size=size)
+        return AcousticOutput(frames=stored["frames"], durations=stored["durations"]), WindowPlan(first=first, size=size)
 
 
 class PcmFinisher:
@@ -89,7 +93,7 @@ class Streamed:
 
 
 class StreamingBatch:
-    def __init__(self, loop: InferenceLoop, voice: TwoStageVoice, ready: Sequence[tuple[Entry, PhonemeIds]],
+    def __init__(self, loop: InferenceLoop, voice: TwoStageVoice, ready: Sequence[tuple[Entry, Phonemized]],
                  opts: SynthesisOptions, batch_id: str, plan: WindowPlan, *, small_first: bool = True) -> None:
         self.loop = loop
         self.voice = voice
@@ -106,25 +110,26 @@ class StreamingBatch:
     # -- unit 1: the acoustic pass ----------------------------------------------------------------
     def acoustic(self) -> None:
         start = time.perf_counter()
-        outs = self.voice.acoustic_outputs([ids for _, ids in self.ready], self.opts)
+        outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts)
         self.infer_s += time.perf_counter() - start
         pub = self.loop.farm.publisher
-        for (e, _), out in zip(self.ready, outs):
+        for (e, ph), out in zip(self.ready, outs):
             job = e.job
             assert job is not None
             attempt = f"{self.loop.consumer}/{e.deliveries}"
             # a job's later segments are not awaited (earlier audio is playing): no small first window for them
             plan = self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first()
-            won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out.frames, plan))
+            won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out, plan))
             if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
                 self.loop.segment_already_published(e)
                 continue
-            frames = out.frames
             if not won:
-                frames, plan = unpack_frames(stored)
+                out, plan = unpack_frames(stored)
                 log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, tag, published)
-            item = WindowedItem.of(e, frames, self.voice.vocoder, plan)
-            self.live.append(Streamed(e, item, SegmentProgress(job, tag),
+            words = segment_words(job, ph, out.durations, hop=self.voice.hop, voice_rate=self.voice.sample_rate,
+                                  model_samples=int(out.frames.shape[0]) * self.voice.hop)
+            item = WindowedItem.of(e, out.frames, self.voice.vocoder, plan)
+            self.live.append(Streamed(e, item, SegmentProgress(job, tag, words=words),
                                       PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
 
     # -- unit 2: the next window of every live job --------------------------------------------------

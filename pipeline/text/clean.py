@@ -20,6 +20,13 @@ _SPACES = re.compile(r"[ \t\u00a0\u3000]+")
 _KEEP = {"，": "，", "。": "。", "！": "！", "？": "？", "：": "：", "；": "；", "（": "（", "）": "）"}
 
 
+def source_of_cleaned(raw: str, cleaned: str) -> list[int]:
+    """For each character of ``clean_text(raw)``, its index in ``raw`` (``pipeline/text/sources.py``)."""
+    from pipeline.text.sources import clean_origin
+
+    return clean_origin(raw, cleaned, _KEEP)
+
+
 def decode(raw: bytes | str) -> str:
     if isinstance(raw, str):
         return raw

@@ -8,14 +8,17 @@ run they belong to.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import FrontendSettings
-from pipeline.text.clean import clean_text
+from pipeline.text.clean import clean_text, decode, source_of_cleaned
+from pipeline.text.sources import NO_SOURCE, Span, WordRef, align_spans, find_spans, mapped, segment_words, shifted
+from pipeline.text.lexicon import protect, restore
 
 Break = Literal["paragraph", "sentence", "phrase", "none", "end"]
 
@@ -40,6 +43,9 @@ class Segment:
     pause_after_s: float
     est_seconds: float
     brk: Break = "end"
+    # Each spoken word of ``text``: its start and end there, and the span of the caller's original text it
+    # reads (code points; ``pipeline/text/sources.py``). Words sharing a source ("2024" -> four words) are one.
+    words: tuple[WordRef, ...] = ()
 
 
 def _kind(ch: str) -> str:
@@ -52,12 +58,16 @@ def _kind(ch: str) -> str:
     return "neutral"
 
 
+def _read_as(ch: str) -> str:
+    """Emoji and pictographs are not read: a space in their place."""
+    return " " if unicodedata.category(ch) in ("So", "Sk", "Co", "Cs", "Cn") and ch not in _KEEP_SYMBOLS else ch
+
+
 def _stretches(sentence: str) -> list[list[str]]:
     """Maximal runs of one character kind: [[kind, text], ...]."""
     out: list[list[str]] = []
     for ch in sentence:
-        if unicodedata.category(ch) in ("So", "Sk", "Co", "Cs", "Cn") and ch not in _KEEP_SYMBOLS:
-            ch = " "  # emoji and pictographs are not read
+        ch = _read_as(ch)
         kind = _kind(ch)
         if out and out[-1][0] == kind:
             out[-1][1] += ch
@@ -173,17 +183,42 @@ class Segmenter:
                 "phrase": self.s.phrase_pause_s}.get(brk, 0.0)
 
     def split(self, raw: bytes | str) -> list[Segment]:
+        """Segments of ``raw``; each carries its words with their spans in ``raw`` decoded (``Segment.words``).
+        Pronunciation blocks (``[[chong2 qing4]]``, ``[[ŋwˈɪn]]``, from a lexicon or SSML) pass through whole;
+        the segments of a text holding any carry no word spans (the text read is no longer the text given)."""
+        protected, blocks = protect(decode(raw))
+        segments = self._split(protected)
+        if not blocks:
+            return segments
+        return [dataclasses.replace(s, text=restore(s.text, blocks), words=()) for s in segments]
+
+    def _split(self, raw: str) -> list[Segment]:
+        """The segments of text without pronunciation blocks; every piece is found in the text it was cut from by
+        position, so each character's source is known."""
         text = clean_text(raw, max_chars=self.s.max_text_chars)
+        origin = source_of_cleaned(decode(raw), text)
         default_lang = "zh" if len(_HAN.findall(text)) > len(_LATIN.findall(text)) / 4 else "en"
-        pieces: list[tuple[str, str, Break]] = []  # (lang, phrase, break after it)
+        pieces: list[tuple[str, str, Break, list[Span]]] = []  # (lang, phrase, break after it, sources)
+        para_at = 0
         for paragraph in re.split(r"\n\s*\n", text):
-            sentences = split_sentences(paragraph.replace("\n", " "))
+            para_at = text.find(paragraph, para_at)
+            flat = paragraph.replace("\n", " ")
+            sent_at = 0
+            sentences = split_sentences(flat)
             for si, sentence in enumerate(sentences):
+                sent_at = flat.find(sentence, sent_at)
+                readable = "".join(map(_read_as, sentence))
+                run_at = 0
                 runs = language_runs(sentence, default_lang)
                 for ri, (lang, run) in enumerate(runs):
+                    run_at = readable.find(run, run_at)
                     normalized = _normalize(lang, run)
+                    spans = mapped(shifted(align_spans(run, normalized), para_at + sent_at + run_at), origin)
+                    run_at += len(run)
                     phrases = [p.strip() for p in _PHRASE_END.split(normalized) if p.strip()]
+                    phrase_at = 0
                     for pi, phrase in enumerate(phrases):
+                        phrase_spans, phrase_at = find_spans(normalized, spans, phrase, phrase_at)
                         last_phrase = pi == len(phrases) - 1
                         if not last_phrase:
                             brk: Break = "phrase"
@@ -191,49 +226,58 @@ class Segmenter:
                             brk = "phrase" if phrase[-1] in "，、,:：;；—" else "none"
                         else:
                             brk = "sentence" if si < len(sentences) - 1 else "paragraph"
-                        pieces.append((lang, phrase, brk))
+                        pieces.append((lang, phrase, brk, phrase_spans))
+                sent_at += len(sentence)
+            para_at += len(paragraph)
         pieces = [p for p in pieces if _speakable(p[1])]
         if not pieces:
             raise InputError("text has nothing to speak (only punctuation, symbols or emoji)", code=NOTHING_TO_SPEAK)
         return self._pack(pieces)
 
-    def _pack(self, pieces: list[tuple[str, str, Break]]) -> list[Segment]:
+    def _pack(self, pieces: list[tuple[str, str, Break, list[Span]]]) -> list[Segment]:
         segments: list[Segment] = []
-        cur_lang, cur_text, cur_brk = "", "", "none"
+        cur_lang, cur_text = "", ""
+        cur_brk: Break = "none"
+        cur_spans: list[Span] = []
 
         def flush() -> None:
-            nonlocal cur_text
+            nonlocal cur_text, cur_spans
             if cur_text:
-                segments.append(self._segment(len(segments), cur_lang, cur_text, cur_brk))
-            cur_text = ""
+                segments.append(self._segment(len(segments), cur_lang, cur_text, cur_brk, cur_spans))
+            cur_text, cur_spans = "", []
 
-        for lang, phrase, brk in pieces:
+        for lang, phrase, brk, spans in pieces:
             limit, first = self._limits(lang)
             if _length(lang, phrase) > limit:
                 flush()
+                at = 0
                 for part in _hard_cut(lang, phrase, limit):
+                    cur_spans, at = find_spans(phrase, spans, part, at)
                     cur_lang, cur_text, cur_brk = lang, part, "none"
                     flush()
                 cur_brk = brk
                 if segments:
-                    segments[-1] = self._segment(segments[-1].index, lang, segments[-1].text, brk)
+                    segments[-1] = replace(self._segment(segments[-1].index, lang, segments[-1].text, brk), words=segments[-1].words)
                 continue
-            joined = f"{cur_text} {phrase}" if cur_text and lang == "en" else cur_text + phrase
+            space = bool(cur_text) and lang == "en"
+            joined = f"{cur_text} {phrase}" if space else cur_text + phrase
+            joined_spans = cur_spans + [NO_SOURCE] * space + spans
             fits = cur_lang == lang and _length(lang, joined) <= (first if not segments else limit)
             if cur_text and not fits:
                 flush()
-                joined = phrase
-            cur_lang, cur_text, cur_brk = lang, joined, brk
+                joined, joined_spans = phrase, spans
+            cur_lang, cur_text, cur_brk, cur_spans = lang, joined, brk, joined_spans
             if not segments and cur_text:
                 flush()  # the first phrase alone: a short first segment starts streaming early
             elif brk in ("sentence", "paragraph"):
                 flush()  # a segment never spans sentences: Piper voices were trained a sentence at a time
         flush()
         last = segments[-1]
-        segments[-1] = Segment(last.index, last.text, last.lang, 0.0, last.est_seconds - last.pause_after_s, "end")
+        segments[-1] = replace(last, pause_after_s=0.0, est_seconds=last.est_seconds - last.pause_after_s, brk="end")
         return segments
 
-    def _segment(self, index: int, lang: str, text: str, brk: Break) -> Segment:
+    def _segment(self, index: int, lang: str, text: str, brk: Break, spans: list[Span] | None = None) -> Segment:
         pause = self._pause(brk)
         est = _length(lang, text) * SEC_PER_CHAR.get(lang, 0.07) + pause
-        return Segment(index=index, text=text, lang=lang, pause_after_s=pause, est_seconds=round(est, 3), brk=brk)
+        words = segment_words(text, spans) if spans is not None else ()
+        return Segment(index=index, text=text, lang=lang, pause_after_s=pause, est_seconds=round(est, 3), brk=brk, words=words)

@@ -2,7 +2,8 @@
 
 The steps are small and separate so each can be tested on its own:
 
-1. ``zh_pinyin_words`` splits a run into Han stretches and punctuation, segments each stretch
+1. ``zh_pinyin_words`` splits a run into Han stretches, punctuation and ``[[pinyin]]`` blocks (a
+   reading the caller chose, taken as written), segments each stretch
    with a private jieba tokenizer and looks every word up in pypinyin, so polyphones read by
    context (银行 yin2 hang2, 行走 xing2 zou3). A few context rules fix what the dictionaries
    get wrong (得 as dei3 or de5, a bare 长 as chang2).
@@ -48,7 +49,7 @@ _PUNCTUATION = {
     "！": "!", "!": "!", "？": "?", "?": "?",
     "；": ";", ";": ";", "：": ":", ":": ":",
 }
-_CHUNKS = re.compile(rf"(?P<han>[{_HAN}]+)|(?P<punct>[{re.escape(''.join(_PUNCTUATION))}]+)")
+_CHUNKS = re.compile(rf"(?P<raw>\[\[[^\]]*\]\])|(?P<han>[{_HAN}]+)|(?P<punct>[{re.escape(''.join(_PUNCTUATION))}]+)")
 # What each punctuation item becomes in the phoneme string, as misaki's map_punctuation writes it.
 _PHONEME_PUNCTUATION = {mark: mark + " " for mark in ",.!?;:"}
 _NON_SYLLABIC = chr(815)  # combining inverted breve below; misaki's legacy_call strips it
@@ -315,6 +316,11 @@ def zh_pinyin_words(text: str, *, tone_sandhi: bool = True) -> list[tuple[str, l
     """Each jieba word with its tone3 pinyin; punctuation as (mark, [mark]) with ASCII marks."""
     out: list[tuple[str, list[str]]] = []
     for m in _CHUNKS.finditer(text):
+        if m["raw"]:  # a pronunciation the caller chose (lexicon, SSML <phoneme>): read as written
+            syllables = m["raw"][2:-2].split()
+            if syllables:
+                out.append((m["raw"], syllables))
+            continue
         if m["han"]:
             out.extend(_stretch_words(m["han"], tone_sandhi=tone_sandhi))
             continue

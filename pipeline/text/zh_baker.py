@@ -74,3 +74,22 @@ def baker_symbols(words: Sequence[tuple[str, Sequence[str]]], table: Mapping[str
     if not body:
         raise InputError("no Mandarin syllables to speak", code=NOTHING_TO_SPEAK)
     return [SIL, *body, SIL, EOS]
+
+
+def symbol_syllables(symbols: Sequence[str]) -> list[int]:
+    """For each symbol of ``baker_symbols``, the index of the syllable it belongs to (-1: ``sil``, ``eos``,
+    breaks). A syllable is an initial and its toned final, or an erhua ``er5`` alone: word timings
+    (``pipeline/timing.py``) give each Han character its syllable's frames."""
+    out: list[int] = []
+    n = -1
+    after_initial = False
+    for s in symbols:
+        if s in (SIL, EOS) or s.startswith("#"):
+            out.append(-1)
+            after_initial = False
+            continue
+        if not (s[-1:].isdigit() and after_initial):
+            n += 1
+        after_initial = not s[-1:].isdigit()
+        out.append(n)
+    return out

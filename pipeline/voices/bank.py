@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, InputError
+from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, VOICE_UNAVAILABLE, InputError, TTSFarmError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions, Voice
 from pipeline.voices.runtime import SessionFactory, StageState
@@ -99,6 +99,7 @@ class VoiceBank:
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()
         self.versions: dict[str, int] = {}  # 1 when first loaded, +1 per reload
+        self.failed: dict[str, TTSFarmError] = {}  # voices that could not be built or loaded (load_all(tolerant=True))
 
     def route(self, voice: str | None, lang: str) -> VoiceSpec:
         return route(self.catalogue, voice, lang, self.runtime.cache_dir)
@@ -107,7 +108,12 @@ class VoiceBank:
         return output_rate(self.catalogue, voice)
 
     def get(self, name: str, *, load: bool = True) -> Voice:
-        """The voice named ``name``; with ``load`` its session is created and warmed up too."""
+        """The voice named ``name``; with ``load`` its session is created and warmed up too. A voice that failed to
+        load is ``VOICE_UNAVAILABLE`` (an input error: the job cannot be served here), with the load error's code."""
+        failed = self.failed.get(name)
+        if failed is not None:
+            raise InputError(f"voice {name} is not available on this worker: {failed.code}: {failed.message}",
+                             code=VOICE_UNAVAILABLE)
         with self._lock:
             voice = self._voices.get(name)
             if voice is None:
@@ -162,6 +168,8 @@ class VoiceBank:
                 self.catalogue = Catalogue(voices=merged, default_voice=self.catalogue.default_voice)
                 self._voices.update(fresh)
                 for name in fresh:
+                    self.failed.pop(name, None)  # a voice that failed before serves from now on
+                for name in fresh:
                     self.versions[name] = self.versions.get(name, 0) + 1
                 return {name: self.versions[name] for name in fresh}
 
@@ -187,9 +195,18 @@ class VoiceBank:
     def concrete_names(self) -> list[str]:
         return [name for name, spec in self.catalogue.voices.items() if spec.engine != "blend"]
 
-    def load_all(self) -> None:
+    def load_all(self, *, tolerant: bool = False) -> dict[str, TTSFarmError]:
+        """Build, load and warm every concrete voice. ``tolerant``: a voice that fails is recorded in ``failed``
+        (its jobs get ``VOICE_UNAVAILABLE``) and the others still load; otherwise the first failure raises."""
         for name in self.concrete_names():
-            self.get(name)
+            try:
+                self.get(name)
+            except TTSFarmError as exc:
+                if not tolerant or isinstance(exc, InputError) and exc.code == VOICE_UNAVAILABLE:
+                    raise
+                log.error("voice %s failed to load: %s", name, exc)
+                self.failed[name] = exc
+        return dict(self.failed)
 
     def loaded(self) -> dict[str, Voice]:
         with self._lock:

@@ -69,6 +69,11 @@ class Phonemized:
     ids: tuple[int, ...]
     phonemes: str
     pinyin: tuple[str, ...] = field(default=())
+    # Word timings (``pipeline/timing.py``): for each id, the index in ``phonemes`` of the phoneme it carries
+    # (-1: a frame marker such as BOS/EOS); for each character of ``phonemes``, the syllable of ``pinyin`` it
+    # belongs to (-1: none; Chinese voices). Empty when the voice cannot say.
+    id_units: tuple[int, ...] = field(default=())
+    unit_syllables: tuple[int, ...] = field(default=())
 
 
 @runtime_checkable

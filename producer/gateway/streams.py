@@ -82,8 +82,10 @@ async def follow(job: AsyncJob, *, after_seq: int = -1, timeout_s: float, keepal
 
 
 def chunk_meta(chunk: Chunk) -> dict[str, Any]:
+    """A chunk's fields; ``words``: those that end inside it (text, start_s, end_s, char_start, char_end,
+    approx), times in the job's audio, char offsets into the submitted text (code points)."""
     return {"type": "chunk", "seq": chunk.seq, "seg": chunk.seg, "sample_rate": chunk.sample_rate,
-            "last": chunk.last, "bytes": len(chunk.pcm)}
+            "last": chunk.last, "bytes": len(chunk.pcm), "words": [w.to_dict() for w in chunk.words]}
 
 
 def chunk_message(chunk: Chunk) -> dict[str, Any]:
@@ -91,10 +93,10 @@ def chunk_message(chunk: Chunk) -> dict[str, Any]:
     return {**chunk_meta(chunk), "pcm": base64.b64encode(chunk.pcm).decode("ascii")}
 
 
-def done_message(job_id: str, done: Finished, audio_url: str) -> dict[str, Any]:
+def done_message(job_id: str, done: Finished, audio_url: str, captions_url: str = "") -> dict[str, Any]:
     r = done.result
     return {"type": "done", "id": job_id, "state": r.state, "duration_s": r.duration_s, "timings": dict(r.timings),
-            "chunks": done.chunks, "audio_url": audio_url}
+            "chunks": done.chunks, "audio_url": audio_url, "captions_url": captions_url, "words": len(r.words)}
 
 
 def error_message(exc: TTSFarmError) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 // The ttsfarm page: submit a job, follow its WebSocket, play each PCM16 chunk as it arrives.
 // Chunks are scheduled back to back on one AudioContext clock. Progress is mirrored into data-*
-// attributes of #status so scripts (and tests) can read it.
+// attributes of #status so scripts (and tests) can read it. Each chunk brings the words that end in it
+// (times in the job's audio, code-point offsets into the submitted text): #words shows the text with the
+// word being spoken highlighted, found from the AudioContext clock through the chunks' schedule.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -73,6 +75,9 @@ function schedule(meta, data) {
   if (run.startTime === null) run.startTime = at;
   source.start(at);
   run.nextTime = at + buffer.duration;
+  run.timeline.push({ at, jobStart: run.jobTime, duration: buffer.duration });
+  run.jobTime += buffer.duration;
+  if (meta.words && meta.words.length) addWords(meta.words);
   run.sources.push(source);
   run.scheduledSeconds += buffer.duration;
   const first = run.firstChunkMs === null;
@@ -84,10 +89,59 @@ function schedule(meta, data) {
   });
 }
 
+function renderText(text) {
+  run.chars = Array.from(text);  // offsets are code points, not UTF-16 units
+  run.words = [];
+  $("words").replaceChildren(document.createTextNode(text));
+}
+
+function addWords(words) {
+  run.words.push(...words);
+  const box = $("words");
+  const nodes = [];
+  let at = 0;
+  run.words.forEach((w, i) => {
+    if (w.char_start > at) nodes.push(document.createTextNode(run.chars.slice(at, w.char_start).join("")));
+    const span = document.createElement("span");
+    span.className = "word";
+    span.dataset.index = String(i);
+    span.textContent = run.chars.slice(w.char_start, w.char_end).join("");
+    nodes.push(span);
+    at = Math.max(at, w.char_end);
+  });
+  nodes.push(document.createTextNode(run.chars.slice(at).join("")));
+  box.replaceChildren(...nodes);
+  statusEl.dataset.words = String(run.words.length);
+}
+
+function jobTimeNow() {
+  // the chunk playing now and how far into it the clock is; null before the first and in gaps
+  for (let i = run.timeline.length - 1; i >= 0; i--) {
+    const c = run.timeline[i];
+    if (ctx.currentTime >= c.at) return ctx.currentTime < c.at + c.duration ? c.jobStart + (ctx.currentTime - c.at) : null;
+  }
+  return null;
+}
+
+function highlight() {
+  const t = jobTimeNow();
+  const index = t === null ? -1 : run.words.findIndex((w) => w.start_s <= t && t < w.end_s);
+  if (String(index) === statusEl.dataset.wordIndex) return;
+  for (const el of document.querySelectorAll("#words .speaking")) el.classList.remove("speaking");
+  const el = document.querySelector(`#words [data-index="${index}"]`);
+  if (el) el.classList.add("speaking");
+  statusEl.dataset.wordIndex = String(index);
+  if (index >= 0) {
+    statusEl.dataset.word = run.words[index].text;
+    statusEl.dataset.wordsSpoken = String(Math.max(Number(statusEl.dataset.wordsSpoken) || 0, index + 1));
+  }
+}
+
 function tick() {
   if (run && ctx && run.startTime !== null) {
     const played = Math.min(Math.max(ctx.currentTime - run.startTime, 0), run.scheduledSeconds);
     setStatus({ playedSeconds: played.toFixed(3), playing: played > 0, contextTime: ctx.currentTime.toFixed(3) });
+    highlight();
   }
   if (ctx) statusEl.dataset.contextState = ctx.state;
 }
@@ -98,9 +152,12 @@ async function speak(event) {
   ctx = ctx || new AudioContext();
   await ctx.resume();
   run = { ws: null, sources: [], nextTime: 0, startTime: null, t0: performance.now(), chunks: 0,
-          firstChunkMs: null, scheduledSeconds: 0, meta: null };
+          firstChunkMs: null, scheduledSeconds: 0, meta: null, timeline: [], jobTime: 0, chars: [], words: [] };
   const mine = run;
-  for (const k of ["firstChunkMs", "error", "message", "job", "lastSeq"]) delete statusEl.dataset[k];
+  for (const k of ["firstChunkMs", "error", "message", "job", "lastSeq", "words", "word", "wordIndex", "wordsSpoken"]) {
+    delete statusEl.dataset[k];
+  }
+  renderText($("text").value);
   setStatus({ state: "submitting", chunks: 0, segments: 0, total: 0, scheduled: 0, scheduledSeconds: 0,
               playedSeconds: 0, playing: false });
   $("speak").disabled = true;
@@ -163,5 +220,5 @@ keyInput.value = localStorage.getItem("ttsfarm.key") || "";
 keyInput.addEventListener("change", () => { localStorage.setItem("ttsfarm.key", keyInput.value.trim()); loadVoices(); });
 $("form").addEventListener("submit", speak);
 $("stop").addEventListener("click", () => stop(true));
-setInterval(tick, 100);
+setInterval(tick, 50);
 loadVoices();
