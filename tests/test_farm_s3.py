@@ -126,5 +126,5 @@ def test_outputs_land_in_the_bucket_under_the_prefix(s3_farm: tuple[Farm, object
 
     listing = s3.list_objects_v2(Bucket=bucket)  # type: ignore[attr-defined]
     keys = sorted(o["Key"] for o in listing.get("Contents", []))
-    assert keys == sorted(f"{prefix}/{j.id}/audio.wav" for j in (long_job, short_job))
+    assert keys == sorted(f"{prefix}/{j.id}/{name}" for j in (long_job, short_job) for name in ("audio.wav", "words.json"))
     assert not list(farm.root.glob("storage/**/*"))  # nothing went to the local folder

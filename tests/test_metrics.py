@@ -312,8 +312,13 @@ def test_worker_endpoint_has_every_series_with_sane_values(metered: tuple[Farm, 
     monkeypatch.setenv("TTSFARM_REDIS_KEY_PREFIX", farm.prefix)
     from producer.cli import main
 
-    assert main(["status"]) == 0
-    screen = capsys.readouterr().out
+    deadline = time.monotonic() + 3 * 2.0  # the screen reads the heartbeat, written every HEARTBEAT_S (2 s)
+    while True:
+        assert main(["status"]) == 0
+        screen = capsys.readouterr().out
+        if ("serving" in screen and "NOTHING_TO_SPEAK" in screen) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     (worker,) = farm.workers
     assert f"{worker.name}:{worker.proc.pid}"[:40] in screen  # type: ignore[attr-defined]
     assert "serving" in screen and "NOTHING_TO_SPEAK" in screen

@@ -173,9 +173,12 @@ def test_s3_down_for_30_seconds_mid_load(redis_url: str, tmp_path: Path, monkeyp
             for i in ids:
                 client.job(i).wait(timeout=240)
             st = states(client.redis, keys, ids)
-            objects = s3.list_objects_v2(Bucket="farm", Prefix="rel/").get("KeyCount", 0)
+            listed = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="farm", Prefix="rel/").get("Contents", []))
+            objects = sum(k.endswith("/audio.wav") for k in listed)
             finals = sum(1 for i in ids if final_records(client.redis, keys, i) == 1)
             assert all(s == "done" for s in st.values())
+            # each job stored exactly once: its audio and the word timings beside it, nothing else
+            assert listed == sorted(f"rel/{i}/{name}" for i in ids for name in ("audio.wav", "words.json"))
             assert objects == len(ids) and finals == len(ids)
             result("s3_down_30s", jobs=len(ids), done_when_cut=8, done_at_end_of_outage=during, lost=0,
                    stored_objects=objects, jobs_with_one_final=finals)
