@@ -12,43 +12,24 @@ thread's next call (stages cut each item out with a copy anyway).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from pipeline.voices.gpu import HostBufferPool, _DeviceArray, cuda_pinning_available
+from pipeline.voices.gpu import HostBufferPool, ThreadStaging, _DeviceArray
 
 
-class StageBinding:
+class StageBinding(ThreadStaging):
     def __init__(self, session: Any, *, device: str = "cuda", device_id: int = 0, pinned: bool | None = None) -> None:
-        self.session = session
-        self.device = device
-        self.device_id = device_id
-        self.pinned = (device == "cuda" and cuda_pinning_available()) if pinned is None else pinned
+        super().__init__(session, device=device, device_id=device_id, pinned=pinned)
         self.outputs = [o.name for o in session.get_outputs()]
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self.pools: list[HostBufferPool] = []
         self.shapes_seen: set[tuple[tuple[int, ...], ...]] = set()
-
-    @property
-    def allocations(self) -> int:
-        return sum(p.allocations for p in self.pools)
-
-    def _state(self) -> tuple[HostBufferPool, Any]:
-        pool = getattr(self._local, "pool", None)
-        if pool is None:
-            pool = self._local.pool = HostBufferPool(pinned=self.pinned)
-            self._local.binding = self.session.io_binding()
-            with self._lock:
-                self.pools.append(pool)
-        return pool, self._local.binding
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         """The named outputs (default: all) for ``feeds``, as host arrays in this thread's pool."""
-        pool, io = self._state()
+        pool = self.pool
+        io = self._local.binding
         io.clear_binding_inputs()
         io.clear_binding_outputs()
         with self._lock:

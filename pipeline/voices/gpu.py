@@ -112,28 +112,26 @@ class _DeviceArray:
         self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (ptr, False), "version": 3, "strides": None}
 
 
-class IoBindingRunner:
-    """Runs a prepared Piper graph (outputs ``output`` and ``frame_lengths``) through IO binding."""
+class ThreadStaging:
+    """Per thread that runs a session: one ``io_binding`` and one host pool (threads sharing a session must not
+    share staging buffers). Base of the whole-graph runner here and of ``pipeline.voices.binding.StageBinding``."""
 
-    def __init__(self, session: Any, *, device: str = "cuda", device_id: int = 0, policy: ShapePolicy | None = None,
-                 pinned: bool | None = None) -> None:
+    def __init__(self, session: Any, *, device: str, device_id: int, pinned: bool | None) -> None:
         self.session = session
         self.device = device
         self.device_id = device_id
-        self.policy = policy or ShapePolicy()
         self.pinned = (device == "cuda" and cuda_pinning_available()) if pinned is None else pinned
         self._local = threading.local()
         self._lock = threading.Lock()
         self.pools: list[HostBufferPool] = []  # one per thread that ran a batch
-        self.shapes_seen: set[tuple[int, int]] = set()
 
-    @classmethod
-    def for_settings(cls, session: Any, runtime: RuntimeSettings) -> IoBindingRunner:
-        return cls(session, device="cuda", device_id=runtime.cuda_device_id, policy=ShapePolicy.from_settings(runtime))
+    @property
+    def allocations(self) -> int:
+        return sum(p.allocations for p in self.pools)
 
     @property
     def pool(self) -> HostBufferPool:
-        """This thread's staging buffers (threads sharing a session must not share buffers)."""
+        """This thread's staging buffers; its binding is ``self._local.binding``."""
         pool = getattr(self._local, "pool", None)
         if pool is None:
             pool = self._local.pool = HostBufferPool(pinned=self.pinned)
@@ -141,6 +139,20 @@ class IoBindingRunner:
             with self._lock:
                 self.pools.append(pool)
         return pool
+
+
+class IoBindingRunner(ThreadStaging):
+    """Runs a prepared Piper graph (outputs ``output`` and ``frame_lengths``) through IO binding."""
+
+    def __init__(self, session: Any, *, device: str = "cuda", device_id: int = 0, policy: ShapePolicy | None = None,
+                 pinned: bool | None = None) -> None:
+        super().__init__(session, device=device, device_id=device_id, pinned=pinned)
+        self.policy = policy or ShapePolicy()
+        self.shapes_seen: set[tuple[int, int]] = set()
+
+    @classmethod
+    def for_settings(cls, session: Any, runtime: RuntimeSettings) -> IoBindingRunner:
+        return cls(session, device="cuda", device_id=runtime.cuda_device_id, policy=ShapePolicy.from_settings(runtime))
 
     def run(self, batch: Sequence[PhonemeIds], scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(audio of shape (n, samples) in this thread's host buffer, frames per item) for the n items.
