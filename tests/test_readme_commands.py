@@ -292,7 +292,10 @@ def test_make_targets(shell: Shell) -> None:
     """``make test`` is this suite: its recipe is checked (make -n), not run. ``make demo`` is setup (run by every
     session that runs this) and ``ttsfarm -v demo``, which runs here with its output in the temp folder."""
     for cmd in of_kind("make demo", "make test"):
-        done = subprocess.run(["make", "-n", *words(cmd)[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        # under `make test` (CI) this make is a sub-make: without these it prints "make[1]: Entering directory" lines
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+        done = subprocess.run(["make", "--no-print-directory", "-n", *words(cmd)[1:]], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60, env=env)
         assert done.returncode == 0, done.stderr
         recipe = done.stdout.strip().splitlines()[-1]
         if cmd == "make demo":
