@@ -100,11 +100,9 @@ def env_section(device: str) -> dict[str, Any]:
 
     import onnxruntime as ort
 
-    if hasattr(ort, "preload_dlls"):
-        try:
-            ort.preload_dlls()  # CUDA/cuDNN from the nvidia-* wheels torch brings
-        except Exception as exc:  # noqa: BLE001 - recorded, the provider check below decides
-            log.warning("preload_dlls: %s", exc)
+    from pipeline.voices.runtime import load_cuda_libraries
+
+    load_cuda_libraries()  # CUDA/cuDNN from the nvidia-* wheels torch brings, as a worker does
     dists = []
     for name in ("onnxruntime", "onnxruntime-gpu"):
         try:

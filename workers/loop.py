@@ -39,9 +39,8 @@ from workers.batcher import Candidate, LaneState, choose_head, padding_waste, se
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome
 from workers.queue import Entry, StreamQueue
-from workers.timings import segment_words
-
 from workers.streaming import StreamingBatch
+from workers.timings import segment_words
 
 if TYPE_CHECKING:
     from workers.farm import FarmWorker

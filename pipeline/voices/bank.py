@@ -199,10 +199,12 @@ class VoiceBank:
         """Build, load and warm every concrete voice. ``tolerant``: a voice that fails is recorded in ``failed``
         (its jobs get ``VOICE_UNAVAILABLE``) and the others still load; otherwise the first failure raises."""
         for name in self.concrete_names():
+            if name in self.failed:  # recorded by an earlier call: stays failed until a hot reload builds it
+                continue
             try:
                 self.get(name)
             except TTSFarmError as exc:
-                if not tolerant or isinstance(exc, InputError) and exc.code == VOICE_UNAVAILABLE:
+                if not tolerant:
                     raise
                 log.error("voice %s failed to load: %s", name, exc)
                 self.failed[name] = exc
