@@ -10,15 +10,15 @@ from typing import Any
 import redis
 import redis.asyncio as aredis
 
-from pipeline.errors import JobNotFoundError, JobTimeoutError, TransientError
-from pipeline.settings import Settings, load_settings
 from producer.backlog import ADMIT, admit_args, check_admitted
-from producer.client import _raise_if_failed
 from producer.checks import job_id_arg, stream_args, wait_args
+from producer.client import _raise_if_failed
 from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
+from producer.wire.errors import JobNotFoundError, JobTimeoutError, TransientError
+from producer.wire.settings import Settings, load_settings
 
 
 class AsyncClient:

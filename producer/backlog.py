@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.errors import OverloadedError
-from pipeline.settings import QueueSettings
 from producer.contract import Keys
 from producer.submit import Submission
+from producer.wire.errors import OverloadedError
+from producer.wire.settings import QueueSettings
 
 # KEYS: status, backlog hash, then one stream key per segment.
 # ARGV: max_n, max_s, add_s, ttl, status json, then one job-fields json per segment.

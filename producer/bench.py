@@ -27,7 +27,6 @@ from typing import Any
 
 import redis
 
-from pipeline.settings import Settings, load_settings
 from producer.bench_load import (
     KINDS,
     MIXES,
@@ -55,6 +54,7 @@ from producer.bench_local import (
     worker_env,
 )
 from producer.contract import Keys
+from producer.wire.settings import Settings, load_settings
 
 __all__ = [
     "KINDS", "MIXES", "PARAGRAPHS_EN", "SHORT_EN", "SHORT_ZH", "BenchConfig", "ForeignLoad", "JobKind", "JobRecord",

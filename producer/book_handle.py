@@ -13,15 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import (
-    BAD_OPTION,
-    InputError,
-    JobError,
-    JobTimeoutError,
-    TTSFarmError,
-    error_class_for,
-)
-from pipeline.settings import Settings
+from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
 from producer.book_formats import Book, load_book
 from producer.book_plan import (
     CHAPTER_FORMATS,
@@ -41,6 +33,8 @@ from producer.book_plan import (
 )
 from producer.checks import timeout_arg
 from producer.contract import SegmentJob, bucket_of
+from producer.wire.errors import JobError, JobTimeoutError, error_class_for, error_from_dict
+from producer.wire.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +307,7 @@ class BookHandle:
                 continue
             if not reply.get("ok"):
                 if reply.get("code") != "SEGMENT_MISSING":
-                    raise TTSFarmError.from_dict(reply)
+                    raise error_from_dict(reply)
                 self._resubmit_missing(reply.get("missing", []))
                 self.measured.pop(chapter, None)
                 if task in GAIN_TASKS:  # lost after measuring: measure and choose the gain again

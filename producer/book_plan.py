@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
-from pipeline.settings import Settings
 from producer.book_formats import Book
 from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
+from producer.wire.settings import Settings
 
 CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")  # what a chapter file may be (workers.assembly encodes them)
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio

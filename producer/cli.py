@@ -17,7 +17,7 @@ log = logging.getLogger("ttsfarm")
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from pipeline.settings import load_settings
+    from producer.wire.settings import load_settings
 
     env = dict(os.environ)
     if getattr(args, "redis", None):
@@ -217,7 +217,7 @@ def _reload_voices(args: argparse.Namespace) -> int:
     import redis
 
     from producer.contract import Keys
-    from workers.control import broadcast_reload, control_app, versions_by_node
+    from producer.wire.control import broadcast_reload, control_app, versions_by_node
 
     settings = _settings(args)
     r = redis.Redis.from_url(settings.redis.url)

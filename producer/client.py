@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from pipeline.errors import BAD_OPTION, InputError, JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
-from pipeline.settings import Settings, load_settings
+from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
 from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.checks import job_id_arg, stream_args, wait_args
 from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
+from producer.wire.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError
+from producer.wire.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from producer.book import BookHandle

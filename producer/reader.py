@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import JobError
 from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk, Word, words_from_wire
+from producer.wire.errors import JobError
 
 STREAM_TRIMMED = "STREAM_TRIMMED"  # stable: the chunks a reader needs are no longer in the results stream
 READ_COUNT = 256  # entries per read

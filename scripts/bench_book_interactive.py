@@ -17,9 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from pipeline.settings import load_settings
 from producer.bench import LoadSpec, LocalFarm, run_load, wait_quiet, worker_env
 from producer.bench_report import summarize
+from producer.wire.settings import load_settings
 
 PARAGRAPH = (
     "The farm reads long books in the bulk lane while callers wait for short answers in the interactive lane. "

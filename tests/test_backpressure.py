@@ -5,10 +5,10 @@ from __future__ import annotations
 import redis
 import pytest
 
-from pipeline.errors import OverloadedError
-from pipeline.settings import Settings
 from producer.client import Client
 from producer.contract import GROUP, Keys, SegmentJob
+from producer.wire.errors import OverloadedError
+from producer.wire.settings import Settings
 from workers.queue import StreamQueue
 
 

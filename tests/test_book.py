@@ -146,7 +146,7 @@ def test_markdown_book_into_a_folder(farm: Farm, md_run: tuple[BookResult, Path,
 @pytest.mark.slow
 def test_epub_of_the_same_book_into_s3_reuses_every_segment(farm: Farm, md_run: tuple[BookResult, Path, str],
                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.settings import StorageSettings
+    from producer.wire.settings import StorageSettings
     from workers.storage import S3Storage
 
     for k, v in AWS.items():

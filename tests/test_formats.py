@@ -12,8 +12,8 @@ import soundfile as sf
 from pipeline import audio
 from pipeline.encoders import MP3_PRIMING, AudioEncoder, check_bitrate, encode_lossy, mp3_frame_samples
 from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError
-from pipeline.settings import Settings
 from producer.submit import prepare_submission
+from producer.wire.settings import Settings
 from tests.decode import decode_av
 
 OPUS_DECODE_RATE = 48000  # FFmpeg decodes Opus at 48 kHz whatever it was made at

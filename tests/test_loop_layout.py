@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
-from pipeline.settings import load_settings
+from producer.wire.settings import load_settings
 from workers.layout import lower_thread_priority, resolve_loops
 
 

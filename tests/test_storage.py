@@ -22,8 +22,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pipeline.errors import BAD_OPTION, InputError, TransientError, TTSFarmError
-from pipeline.settings import StorageSettings
+from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from producer.wire.errors import TransientError
+from producer.wire.settings import StorageSettings
 from tests.bad_keys import BAD_KEYS
 from workers import storage as st
 from workers.storage import BAD_KEY, LocalStorage, ObjectNotFoundError, S3Storage, StorageError

@@ -10,7 +10,8 @@ from urllib.request import url2pathname
 
 import pytest
 
-from pipeline.errors import InputError, TransientError
+from pipeline.errors import InputError
+from producer.wire.errors import TransientError
 from tests.bad_keys import BAD_KEYS
 from workers import storage as st
 from workers.storage import BAD_KEY, LocalStorage, ObjectNotFoundError, safe_key

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.settings import load_settings
 from pipeline.text.segment import Segmenter
 from pipeline.text.sources import align_spans, clean_origin
 from pipeline.timing import word_times
 from pipeline.voices.base import Phonemized
 from producer.captions import cues, to_srt, to_vtt
 from producer.contract import Word, job_words, merge_words, words_in
+from producer.wire.settings import load_settings
 
 SETTINGS = load_settings()
 

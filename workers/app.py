@@ -12,7 +12,7 @@ import os
 
 from celery import Celery
 
-from pipeline.settings import load_settings
+from producer.wire.settings import load_settings
 from workers.step import StreamConsumerStep
 
 settings = load_settings(env=os.environ)
@@ -30,6 +30,9 @@ app.conf.update(
     broker_transport_options={"global_keyprefix": f"{settings.redis.key_prefix}:celery:"},
 )
 app.conf.ttsfarm_settings = settings
+# What later reads the environment (a voice reload reads the settings again, the metrics their folder) gets
+# it from here: only the farm's own variables, never the process's credentials.
+app.conf.ttsfarm_environ = {k: v for k, v in os.environ.items() if k.startswith("TTSFARM_") or k == "PROMETHEUS_MULTIPROC_DIR"}
 app.steps["consumer"].add(StreamConsumerStep)
 
 

@@ -34,13 +34,13 @@ import numpy.typing as npt
 from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from pipeline.settings import Settings, StorageSettings
 from producer.book import (
     LOUDNESS_FLOOR_DB,
     LOUDNESS_STEP_DB,
     OUTPUT_MARKER,
     REPLY_TTL_S,
 )
+from producer.wire.settings import Settings, StorageSettings
 from workers.storage import (
     LocalStorage,
     ObjectNotFoundError,

@@ -14,7 +14,7 @@ from typing import Any
 from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from pipeline.settings import Settings
+from producer.wire.settings import Settings
 from workers.assembly import CONTENT_TYPES, SEGMENT_MISSING, join_chapter, output_storage, run_task, stored_pieces
 from workers.storage import Storage, safe_key
 

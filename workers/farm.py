@@ -16,9 +16,9 @@ from typing import Any
 import redis
 
 from pipeline.errors import TTSFarmError
-from pipeline.settings import Settings
 from pipeline.voices.bank import VoiceBank
 from producer.contract import Keys
+from producer.wire.settings import Settings
 from workers.events import JobEvents
 from workers.layout import resolve_loops
 from workers.loop import Faults, InferenceLoop

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from pipeline.errors import InputError, TransientError
+from pipeline.errors import InputError
 from pipeline.timing import synthesize_timed
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowPlan
 from producer.contract import LANES, SegmentJob
+from producer.wire.errors import TransientError
 from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome

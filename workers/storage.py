@@ -36,8 +36,9 @@ import botocore.exceptions as bce
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from pipeline.errors import BAD_OPTION, InputError, TransientError, TTSFarmError
-from pipeline.settings import StorageSettings
+from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from producer.wire.errors import TransientError
+from producer.wire.settings import StorageSettings
 
 log = logging.getLogger(__name__)
 

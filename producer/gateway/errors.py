@@ -14,18 +14,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pipeline.errors import (
-    BAD_OPTION,
-    MALFORMED_JOB,
-    InputError,
-    JobError,
-    JobNotFoundError,
-    JobTimeoutError,
-    OverloadedError,
-    TransientError,
-    TTSFarmError,
-)
+from pipeline.errors import BAD_OPTION, MALFORMED_JOB, InputError, TTSFarmError
 from producer.reader import STREAM_TRIMMED
+from producer.wire.errors import JobError, JobNotFoundError, JobTimeoutError, OverloadedError, TransientError
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from pipeline.audio import content_type, output_rate
-from pipeline.errors import (
-    BAD_OPTION,
-    TEXT_TOO_LONG,
-    UNSUPPORTED_FORMAT,
-    InputError,
-    JobTimeoutError,
-    TTSFarmError,
-)
+from pipeline.errors import BAD_OPTION, TEXT_TOO_LONG, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.aio import AsyncJob
 from producer.contract import STATES_FINAL, Chunk
 from producer.encoded import aencode_chunks
@@ -39,6 +32,7 @@ from producer.gateway.jobs import stored_output
 from producer.gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
 from producer.gateway.schemas import SpeechRequest, VoiceRef, error_responses
 from producer.gateway.state import state_of
+from producer.wire.errors import JobTimeoutError
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,13 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from pipeline.errors import UNKNOWN_VOICE, InputError, JobNotFoundError
-from pipeline.settings import Settings
+from pipeline.errors import UNKNOWN_VOICE, InputError
 from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
 from producer.gateway.errors import no_workers
-from producer.gateway.settings import GatewaySettings
+from producer.wire.errors import JobNotFoundError
+from producer.wire.settings import Settings
+from producer.wire.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 
