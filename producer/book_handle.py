@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.book_formats import Book, load_book
 from producer.book_plan import (
     CHAPTER_FORMATS,
@@ -33,7 +33,14 @@ from producer.book_plan import (
 )
 from producer.checks import timeout_arg
 from producer.contract import SegmentJob, bucket_of
-from producer.wire.errors import JobError, JobTimeoutError, error_class_for, error_from_dict
+from producer.wire.errors import (
+    BOOK_NOT_FINISHED,
+    SEGMENT_MISSING,
+    JobError,
+    JobTimeoutError,
+    error_class_for,
+    error_from_dict,
+)
 from producer.wire.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,7 +89,7 @@ def submit_book(client: Any, path: str | Path, *, out: str, voice: str | None = 
     check_book_options(opts)
 
     if check_format(opts.format) not in CHAPTER_FORMATS:
-        raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {opts.format}", code="UNSUPPORTED_FORMAT")
+        raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {opts.format}", code=UNSUPPORTED_FORMAT)
     out = normalize_out(out)
     book = book or load_book(path, manifest=manifest)
     plan = plan_book(client.settings, book, book_id=book_id or default_book_id(path), opts=opts)
@@ -306,7 +313,7 @@ class BookHandle:
             if task in GAIN_TASKS and spec.get("gen") != self.gen:
                 continue
             if not reply.get("ok"):
-                if reply.get("code") != "SEGMENT_MISSING":
+                if reply.get("code") != SEGMENT_MISSING:
                     raise error_from_dict(reply)
                 self._resubmit_missing(reply.get("missing", []))
                 self.measured.pop(chapter, None)
@@ -433,7 +440,7 @@ class BookHandle:
     def result(self) -> BookResult:
         """The finished book (after ``wait`` or the end of ``results``)."""
         if not self.files:
-            raise JobError(f"book {self.id} is not finished", code="BOOK_NOT_FINISHED")
+            raise JobError(f"book {self.id} is not finished", code=BOOK_NOT_FINISHED)
         loud, gain_db, capped = self.gain or (0.0, 0.0, False)
         return BookResult(self.id, self.plan.book.title, self.out,
                           tuple(self.written[c.index] for c in self.plan.chapters), self.files["manifest.json"],

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BAD_OPTION, InputError
+from pipeline.errors import BAD_OPTION, NOTHING_TO_SPEAK, InputError
 from producer.book_formats import Book
 from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
 from producer.wire.settings import Settings
@@ -218,7 +218,7 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
         chapters.append(ChapterPlan(n, ch.title or f"{n}", planned, tuple(skipped)))
     chapters = [c for c in chapters if c.segments]
     if not chapters:
-        raise InputError("no chapter of the book has anything this voice can read", code="NOTHING_TO_SPEAK")
+        raise InputError("no chapter of the book has anything this voice can read", code=NOTHING_TO_SPEAK)
     return BookPlan(book_id, book, spec.name, rate, options, tuple(chapters))
 
 

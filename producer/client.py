@@ -17,7 +17,7 @@ from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
-from producer.wire.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError
+from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError, JobTimeoutError, TransientError
 from producer.wire.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Client:
             script_keys, argv = admit_args(sub, self.keys, self.settings.queue)
             reply = self._admit(keys=script_keys, args=argv)
         except (redis.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
-            raise TTSFarmError(f"Redis refused the credentials: {exc}", code="BACKEND_AUTH_FAILED") from exc
+            raise TTSFarmError(f"Redis refused the credentials: {exc}", code=BACKEND_AUTH_FAILED) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
         check_admitted(reply, sub, self.settings.queue)

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk, Word, words_from_wire
-from producer.wire.errors import JobError
+from producer.wire.errors import STREAM_TRIMMED, JobError
 
-STREAM_TRIMMED = "STREAM_TRIMMED"  # stable: the chunks a reader needs are no longer in the results stream
 READ_COUNT = 256  # entries per read
 
 

@@ -33,28 +33,20 @@ import numpy as np
 import numpy.typing as npt
 from celery import shared_task
 
-from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from pipeline.errors import BAD_OPTION, INTERNAL_ERROR, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.book import (
     LOUDNESS_FLOOR_DB,
     LOUDNESS_STEP_DB,
     OUTPUT_MARKER,
     REPLY_TTL_S,
 )
+from producer.wire.errors import BOOK_OUTPUT_REFUSED, BOOK_SUPERSEDED, SEGMENT_MISSING
 from producer.wire.settings import Settings, StorageSettings
-from workers.storage import (
-    LocalStorage,
-    ObjectNotFoundError,
-    S3Storage,
-    Storage,
-    safe_key,
-    storage_from_settings,
-)
+from producer.wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, storage_from_settings
+from producer.wire.storage_s3 import S3Storage
 
 log = logging.getLogger(__name__)
 
-SEGMENT_MISSING = "SEGMENT_MISSING"
-BOOK_SUPERSEDED = "BOOK_SUPERSEDED"
-BOOK_OUTPUT_REFUSED = "BOOK_OUTPUT_REFUSED"
 BOOK_FILES = {"manifest.json": "application/json", "playlist.m3u8": "audio/x-mpegurl; charset=utf-8"}
 BLOCK_S, HOP_S = 0.4, 0.1  # loudness blocks, as in BS.1770
 _SOUNDFILE = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16")}
@@ -163,7 +155,7 @@ class StreamEncoder:
         from pipeline.encoders import CODECS, AudioEncoder
 
         if fmt not in CHAPTER_FORMATS:
-            raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {fmt!r}", code="UNSUPPORTED_FORMAT")
+            raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {fmt!r}", code=UNSUPPORTED_FORMAT)
         self.fmt, self.rate = fmt, rate
         self.lossy = AudioEncoder(fmt, rate, bitrate=bitrate, seekable=True, tags=tags) if fmt in CODECS else None
         self.samples = 0
@@ -267,7 +259,7 @@ def run_task(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[s
         result = {"ok": False, **exc.to_dict(), **exc.detail}
     except Exception as exc:  # reported to the sender, which raises it; never a silent task failure
         log.exception("%s failed", task.name)
-        result = {"ok": False, "code": "INTERNAL_ERROR", "message": f"{task.name}: {type(exc).__name__}: {exc}"}
+        result = {"ok": False, "code": INTERNAL_ERROR, "message": f"{task.name}: {type(exc).__name__}: {exc}"}
     pipe = r.pipeline(transaction=False)
     pipe.rpush(reply, json.dumps(result, ensure_ascii=False))
     pipe.expire(reply, REPLY_TTL_S)

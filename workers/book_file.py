@@ -14,9 +14,10 @@ from typing import Any
 from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from producer.wire.errors import SEGMENT_MISSING
 from producer.wire.settings import Settings
-from workers.assembly import CONTENT_TYPES, SEGMENT_MISSING, join_chapter, output_storage, run_task, stored_pieces
-from workers.storage import Storage, safe_key
+from producer.wire.storage import Storage, safe_key
+from workers.assembly import CONTENT_TYPES, join_chapter, output_storage, run_task, stored_pieces
 
 log = logging.getLogger(__name__)
 

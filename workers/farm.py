@@ -58,7 +58,7 @@ class FarmWorker:
         else:
             self.interactive_bank = self.bank
         if storage is None:
-            from workers.storage import storage_from_settings
+            from producer.wire.storage import storage_from_settings
 
             storage = storage_from_settings(settings.storage)
         self.publisher = Publisher(self.r, self.keys, storage, chunk_ms=settings.queue.chunk_ms,

@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from pipeline.errors import InputError
+from pipeline.errors import MALFORMED_JOB, InputError
 from pipeline.timing import synthesize_timed
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowPlan
 from producer.contract import LANES, SegmentJob
-from producer.wire.errors import TransientError
+from producer.wire.errors import TOO_MANY_DELIVERIES, TOO_MANY_FAILURES, TransientError
 from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome
@@ -224,7 +224,7 @@ class InferenceLoop:
         e.deliveries = max(e.deliveries, failures)
         message = f"{type(exc).__name__}: {exc}"
         if failures >= self.q.max_deliveries:
-            self.dead_letter(e, "TOO_MANY_FAILURES", message)
+            self.dead_letter(e, TOO_MANY_FAILURES, message)
             return
         self.farm.metrics.error(str(getattr(exc, "code", "SEGMENT_FAILED")), stage="attempt", job_id=job.job_id, message=message)
         delay = min(5.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
@@ -283,9 +283,9 @@ class InferenceLoop:
         good = []
         for e in entries:
             if e.job is None:
-                self.dead_letter(e, "MALFORMED_JOB", str(e.error))
+                self.dead_letter(e, MALFORMED_JOB, str(e.error))
             elif e.deliveries > self.q.max_deliveries:
-                self.dead_letter(e, "TOO_MANY_DELIVERIES", f"delivered {e.deliveries} times without finishing")
+                self.dead_letter(e, TOO_MANY_DELIVERIES, f"delivered {e.deliveries} times without finishing")
             else:
                 good.append(e)
         return good

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, job_words, words_in, words_key
-from workers.storage import Storage
+from producer.wire.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -109,7 +109,7 @@ class GatewayState:
     def storage(self) -> Any:
         """The farm's output storage (S3 or a local folder), built on first use: boto3 loads only then."""
         if self._storage is None:
-            from workers.storage import storage_from_settings
+            from producer.wire.storage import storage_from_settings
 
             self._storage = storage_from_settings(self.settings.storage)
         return self._storage
@@ -121,7 +121,7 @@ class GatewayState:
         if path_of is not None:
             path = path_of(key)
             if not path.is_file():
-                from workers.storage import ObjectNotFoundError
+                from producer.wire.storage import ObjectNotFoundError
 
                 raise ObjectNotFoundError(f"no stored object {key!r}")
             return path
