@@ -53,7 +53,7 @@ from producer.bench_local import (
     wait_quiet,
     worker_env,
 )
-from producer.contract import Keys
+from producer.wire.keys import Keys
 from producer.wire.settings import Settings, load_settings
 
 __all__ = [

@@ -20,11 +20,10 @@ from pipeline.errors import BAD_OPTION, NOTHING_TO_SPEAK, InputError
 from producer.book_formats import Book
 from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
 from producer.wire.settings import Settings
+from producer.wire.tasks import LOUDNESS_FLOOR_DB, LOUDNESS_STEP_DB
 
 CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")  # what a chapter file may be (workers.assembly encodes them)
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio
-LOUDNESS_FLOOR_DB = -70.0  # absolute gate; blocks below it are silence
-LOUDNESS_STEP_DB = 0.25  # histogram bin width
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,16 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from producer.backlog import ADMIT, admit_args, check_admitted
 from producer.checks import job_id_arg, stream_args, wait_args
-from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
+from producer.wire.backlog import admit_args, check_admitted
 from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError, JobTimeoutError, TransientError
+from producer.wire.keys import GROUP, STATES_FINAL, Keys
+from producer.wire.lua import ADMIT
+from producer.wire.lua import CANCEL, ENSURE_GROUPS, READ_RESULTS
+from producer.wire.records import Chunk, JobResult
 from producer.wire.settings import Settings, load_settings
 
 if TYPE_CHECKING:

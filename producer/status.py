@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from producer.contract import JobResult, Word
 from producer.wire.errors import error_from_dict
+from producer.wire.records import JobResult, Word
 
 _NUMBERS = {"total": int, "done": int, "sample_rate": int, "created": float, "started": float, "first_chunk": float,
             "finished": float, "duration": float, "deadline": float, "est_seconds": float}

@@ -22,7 +22,8 @@ from producer.checks import (
     options_arg,
     text_arg,
 )
-from producer.contract import CHUNK_MS_RANGE, JOB_ID, LANES, Keys, SegmentJob, bucket_of, new_job_id
+from producer.wire.keys import JOB_ID, LANES, Keys, bucket_of, new_job_id
+from producer.wire.records import CHUNK_MS_RANGE, SegmentJob
 from producer.wire.settings import Settings
 
 

@@ -70,7 +70,7 @@ def phase(farm: LocalFarm, spec: LoadSpec, book: Path | None, out: Path) -> dict
 def farm_backlog(settings) -> dict:  # type: ignore[no-untyped-def]
     import redis
 
-    from producer.contract import Keys
+    from producer.wire.keys import Keys
 
     r = redis.Redis.from_url(settings.redis.url)
     raw = r.hgetall(Keys(settings.redis.key_prefix).backlog("bulk"))

@@ -6,8 +6,9 @@ import redis
 import pytest
 
 from producer.client import Client
-from producer.contract import GROUP, Keys, SegmentJob
 from producer.wire.errors import OverloadedError
+from producer.wire.keys import GROUP, Keys
+from producer.wire.records import SegmentJob
 from producer.wire.settings import Settings
 from workers.queue import StreamQueue
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from producer.contract import GROUP, Keys
+from producer.wire.keys import GROUP, Keys
 from producer.wire.settings import Settings, load_settings
 from workers.metrics import COLLECTED, RECORDED, metric_names
 

@@ -151,8 +151,8 @@ def test_encoder_refuses_what_it_cannot_make() -> None:
 
 
 def test_chunks_encode_as_they_come_and_bad_requests_fail_before_any() -> None:
-    from producer.contract import Chunk
     from producer.encoded import encode_chunks
+    from producer.wire.records import Chunk
 
     rate = 24000
     x = voice_like(rate, 2.0)

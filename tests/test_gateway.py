@@ -20,10 +20,10 @@ from fastapi.testclient import TestClient
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from producer.contract import Keys
 from producer.gateway import GatewaySettings, create_app
 from producer.gateway.serve import BackgroundServer
 from producer.wire.errors import OverloadedError
+from producer.wire.keys import Keys
 from producer.wire.settings import load_settings
 from tests.conftest import Farm
 

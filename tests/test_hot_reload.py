@@ -20,7 +20,7 @@ from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.runtime import StageState
-from producer.contract import Keys
+from producer.wire.keys import Keys
 from tests.conftest import Farm
 from tests.test_metrics import joe_only_config
 from workers.control import VoiceReloader, ttsfarm_reload_voices

@@ -16,9 +16,9 @@ import pytest
 import redis
 
 from pipeline.errors import TTSFarmError
-from producer.contract import Keys
 from producer.local import RedisServer
 from producer.wire.errors import TransientError
+from producer.wire.keys import Keys
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import redis
 
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
-from producer.contract import Keys
+from producer.wire.keys import Keys
 from producer.wire.settings import Settings
 from workers.events import JobEvents
 from workers.layout import resolve_loops

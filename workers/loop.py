@@ -15,7 +15,6 @@ helper thread at a lower OS priority (``workers.layout``).
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import random
@@ -34,8 +33,9 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowPlan
-from producer.contract import LANES, SegmentJob
 from producer.wire.errors import TOO_MANY_DELIVERIES, TOO_MANY_FAILURES, TransientError
+from producer.wire.keys import LANES
+from producer.wire.records import SegmentJob, dead_letter_fields
 from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome
@@ -291,12 +291,8 @@ class InferenceLoop:
         return good
 
     def dead_letter(self, e: Entry, code: str, message: str) -> None:
-        fields = {k.decode(errors="replace") if isinstance(k, bytes) else str(k): (v.decode(errors="replace") if isinstance(v, bytes) else str(v))
-                  for k, v in e.fields.items()}
-        self.farm.r.xadd(self.farm.keys.dead_letters(), {"stream": e.stream, "entry_id": e.entry_id, "code": code,
-                                                        "message": message[:2000], "deliveries": e.deliveries,
-                                                        "fields": json.dumps(fields, ensure_ascii=False)[:100_000]},
-                         maxlen=100_000, approximate=True)
+        record = dead_letter_fields(e.stream, e.entry_id, code, message, e.deliveries, e.fields)
+        self.farm.r.xadd(self.farm.keys.dead_letters(), record, maxlen=100_000, approximate=True)
         if e.job is not None and self.farm.publisher.fail(e.job.job_id, code, message):
             self.farm.events.failed(e.job.job_id, code, message)
         self.farm.metrics.error(code, stage="dead_letter", job_id=e.job.job_id if e.job else "", message=message)

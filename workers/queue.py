@@ -13,8 +13,10 @@ from typing import Any
 
 import redis
 
-from producer.backlog import RELEASE
-from producer.contract import ENSURE_GROUPS, GROUP, LANES, Keys, SegmentJob
+from producer.wire.keys import GROUP, LANES, Keys
+from producer.wire.lua import RELEASE
+from producer.wire.lua import ENSURE_GROUPS
+from producer.wire.records import SegmentJob
 from workers.batcher import Head
 
 log = logging.getLogger(__name__)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producer.wire.settings import Settings
+from producer.wire.tasks import celery_broker_options
 
 RELOAD_COMMAND = "ttsfarm_reload_voices"
 
@@ -20,7 +21,7 @@ def control_app(settings: Settings) -> Any:
     from celery import Celery
 
     app = Celery("ttsfarm", broker=settings.redis.url, set_as_current=False)
-    app.conf.update(broker_transport_options={"global_keyprefix": f"{settings.redis.key_prefix}:celery:"},
+    app.conf.update(broker_transport_options=celery_broker_options(settings),
                     broker_connection_retry_on_startup=True, accept_content=["json"], task_serializer="json")
     return app
 
