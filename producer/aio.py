@@ -18,8 +18,7 @@ from producer.submit import prepare_submission
 from producer.wire.backlog import admit_args, check_admitted
 from producer.wire.errors import JobNotFoundError, JobTimeoutError, TransientError
 from producer.wire.keys import GROUP, STATES_FINAL, Keys
-from producer.wire.lua import ADMIT
-from producer.wire.lua import CANCEL, ENSURE_GROUPS, READ_RESULTS
+from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, READ_RESULTS
 from producer.wire.records import Chunk, JobResult
 from producer.wire.settings import Settings, load_settings
 

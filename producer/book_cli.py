@@ -19,8 +19,7 @@ from producer.book_plan import (
     default_book_id,
     plan_book,
 )
-from producer.checks import read_lexicon
-from producer.checks import timeout_arg
+from producer.checks import read_lexicon, timeout_arg
 from producer.wire.settings import Settings
 
 

@@ -16,8 +16,7 @@ import redis
 
 from producer.aio import AsyncClient
 from producer.client import Client
-from producer.reader import STREAM_TRIMMED
-from producer.wire.errors import JobError
+from producer.wire.errors import STREAM_TRIMMED, JobError
 from producer.wire.keys import Keys
 from producer.wire.records import chunk_fields, final_fields
 from producer.wire.settings import Settings

@@ -14,8 +14,7 @@ from typing import Any
 import redis
 
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import RELEASE
-from producer.wire.lua import ENSURE_GROUPS
+from producer.wire.lua import ENSURE_GROUPS, RELEASE
 from producer.wire.records import SegmentJob
 from workers.batcher import Head
 

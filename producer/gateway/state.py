@@ -16,8 +16,7 @@ from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
 from producer.gateway.errors import no_workers
 from producer.wire.errors import JobNotFoundError
-from producer.wire.settings import Settings
-from producer.wire.settings import GatewaySettings
+from producer.wire.settings import GatewaySettings, Settings
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ catalogue, from ``pipeline.settings``) and the farm's, here: ``redis``, ``queue`
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -226,3 +227,9 @@ def load_settings(
     voices_file = folder / "voices.toml"
     catalogue = parse_catalogue(tomllib.loads(voices_file.read_text(encoding="utf-8"))) if voices_file.exists() else Catalogue({}, "")
     return Settings(catalogue=catalogue, **sections)
+
+
+def settings_from_environment(config_dir: str | Path | None = None) -> Settings:
+    """``load_settings`` with this process's ``TTSFARM_*`` overrides: what an entry point loads, and what the
+    SDK's ``from_url`` uses when it is given no settings (so it honours the same overrides as the CLI)."""
+    return load_settings(config_dir, env=os.environ)
