@@ -20,7 +20,7 @@ from producer.wire.errors import JobNotFoundError, JobTimeoutError, TransientErr
 from producer.wire.keys import GROUP, STATES_FINAL, Keys
 from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, READ_RESULTS
 from producer.wire.records import Chunk, JobResult
-from producer.wire.settings import Settings, load_settings
+from producer.wire.settings import Settings, settings_from_environment
 
 
 class AsyncClient:
@@ -34,7 +34,7 @@ class AsyncClient:
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> AsyncClient:
-        settings = settings or load_settings()
+        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
         redis_kwargs.setdefault("socket_timeout", settings.redis.socket_timeout_s)
         return cls(aredis.Redis.from_url(url or settings.redis.url, **redis_kwargs), settings)
 

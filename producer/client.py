@@ -20,7 +20,7 @@ from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError
 from producer.wire.keys import GROUP, STATES_FINAL, Keys
 from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, READ_RESULTS
 from producer.wire.records import Chunk, JobResult
-from producer.wire.settings import Settings, load_settings
+from producer.wire.settings import Settings, settings_from_environment
 
 if TYPE_CHECKING:
     from producer.book import BookHandle
@@ -41,7 +41,7 @@ class Client:
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Client:
-        settings = settings or load_settings()
+        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
         url = url or settings.redis.url
         redis_kwargs.setdefault("socket_timeout", settings.redis.socket_timeout_s)
         redis_kwargs.setdefault("health_check_interval", 30)
