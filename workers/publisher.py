@@ -16,16 +16,9 @@ from typing import Any
 import redis
 
 from producer.wire.keys import STATES_FINAL, Keys
-from producer.wire.lua import CLAIM_FRAMES, FINALIZE, MARK_STARTED
-from producer.wire.records import (
-    CANCELLED_INFO,
-    SegmentJob,
-    chunk_fields,
-    final_record,
-    job_words,
-    words_in,
-    words_key,
-)
+from producer.wire.broker import RedisBroker
+from producer.wire.lua import CLAIM_FRAMES
+from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
 from producer.wire.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -64,8 +57,7 @@ class Publisher:
         self.chunk_ms = chunk_ms
         self.maxlen = maxlen
         self.ttl = ttl_s
-        self._finalize = r.register_script(FINALIZE)
-        self._mark_started = r.register_script(MARK_STARTED)
+        self.broker = RedisBroker(r, keys)
         self._claim_frames = r.register_script(CLAIM_FRAMES)
 
     def job_state(self, job_id: str) -> str:
@@ -78,7 +70,7 @@ class Publisher:
 
     def mark_started(self, job: SegmentJob, worker: str) -> bool:
         """True for the first segment of a job to start anywhere (the job's start)."""
-        return bool(self._mark_started(keys=[self.keys.status(job.job_id)], args=[time.time(), worker]))
+        return self.broker.mark_started(job.job_id, worker)
 
     def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str,
                         words: list[Any] | None = None) -> SegmentOutcome:
@@ -204,11 +196,7 @@ class Publisher:
     def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
         0 if the job had ended already."""
-        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO),
-                           self.maxlen, self.ttl]
-        for k, v in status.items():
-            argv += [k, v]
-        return int(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
+        return self.broker.finalize(job_id, state, final_info, maxlen=self.maxlen, ttl_s=self.ttl, **status)
 
     def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> int:
         info = {"code": code, "message": message}
