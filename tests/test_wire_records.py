@@ -20,13 +20,13 @@ def test_the_final_record_is_final_fields_and_parses_back(r: redis.Redis) -> Non
     keys = Keys("wire-test")
     pub = Publisher(r, keys, None, chunk_ms=500, maxlen=100, ttl_s=100)  # type: ignore[arg-type]  # no storage needed
     r.hset(keys.status("job-done"), "state", "running")
-    assert pub.finish("job-done", "done", {"url": "u", "n": 1}, url="u") == 1
+    assert pub.finish("job-done", "done", {"url": "u", "n": 1}, url="u", info='{"url": "u"}') == 1  # as publish_job
     assert pub.finish("job-done", "done", {"url": "u"}) == 0  # one final record per job
     ((_, f),) = r.xrange(keys.results("job-done"))
     assert {k.decode(): v.decode() for k, v in f.items()} == final_fields("done", url="u", n=1)
     assert list(f) == [b"type", b"state", b"info"]
     assert record_type(f) == FINAL and parse_final(_by_name(f)) == {"state": "done", "url": "u", "n": 1}
-    assert r.hget(keys.status("job-done"), "url") == b"u"
+    assert r.hget(keys.status("job-done"), "url") == b"u" and r.hget(keys.status("job-done"), "info") == b'{"url": "u"}'
 
 
 def test_a_cancel_that_won_the_race_writes_the_cancelled_record(r: redis.Redis) -> None:

@@ -68,10 +68,11 @@ class Broker(Protocol):
         """Mark a job started by ``worker``; True for its first start, never over a state written meanwhile."""
         ...
 
-    def finalize(self, job_id: str, state: str, info: Mapping[str, Any], *, maxlen: int, ttl_s: int,
+    def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  **status: Any) -> int:
         """Write a job's end state and its one final record: 1 as asked, 2 if a client's cancel won the race
-        (the job ends cancelled), 0 if it had ended already."""
+        (the job ends cancelled), 0 if it had ended already. ``status``: fields for the job's status record
+        (any names: ``info`` too)."""
         ...
 
 
@@ -106,9 +107,9 @@ class RedisBroker:
     def mark_started(self, job_id: str, worker: str) -> bool:
         return bool(self._mark_started(keys=[self.keys.status(job_id)], args=[time.time(), worker]))
 
-    def finalize(self, job_id: str, state: str, info: Mapping[str, Any], *, maxlen: int, ttl_s: int,
+    def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  **status: Any) -> int:
-        argv: list[Any] = [state, final_record(state, info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s]
+        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s]
         for k, v in status.items():
             argv += [k, v]
         return int(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
