@@ -160,8 +160,9 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def _coerce(section: str, key: str, value: Any, target: Any) -> Any:
-    """Convert a TOML or environment value to the type of the field's default."""
+def _coerce(section: str, key: str, value: Any, target: Any, annotation: str = "") -> Any:
+    """Convert a TOML or environment value to the type of the field's default (a tuple's items: strings where
+    the field is annotated ``tuple[str, ...]``, numbers otherwise)."""
     if isinstance(value, str) and not isinstance(target, str):
         try:
             value = tomllib.loads(f"v = {value}")["v"]
@@ -172,7 +173,7 @@ def _coerce(section: str, key: str, value: Any, target: Any) -> Any:
             raise InputError(f"setting {section}.{key} must be true or false", code=BAD_OPTION)
         return value
     if isinstance(target, tuple):
-        return tuple(v if isinstance(v, str) else float(v) for v in value)
+        return tuple(str(v) for v in value) if annotation.startswith("tuple[str") else tuple(float(v) for v in value)
     if isinstance(target, float) and isinstance(value, int):
         return float(value)
     if not isinstance(value, type(target)):
@@ -186,7 +187,8 @@ def _build_section(name: str, cls: type, data: Mapping[str, Any]) -> Any:
     unknown = set(data) - known
     if unknown:
         raise InputError(f"unknown setting(s) in [{name}]: {', '.join(sorted(unknown))}", code=BAD_OPTION)
-    return cls(**{k: _coerce(name, k, v, getattr(defaults, k)) for k, v in data.items()})
+    annotations = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    return cls(**{k: _coerce(name, k, v, getattr(defaults, k), annotations[k]) for k, v in data.items()})
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
