@@ -4,22 +4,21 @@ A submission is admitted and written by one Lua script, so two producers cannot 
 limit: it checks the lane's counters, then writes the status record, every segment's stream entry and
 the new counts at once. Workers take a segment off the counters when their XACK of it succeeds (an
 XACK counts once, so a redelivered entry cannot be subtracted twice). A lane that is empty admits any
-job, so a job larger than the limit can still run when nothing else waits.
+job, so a job larger than the limit can still run when nothing else waits. The scripts are ``lua.ADMIT`` and
+``lua.RELEASE``; this module builds their arguments and reads their answers.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from producer.submit import Submission
 from producer.wire.errors import OverloadedError
 from producer.wire.keys import Keys
 from producer.wire.settings import QueueSettings
 
-
-
-
+if TYPE_CHECKING:
+    from producer.submit import Submission
 
 
 def limits(q: QueueSettings, lane: str) -> tuple[int, float]:

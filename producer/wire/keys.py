@@ -13,6 +13,7 @@ LANES = ("interactive", "bulk")
 GROUP = "workers"  # the consumer group every worker reads the queues in
 STATES_FINAL = ("done", "failed", "cancelled", "expired")
 
+
 @dataclass(frozen=True)
 class Keys:
     """Every Redis key of the farm, under one prefix."""
