@@ -10,15 +10,17 @@ from typing import Any
 import redis
 import redis.asyncio as aredis
 
-from pipeline.errors import JobNotFoundError, JobTimeoutError, TransientError
-from pipeline.settings import Settings, load_settings
-from producer.backlog import ADMIT, admit_args, check_admitted
-from producer.client import _raise_if_failed
 from producer.checks import job_id_arg, stream_args, wait_args
-from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
+from producer.client import _raise_if_failed
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
+from producer.wire.backlog import admit_args, check_admitted
+from producer.wire.errors import JobNotFoundError, JobTimeoutError, TransientError
+from producer.wire.keys import GROUP, STATES_FINAL, Keys
+from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, READ_RESULTS
+from producer.wire.records import Chunk, JobResult
+from producer.wire.settings import Settings, settings_from_environment
 
 
 class AsyncClient:
@@ -32,7 +34,7 @@ class AsyncClient:
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> AsyncClient:
-        settings = settings or load_settings()
+        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
         redis_kwargs.setdefault("socket_timeout", settings.redis.socket_timeout_s)
         return cls(aredis.Redis.from_url(url or settings.redis.url, **redis_kwargs), settings)
 

@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from pipeline.errors import BAD_OPTION, InputError, JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
-from pipeline.settings import Settings, load_settings
-from producer.backlog import ADMIT, admit_args, check_admitted
+from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
 from producer.checks import job_id_arg, stream_args, wait_args
-from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import prepare_submission
+from producer.wire.backlog import admit_args, check_admitted
+from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError, JobTimeoutError, TransientError
+from producer.wire.keys import GROUP, STATES_FINAL, Keys
+from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, READ_RESULTS
+from producer.wire.records import Chunk, JobResult
+from producer.wire.settings import Settings, settings_from_environment
 
 if TYPE_CHECKING:
     from producer.book import BookHandle
@@ -38,7 +41,7 @@ class Client:
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Client:
-        settings = settings or load_settings()
+        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
         url = url or settings.redis.url
         redis_kwargs.setdefault("socket_timeout", settings.redis.socket_timeout_s)
         redis_kwargs.setdefault("health_check_interval", 30)
@@ -71,7 +74,7 @@ class Client:
             script_keys, argv = admit_args(sub, self.keys, self.settings.queue)
             reply = self._admit(keys=script_keys, args=argv)
         except (redis.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
-            raise TTSFarmError(f"Redis refused the credentials: {exc}", code="BACKEND_AUTH_FAILED") from exc
+            raise TTSFarmError(f"Redis refused the credentials: {exc}", code=BACKEND_AUTH_FAILED) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
         check_admitted(reply, sub, self.settings.queue)
