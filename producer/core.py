@@ -88,7 +88,7 @@ class Compute:
 Step = Command | Script | Pause | Compute
 T = TypeVar("T")
 Call = Generator[Step, Any, T]  # a call that returns a value
-Stream = Generator["Step | Chunk", Any, None]  # a call that hands out chunks
+Stream = Generator[Step | Chunk, Any, None]  # a call that hands out chunks
 
 
 def advance(call: Generator[Any, Any, T], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
