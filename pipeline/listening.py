@@ -87,15 +87,15 @@ def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, m
 
 def speaker(voice: Any, settings: Any) -> Speak:
     """Text -> audio through the same segmenting and joining `ttsfarm say` uses, on this (unsaved) voice."""
-    from pipeline.settings import Catalogue, Settings, VoiceSpec
+    from pipeline.settings import Catalogue, PipelineSettings, VoiceSpec
     from pipeline.synth import Synthesizer
-    from pipeline.voices.base import SynthesisOptions
     from pipeline.voices.bank import VoiceBank
+    from pipeline.voices.base import SynthesisOptions
 
     spec = VoiceSpec(name=voice.name, engine="twostage", languages=voice.languages, sample_rate=voice.sample_rate)
     catalogue = Catalogue(voices={voice.name: spec}, default_voice=voice.name)
     bank = VoiceBank(catalogue, settings.runtime, builder=lambda _spec, _factory: voice)
-    synth = Synthesizer(Settings(frontend=settings.frontend, runtime=settings.runtime, catalogue=catalogue), bank)
+    synth = Synthesizer(PipelineSettings(frontend=settings.frontend, runtime=settings.runtime, catalogue=catalogue), bank)
 
     def speak(text: str) -> tuple[np.ndarray, int]:
         out = synth.synthesize(text, voice.name, SynthesisOptions())

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, MODEL_PREPARE_FAILED, InputError, ModelError, TTSFarmError
-from pipeline.settings import Settings, VoiceSpec
+from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.prepared import MANIFEST, Prepared, PreparedVoice, Preparer, fingerprint, prepared_dir, read_prepared, verdict_name
 from pipeline.voices.runtime import sha256_file
 
@@ -77,7 +77,7 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def prepare_voice(spec: VoiceSpec, settings: Settings, *, int8: bool = True, force: bool = False) -> PrepareResult:
+def prepare_voice(spec: VoiceSpec, settings: PipelineSettings, *, int8: bool = True, force: bool = False) -> PrepareResult:
     """Prepare one voice into ``settings.runtime.cache_dir`` (see the module docstring)."""
     start = time.perf_counter()
     preparer = preparer_for(spec)
@@ -143,7 +143,7 @@ def _swap_in(work: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def prepare_on_first_use(spec: VoiceSpec, settings: Settings, print_: str) -> Prepared | None:
+def prepare_on_first_use(spec: VoiceSpec, settings: PipelineSettings, print_: str) -> Prepared | None:
     """Serving's fallback for a voice never prepared: the FP32 stages, if its preparer allows it here."""
     if not preparer_for(spec).on_first_use:
         return None
@@ -154,7 +154,7 @@ def prepare_on_first_use(spec: VoiceSpec, settings: Settings, print_: str) -> Pr
     return result.prepared
 
 
-def preparable(settings: Settings, names: Sequence[str]) -> list[VoiceSpec]:
+def preparable(settings: PipelineSettings, names: Sequence[str]) -> list[VoiceSpec]:
     """The catalogue entries named (default: every voice something prepares); unknown names fail first."""
     if names:
         return [settings.catalogue.get(n) for n in names]
@@ -178,7 +178,7 @@ def describe_result(result: PrepareResult) -> str:
     return "\n".join(lines)
 
 
-def main(settings: Settings, args: argparse.Namespace) -> int:
+def main(settings: PipelineSettings, args: argparse.Namespace) -> int:
     """The CLI command: 0 when every voice is prepared (a failed INT8 gate is not an error: FP32 serves)."""
     failed = 0
     for spec in preparable(settings, args.voice):

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.settings import Settings
+from pipeline.settings import PipelineSettings
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.precision import to_fp16
 from pipeline.voices.runtime import SessionFactory, StageSession
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 FP16_FILE = "vocoder.fp16.onnx"
 
 
-def fp16_vocoder(voice: Any, work: Path, settings: Settings, texts: Sequence[str], lang: str) -> tuple[str | None, dict[str, Any]]:
+def fp16_vocoder(voice: Any, work: Path, settings: PipelineSettings, texts: Sequence[str], lang: str) -> tuple[str | None, dict[str, Any]]:
     """(file name if the FP16 vocoder passed, its verdict). ``voice`` is the FP32 two-stage voice being prepared,
     its vocoder file ``work/vocoder.fp32.onnx``."""
     from pipeline.quantize_eval import logmel_l1_db

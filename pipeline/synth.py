@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.errors import TEXT_TOO_LONG, InputError
-from pipeline.settings import Settings
+from pipeline.settings import PipelineSettings
 from pipeline.text.segment import Segment, Segmenter
 from pipeline.voices.bank import VoiceBank, output_rate, route
 from pipeline.voices.base import Phonemized, SynthesisOptions
@@ -31,7 +31,7 @@ class PlannedSegment:
     source: str = ""  # the text ``segment.words`` index into: the caller's text, or an SSML span's after the lexicon
 
 
-def plan(text: bytes | str, voice: str | None, settings: Settings, *, lexicon: Mapping[str, str] | None = None,
+def plan(text: bytes | str, voice: str | None, settings: PipelineSettings, *, lexicon: Mapping[str, str] | None = None,
          ssml: bool | None = None) -> list[PlannedSegment]:
     """Segments of ``text`` and the concrete voice of each; every input error is raised here.
 
@@ -90,7 +90,7 @@ class Rendered:
 class Synthesizer:
     """Text in, audio out, in this process. Segments of one voice run in batches of its max size."""
 
-    def __init__(self, settings: Settings, bank: VoiceBank | None = None) -> None:
+    def __init__(self, settings: PipelineSettings, bank: VoiceBank | None = None) -> None:
         self.settings = settings
         self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
 

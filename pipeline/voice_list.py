@@ -13,11 +13,11 @@ import json
 from typing import Any
 
 from pipeline.errors import TTSFarmError
-from pipeline.settings import Settings, VoiceSpec
+from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, wanted_precision
 
 
-def _prepared(spec: VoiceSpec, settings: Settings) -> tuple[Any, str]:
+def _prepared(spec: VoiceSpec, settings: PipelineSettings) -> tuple[Any, str]:
     from pipeline.prepare import preparer_for
 
     try:
@@ -41,7 +41,7 @@ def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def describe_voice(spec: VoiceSpec, settings: Settings) -> dict[str, Any]:
+def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any]:
     row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
     if spec.engine == "blend":
         from pipeline.listening import gate_failure
@@ -83,7 +83,7 @@ def describe_voice(spec: VoiceSpec, settings: Settings) -> dict[str, Any]:
     return row
 
 
-def describe_catalogue(settings: Settings) -> list[dict[str, Any]]:
+def describe_catalogue(settings: PipelineSettings) -> list[dict[str, Any]]:
     return [describe_voice(spec, settings) for spec in settings.catalogue.voices.values()]
 
 

@@ -3,8 +3,9 @@
 Light on purpose: importing it loads no model runtime (onnxruntime, torch).
 """
 
-from pipeline.errors import InputError, JobError, OverloadedError, TTSFarmError
+from pipeline.errors import InputError, TTSFarmError
 from producer.client import Client, Job
-from producer.contract import Chunk, JobResult, Word
+from producer.wire.errors import JobError, OverloadedError
+from producer.wire.records import Chunk, JobResult, Word
 
 __all__ = ["Chunk", "Client", "InputError", "Job", "JobError", "JobResult", "OverloadedError", "TTSFarmError", "Word"]

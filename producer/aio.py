@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aredis
 
-from pipeline.settings import Settings, load_settings
 from producer.checks import stream_args, wait_args
-from producer.contract import Chunk, JobResult
 from producer.core import ClientCore, Compute, JobCore, Pause, PcmJoin, Step, advance, connection_options, mapped
+from producer.wire.records import Chunk, JobResult
+from producer.wire.settings import Settings, settings_from_environment
 
 T = TypeVar("T")
 
@@ -28,7 +28,7 @@ class AsyncClient(ClientCore):
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> AsyncClient:
-        settings = settings or load_settings()
+        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
         return cls(aredis.Redis.from_url(url or settings.redis.url, **connection_options(settings, redis_kwargs)), settings)
 
     async def close(self) -> None:

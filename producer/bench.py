@@ -27,7 +27,6 @@ from typing import Any
 
 import redis
 
-from pipeline.settings import Settings, load_settings
 from producer.bench_load import (
     KINDS,
     MIXES,
@@ -54,7 +53,8 @@ from producer.bench_local import (
     wait_quiet,
     worker_env,
 )
-from producer.contract import Keys
+from producer.wire.keys import Keys
+from producer.wire.settings import Settings, settings_from_environment
 
 __all__ = [
     "KINDS", "MIXES", "PARAGRAPHS_EN", "SHORT_EN", "SHORT_ZH", "BenchConfig", "ForeignLoad", "JobKind", "JobRecord",
@@ -86,7 +86,7 @@ def run_bench(config: BenchConfig, *, base: Settings | None = None) -> dict[str,
     """One bench: optionally a farm of our own, a warm-up, an optional saturation phase, the load phase."""
     from producer.bench_report import summarize
 
-    base = base or load_settings(env=dict(os.environ))
+    base = base or settings_from_environment()
     farm: LocalFarm | None = None
     load_before = list(os.getloadavg())
     foreign = ForeignLoad()

@@ -27,12 +27,13 @@ from typing import Any
 
 import redis
 
-from pipeline.errors import OverloadedError, TTSFarmError
-from pipeline.settings import Settings
+from pipeline.errors import TTSFarmError
 from producer.bench_local import ProcSampler
-from producer.contract import Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status
+from producer.wire.errors import OverloadedError
+from producer.wire.keys import Keys
+from producer.wire.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from producer.contract import Keys
+from producer.wire.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pipeline.errors import TTSFarmError
-from producer.checks import read_lexicon
-from pipeline.settings import Settings
 from producer.book_formats import load_book
 from producer.book_handle import submit_book
 from producer.book_plan import (
@@ -21,7 +19,8 @@ from producer.book_plan import (
     default_book_id,
     plan_book,
 )
-from producer.checks import timeout_arg
+from producer.checks import read_lexicon, timeout_arg
+from producer.wire.settings import Settings
 
 
 def run_book(settings: Settings, path: str | Path, voice: str | None, out: str, *, book_id: str | None = None,
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m producer.book``: the same as ``ttsfarm book``."""
     import argparse
 
-    from pipeline.settings import load_settings
+    from producer.wire.settings import load_settings
 
     ap = argparse.ArgumentParser(prog="ttsfarm book", description="Make an audiobook on the farm")
     ap.add_argument("--redis", default=None)

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
-from producer.book_model import BAD_BOOK, Book, Chapter, make_chapter, one_line
+from producer.book_model import Book, Chapter, make_chapter, one_line
 from producer.epub import MAX_MEMBER_BYTES, parse_epub
+from producer.wire.errors import BAD_BOOK
 
 __all__ = [
     "BAD_BOOK", "MAX_BOOK_BYTES", "MAX_MEMBER_BYTES", "Book", "Chapter", "apply_manifest", "is_text_heading",

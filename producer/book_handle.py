@@ -13,15 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import (
-    BAD_OPTION,
-    InputError,
-    JobError,
-    JobTimeoutError,
-    TTSFarmError,
-    error_class_for,
-)
-from pipeline.settings import Settings
+from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.book_formats import Book, load_book
 from producer.book_plan import (
     CHAPTER_FORMATS,
@@ -40,35 +32,32 @@ from producer.book_plan import (
     segment_key,
 )
 from producer.checks import timeout_arg
-from producer.contract import SegmentJob, bucket_of
+from producer.wire.errors import (
+    BOOK_NOT_FINISHED,
+    SEGMENT_MISSING,
+    JobError,
+    JobTimeoutError,
+    error_class_for,
+    error_from_dict,
+)
+from producer.wire.keys import bucket_of
+from producer.wire.lua import SUBMIT_BOOK_SEGMENT
+from producer.wire.records import SegmentJob
+from producer.wire.settings import Settings
+from producer.wire.tasks import (
+    ASSEMBLE_BOOK_FILE,
+    ASSEMBLE_CHAPTER,
+    MEASURE_CHAPTER,
+    OUTPUT_MARKER,
+    REPLY_TTL_S,
+    WRITE_BOOK_FILES,
+    celery_sender,
+)
 
 log = logging.getLogger(__name__)
 
-REPLY_TTL_S = 3600
 RUN_TTL_S = 30 * 86400
-OUTPUT_MARKER = ".ttsfarm-book-output"  # workers write chapters only into a local folder that holds it
 
-# KEYS: status, results, parts, done-set, stream, lane backlog. ARGV: force, ttl, v, job json, max_n, max_s,
-# est_s, then status field/value pairs. Admission is ``producer.backlog``'s, one segment at a time: a full
-# lane answers 'full' and the runner offers the segment again later.
-_SUBMIT = """
-local st = redis.call('HGET', KEYS[1], 'state')
-if st == 'queued' or st == 'running' then return st end
-if st == 'done' and ARGV[1] ~= '1' then return st end
-local n = tonumber(redis.call('HGET', KEYS[6], 'n') or '0')
-local s = tonumber(redis.call('HGET', KEYS[6], 's') or '0')
-local max_n, max_s, add_s = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-if n > 0 and ((max_n > 0 and n + 1 > max_n) or (max_s > 0 and s + add_s > max_s)) then return 'full' end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-local pairs = {}
-for i = 8, #ARGV do pairs[#pairs + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], unpack(pairs))
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-redis.call('XADD', KEYS[5], '*', 'v', ARGV[3], 'job', ARGV[4])
-redis.call('HINCRBY', KEYS[6], 'n', 1)
-redis.call('HINCRBYFLOAT', KEYS[6], 's', add_s)
-return 'submitted'
-"""
 HELD_BATCH = 2000  # segments offered again per round while the bulk lane is full
 
 
@@ -88,7 +77,7 @@ def submit_book(client: Any, path: str | Path, *, out: str, voice: str | None = 
     check_book_options(opts)
 
     if check_format(opts.format) not in CHAPTER_FORMATS:
-        raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {opts.format}", code="UNSUPPORTED_FORMAT")
+        raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {opts.format}", code=UNSUPPORTED_FORMAT)
     out = normalize_out(out)
     book = book or load_book(path, manifest=manifest)
     plan = plan_book(client.settings, book, book_id=book_id or default_book_id(path), opts=opts)
@@ -144,7 +133,7 @@ class BookHandle:
         self.gen = 0  # bumped when the gain must be chosen again: older assembly replies are then ignored
         self.files: dict[str, str] = {}
         self.book_file: dict[str, Any] | None = None  # the M4B's reply, when opts.single_file
-        self._submit = self.r.register_script(_SUBMIT)
+        self._submit = self.r.register_script(SUBMIT_BOOK_SEGMENT)
         self._sender: Any = None
         self._last_ttl = self._last_offer = time.monotonic()
         self._offer_every = 0.0
@@ -162,7 +151,7 @@ class BookHandle:
                  sum(st == "submitted" for st in states.values()), sum(st == "full" for st in states.values()))
 
     def _submit_jobs(self, ids: list[str], *, force: bool) -> dict[str, str]:
-        from producer.backlog import limits
+        from producer.wire.backlog import limits
 
         now, ttl = time.time(), self.settings.queue.job_ttl_s
         max_n, max_s = limits(self.settings.queue, "bulk")
@@ -304,16 +293,16 @@ class BookHandle:
         asked = {(t, c) for t, _, c in self.tasks.values()}
         for ch in self.plan.chapters:
             ready = all(self.state[s.job_id] in ("done", "skipped") for s in ch.segments)
-            if ready and ch.index not in self.measured and ("ttsfarm.measure_chapter", ch.index) not in asked:
-                self._send("ttsfarm.measure_chapter", {"rate": self.plan.sample_rate,
+            if ready and ch.index not in self.measured and (MEASURE_CHAPTER, ch.index) not in asked:
+                self._send(MEASURE_CHAPTER, {"rate": self.plan.sample_rate,
                                                        "segments": self._segments(ch)}, ch.index)
         new: list[ChapterResult] = []
         for task, spec, chapter, reply in self._collect():
             if task in GAIN_TASKS and spec.get("gen") != self.gen:
                 continue
             if not reply.get("ok"):
-                if reply.get("code") != "SEGMENT_MISSING":
-                    raise TTSFarmError.from_dict(reply)
+                if reply.get("code") != SEGMENT_MISSING:
+                    raise error_from_dict(reply)
                 self._resubmit_missing(reply.get("missing", []))
                 self.measured.pop(chapter, None)
                 if task in GAIN_TASKS:  # lost after measuring: measure and choose the gain again
@@ -321,14 +310,14 @@ class BookHandle:
                     self.written.clear()
                     self.book_file = None
                 continue
-            if task == "ttsfarm.measure_chapter":
+            if task == MEASURE_CHAPTER:
                 self.measured[chapter] = reply
-            elif task == "ttsfarm.assemble_chapter":
+            elif task == ASSEMBLE_CHAPTER:
                 ch = self.plan.chapters[[c.index for c in self.plan.chapters].index(chapter)]
                 self.written[chapter] = ChapterResult(chapter, ch.title, reply["key"], reply["url"], reply["duration_s"],
                                                       len(ch.segments), reply["bytes"], reply.get("captions", ""))
                 new.append(self.written[chapter])
-            elif task == "ttsfarm.assemble_book_file":
+            elif task == ASSEMBLE_BOOK_FILE:
                 self.book_file = {"file": reply["key"], **{k: reply[k] for k in ("url", "format", "bytes", "duration_s",
                                                                                   "chapters")}}
             else:
@@ -337,9 +326,9 @@ class BookHandle:
             self._assemble_all()
         chapters_done = self.gain is not None and len(self.written) == len(self.plan.chapters) and not self.tasks
         if chapters_done and self.opts.single_file and self.book_file is None:
-            self._send("ttsfarm.assemble_book_file", self._book_file_spec(), 0)
+            self._send(ASSEMBLE_BOOK_FILE, self._book_file_spec(), 0)
         elif chapters_done and not self.files:
-            self._send("ttsfarm.write_book_files", {"out": self.out, "files": self._manifest()}, 0)
+            self._send(WRITE_BOOK_FILES, {"out": self.out, "files": self._manifest()}, 0)
         return new
 
     def _resubmit_missing(self, keys: list[str]) -> None:
@@ -363,7 +352,7 @@ class BookHandle:
         self.gain = (loud, gain_db, limited)
         o = self.opts
         for ch in self.plan.chapters:
-            self._send("ttsfarm.assemble_chapter", {
+            self._send(ASSEMBLE_CHAPTER, {
                 **self._join_spec(), "segments": self._segments(ch), "format": o.format, "bitrate": o.bitrate,
                 "file": f"{ch.file_stem}.{o.format}",
                 "tags": {"title": ch.title, "album": self.plan.book.title, "artist": self.plan.book.author,
@@ -439,7 +428,7 @@ class BookHandle:
     def result(self) -> BookResult:
         """The finished book (after ``wait`` or the end of ``results``)."""
         if not self.files:
-            raise JobError(f"book {self.id} is not finished", code="BOOK_NOT_FINISHED")
+            raise JobError(f"book {self.id} is not finished", code=BOOK_NOT_FINISHED)
         loud, gain_db, capped = self.gain or (0.0, 0.0, False)
         return BookResult(self.id, self.plan.book.title, self.out,
                           tuple(self.written[c.index] for c in self.plan.chapters), self.files["manifest.json"],
@@ -450,15 +439,4 @@ class BookHandle:
                           (self.book_file or {}).get("url"))
 
 
-GAIN_TASKS = ("ttsfarm.assemble_chapter", "ttsfarm.assemble_book_file")  # made with one gain (one `gen`)
-
-
-def celery_sender(settings: Settings) -> Any:
-    """A Celery app that only sends, configured like ``workers.app`` (same broker and key prefix)."""
-    from celery import Celery
-
-    app = Celery("ttsfarm-book", broker=settings.redis.url, set_as_current=False)
-    app.conf.update(task_serializer="json", accept_content=["json"], task_send_sent_event=True,
-                    broker_connection_retry_on_startup=True,
-                    broker_transport_options={"global_keyprefix": f"{settings.redis.key_prefix}:celery:"})
-    return app
+GAIN_TASKS = (ASSEMBLE_CHAPTER, ASSEMBLE_BOOK_FILE)  # made with one gain (one `gen`)

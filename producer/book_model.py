@@ -8,8 +8,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from producer.wire.errors import BAD_BOOK
 
-BAD_BOOK = "BAD_BOOK"  # the book file cannot be read (not UTF-8, a broken or DRM-protected EPUB)
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BAD_OPTION, InputError
-from pipeline.settings import Settings
+from pipeline.errors import BAD_OPTION, NOTHING_TO_SPEAK, InputError
 from producer.book_formats import Book
 from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
+from producer.wire.settings import Settings
+from producer.wire.tasks import LOUDNESS_FLOOR_DB, LOUDNESS_STEP_DB
 
 CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")  # what a chapter file may be (workers.assembly encodes them)
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio
-LOUDNESS_FLOOR_DB = -70.0  # absolute gate; blocks below it are silence
-LOUDNESS_STEP_DB = 0.25  # histogram bin width
 
 
 @dataclass(frozen=True)
@@ -218,7 +217,7 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
         chapters.append(ChapterPlan(n, ch.title or f"{n}", planned, tuple(skipped)))
     chapters = [c for c in chapters if c.segments]
     if not chapters:
-        raise InputError("no chapter of the book has anything this voice can read", code="NOTHING_TO_SPEAK")
+        raise InputError("no chapter of the book has anything this voice can read", code=NOTHING_TO_SPEAK)
     return BookPlan(book_id, book, spec.name, rate, options, tuple(chapters))
 
 

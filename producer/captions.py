@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from pipeline.errors import BAD_OPTION, InputError
-from producer.contract import Word
+from producer.wire.records import Word
 
 FORMATS = ("vtt", "srt")
 _SENTENCE_END = re.compile(r"[.!?。！？；;…]")

@@ -17,7 +17,7 @@ log = logging.getLogger("ttsfarm")
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from pipeline.settings import load_settings
+    from producer.wire.settings import load_settings
 
     env = dict(os.environ)
     if getattr(args, "redis", None):
@@ -155,8 +155,8 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
     import redis
 
-    from producer.contract import Keys
     from producer.dlq import DeadLetters
+    from producer.wire.keys import Keys
 
     settings = _settings(args)
     dlq = DeadLetters(redis.Redis.from_url(settings.redis.url), Keys(settings.redis.key_prefix))
@@ -179,8 +179,8 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import redis
 
-    from producer.contract import Keys
     from producer.status_cli import run
+    from producer.wire.keys import Keys
 
     settings = _settings(args)
     r = redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s)
@@ -216,8 +216,8 @@ def _reload_voices(args: argparse.Namespace) -> int:
 
     import redis
 
-    from producer.contract import Keys
-    from workers.control import broadcast_reload, control_app, versions_by_node
+    from producer.wire.control import broadcast_reload, control_app, versions_by_node
+    from producer.wire.keys import Keys
 
     settings = _settings(args)
     r = redis.Redis.from_url(settings.redis.url)

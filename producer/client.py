@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from pipeline.errors import BAD_OPTION, InputError
-from pipeline.settings import Settings, load_settings
 from producer.checks import stream_args, wait_args
-from producer.contract import Chunk, JobResult
 from producer.core import ClientCore, Compute, JobCore, Pause, PcmJoin, Step, advance, connection_options, mapped
+from producer.wire.records import Chunk, JobResult
+from producer.wire.settings import Settings, settings_from_environment
 
 if TYPE_CHECKING:
     from producer.book_handle import BookHandle
@@ -32,7 +32,7 @@ class Client(ClientCore):
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Client:
-        settings = settings or load_settings()
+        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
         return cls(redis.Redis.from_url(url or settings.redis.url, **connection_options(settings, redis_kwargs)), settings)
 
     def close(self) -> None:

@@ -37,18 +37,20 @@ from typing import Any, TypeVar
 
 import redis
 
-from pipeline.errors import JobError, JobNotFoundError, JobTimeoutError, TransientError, TTSFarmError
-from pipeline.settings import Settings
-from producer.backlog import ADMIT, admit_args, check_admitted
+from pipeline.errors import TTSFarmError
 from producer.checks import job_id_arg
-from producer.contract import CANCEL, ENSURE_GROUPS, GROUP, READ_RESULTS, STATES_FINAL, Chunk, JobResult, Keys
 from producer.reader import ResultsReader
 from producer.status import decode_status, result_from_status
 from producer.submit import Submission, prepare_submission
+from producer.wire.backlog import admit_args, check_admitted
+from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError, JobTimeoutError, TransientError
+from producer.wire.keys import GROUP, STATES_FINAL, Keys
+from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, READ_RESULTS
+from producer.wire.records import Chunk, JobResult
+from producer.wire.settings import Settings
 
 log = logging.getLogger(__name__)
 
-BACKEND_AUTH_FAILED = "BACKEND_AUTH_FAILED"  # stable: Redis refused the client's credentials
 AUTH_FAILED = (redis.AuthenticationError, redis.exceptions.AuthorizationError)
 LOST = (redis.ConnectionError, redis.TimeoutError)  # worth retrying: Redis restarting or failing over
 STREAM_RETRIES = 20  # reads a stream retries in a row before TransientError

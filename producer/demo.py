@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.settings import Settings
 from producer.client import Client
 from producer.local import RedisServer, WorkerProcess, redis_reachable
+from producer.wire.settings import Settings
 
 DEMO_TEXT = (
     "今天天气很好，我们去公园散步吧。Hello from the farm. "

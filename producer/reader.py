@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import JobError
-from producer.contract import CHUNK, FINAL, STATES_FINAL, Chunk, Word, words_from_wire
+from producer.wire.errors import STREAM_TRIMMED, JobError
+from producer.wire.keys import STATES_FINAL
+from producer.wire.records import CHUNK, FINAL, Chunk, Word, parse_final, record_type, words_from_wire
 
-STREAM_TRIMMED = "STREAM_TRIMMED"  # stable: the chunks a reader needs are no longer in the results stream
 READ_COUNT = 256  # entries per read
 
 
@@ -54,7 +54,7 @@ class ResultsReader:
     _seg_start: int = 0  # samples before the segment being read
 
     def read_args(self) -> list[Any]:
-        """ARGV of ``contract.READ_RESULTS``: the entries after this reader's position."""
+        """ARGV of ``lua.READ_RESULTS``: the entries after this reader's position."""
         return [f"({self.last_id}", READ_COUNT]
 
     def take(self, reply: Any) -> list[tuple[Any, dict[Any, Any]]] | None:
@@ -82,9 +82,9 @@ class ResultsReader:
         self.last_id = _s(entry_id)
         self.entries += 1
         f = {_s(k): v for k, v in fields.items()}
-        kind = _s(f.get("type", ""))
+        kind = record_type(f)
         if kind == FINAL:
-            self.final = {"state": _s(f.get("state", "")), **json.loads(_s(f.get("info", "{}")))}
+            self.final = parse_final(f)
             return []
         if kind != CHUNK:
             return []

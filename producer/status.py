@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.errors import TTSFarmError
-from producer.contract import JobResult, Word
+from producer.wire.errors import error_from_dict
+from producer.wire.records import JobResult, Word
 
 _NUMBERS = {"total": int, "done": int, "sample_rate": int, "created": float, "started": float, "first_chunk": float,
             "finished": float, "duration": float, "deadline": float, "est_seconds": float}
@@ -26,7 +26,7 @@ def decode_status(raw: Mapping[Any, Any]) -> dict[str, Any]:
 def result_from_status(job_id: str, st: Mapping[str, Any]) -> JobResult:
     """The result of an ended job; a failed or cancelled job raises its error instead."""
     if st["state"] != "done":
-        raise TTSFarmError.from_dict({"code": st.get("error_code") or f"JOB_{str(st['state']).upper()}",
+        raise error_from_dict({"code": st.get("error_code") or f"JOB_{str(st['state']).upper()}",
                                       "message": st.get("error_message") or f"job {job_id} {st['state']}"})
     created = float(st.get("created", 0.0))
     timings = {name: round(float(st[name]) - created, 4) for name in ("started", "first_chunk", "finished") if st.get(name)}

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from producer.contract import GROUP, LANES, Keys
+from producer.wire.keys import GROUP, LANES, Keys
 
 STALE_S = 10.0  # a heartbeat older than this: the worker is gone or stuck (workers beat every 2 s)
 

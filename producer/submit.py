@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
-from pipeline.settings import Settings
 from producer.checks import (
     bool_arg,
     integer_arg,
@@ -23,7 +22,9 @@ from producer.checks import (
     options_arg,
     text_arg,
 )
-from producer.contract import CHUNK_MS_RANGE, JOB_ID, LANES, Keys, SegmentJob, bucket_of, new_job_id
+from producer.wire.keys import JOB_ID, LANES, Keys, bucket_of, new_job_id
+from producer.wire.records import CHUNK_MS_RANGE, SegmentJob
+from producer.wire.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,8 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
     from pipeline.encoders import check_bitrate
     from pipeline.synth import plan
     from pipeline.text.clean import decode
-    from pipeline.voices.base import SynthesisOptions
     from pipeline.voices.bank import output_rate
+    from pipeline.voices.base import SynthesisOptions
 
     unknown = sorted(set(request) - set(REQUEST_KEYS))
     if unknown:

@@ -35,7 +35,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.settings import Settings, load_settings
 from producer.bench import (
     PARAGRAPHS_EN,
     BenchConfig,
@@ -50,6 +49,7 @@ from producer.bench import (
     worker_env,
 )
 from producer.bench_report import summarize, write_results
+from producer.wire.settings import Settings, load_settings
 
 log = logging.getLogger("bench_farm")
 WORKLOAD = {"mix": "en", "jobs": 40, "seed": 11}

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.quantize_eval import EVAL_SENTENCES_EN
-from pipeline.settings import load_settings
 from pipeline.voices.base import SynthesisOptions
+from producer.wire.settings import load_settings
 
 
 def main() -> int:

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.settings import Settings, load_settings
 from pipeline.voices.base import SynthesisOptions
+from producer.wire.settings import Settings, load_settings
 
 log = logging.getLogger("bench_voices")
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.listening import heldout_sentences, listen
-from pipeline.settings import load_settings
 from pipeline.text.zh import normalize_zh
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
+from producer.wire.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: asked for CUDA but onnxruntime has only {env['providers']} ({env['distributions']}): "
               "install onnxruntime-gpu alone (docs/GPU.md, Install)", file=sys.stderr)
         return 2
-    from pipeline.settings import load_settings
+    from producer.wire.settings import load_settings
 
     settings = load_settings(env=dict(os.environ))
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))

@@ -30,9 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.settings import Settings, load_settings
 from producer.bench import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_quiet
 from producer.bench_report import write_results
+from producer.wire.settings import Settings, load_settings
 
 log = logging.getLogger("tune_cpu")
 # workers, intra-op threads, inference loops (0, 0: the "auto" layout, workers.layout.resolve_loops)

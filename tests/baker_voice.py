@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.errors import MODEL_PREPARE_FAILED, ModelError
 from pipeline.prepare import PrepareResult, prepare_voice
-from pipeline.settings import Settings
+from producer.wire.settings import Settings
 
 
 def prepared_baker(settings: Settings) -> PrepareResult:

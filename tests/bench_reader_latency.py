@@ -12,11 +12,12 @@ import time
 
 import redis
 
-from pipeline.settings import load_settings
 from producer.client import Client
-from producer.contract import Keys, chunk_fields, final_fields
 from producer.local import RedisServer
 from producer.reader import ResultsReader
+from producer.wire.keys import Keys
+from producer.wire.records import chunk_fields, final_fields
+from producer.wire.settings import load_settings
 
 SEGMENTS = 300
 GAP_S = 0.02

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from pipeline.settings import Settings, load_settings
 from producer.local import RedisServer
+from producer.wire.settings import Settings, load_settings
 
 
 @pytest.fixture(scope="session")

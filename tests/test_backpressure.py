@@ -5,10 +5,11 @@ from __future__ import annotations
 import redis
 import pytest
 
-from pipeline.errors import OverloadedError
-from pipeline.settings import Settings
 from producer.client import Client
-from producer.contract import GROUP, Keys, SegmentJob
+from producer.wire.errors import OverloadedError
+from producer.wire.keys import GROUP, Keys
+from producer.wire.records import SegmentJob
+from producer.wire.settings import Settings
 from workers.queue import StreamQueue
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pipeline import errors
-from pipeline.errors import InputError, TTSFarmError
-from pipeline.settings import Settings
+from pipeline.errors import InputError
 from pipeline.synth import plan
 from producer.submit import prepare_submission
+from producer.wire.errors import error_from_dict
+from producer.wire.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -87,8 +88,8 @@ def test_bad_requests(settings: Settings, request_: dict, code: str) -> None:
 
 def test_errors_round_trip_by_code() -> None:
     err = InputError("bad", code=errors.UNKNOWN_VOICE)
-    again = TTSFarmError.from_dict(err.to_dict())
+    again = error_from_dict(err.to_dict())
     assert isinstance(again, InputError) and again.code == errors.UNKNOWN_VOICE
-    model = TTSFarmError.from_dict({"code": errors.MODEL_MISSING, "message": "x"})
+    model = error_from_dict({"code": errors.MODEL_MISSING, "message": "x"})
     assert isinstance(model, RuntimeError)
     assert str(err) == "[UNKNOWN_VOICE] bad"

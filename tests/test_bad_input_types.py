@@ -29,13 +29,13 @@ from pipeline.errors import (
     UNSUPPORTED_SAMPLE_RATE,
     InputError,
 )
-from pipeline.settings import Settings
 from producer.aio import AsyncClient, AsyncJob
 from producer.book import BookOptions, submit_book
 from producer.cli import main as cli
 from producer.client import Client, Job
 from producer.gateway import create_app
 from producer.gateway.serve import BackgroundServer
+from producer.wire.settings import Settings
 from tests.conftest import Farm
 
 BOOK = Path(__file__).parent / "data" / "book" / "small_farm.md"

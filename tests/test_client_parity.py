@@ -22,12 +22,13 @@ import pytest
 import redis
 
 from pipeline.errors import BAD_OPTION, MALFORMED_JOB, TTSFarmError
-from pipeline.settings import Settings
 from producer.aio import AsyncClient, AsyncJob
 from producer.client import Client, Job
-from producer.contract import Chunk, JobResult, Keys, chunk_fields, final_fields
-from producer.core import BACKEND_AUTH_FAILED
 from producer.local import RedisServer
+from producer.wire.errors import BACKEND_AUTH_FAILED
+from producer.wire.keys import Keys
+from producer.wire.records import Chunk, JobResult, chunk_fields, final_fields
+from producer.wire.settings import Settings
 
 RATE = 16000
 JOB = "parity-job-0001"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from producer.client import Job
-from producer.contract import bucket_of
 from producer.submit import prepare_submission
+from producer.wire.keys import bucket_of
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -21,13 +21,12 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from pipeline.errors import JobError
 from producer.aio import AsyncClient
-from producer.contract import Keys
 from producer.gateway import create_app
 from producer.gateway.serve import BackgroundServer
 from producer.local import free_port
-from producer.reader import STREAM_TRIMMED
+from producer.wire.errors import STREAM_TRIMMED, JobError
+from producer.wire.keys import Keys
 from tests.conftest import Farm
 from tests.test_metrics import scrape, value
 

@@ -10,10 +10,12 @@ import pytest
 import soundfile as sf
 
 from pipeline.audio import from_pcm16, to_pcm16
-from pipeline.errors import NOTHING_TO_SPEAK, UNKNOWN_VOICE, UNSUPPORTED_FORMAT, InputError, JobNotFoundError
+from pipeline.errors import NOTHING_TO_SPEAK, UNKNOWN_VOICE, UNSUPPORTED_FORMAT, InputError
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
-from producer.contract import Keys, SegmentJob
+from producer.wire.errors import JobNotFoundError
+from producer.wire.keys import Keys
+from producer.wire.records import SegmentJob
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from pipeline.errors import NOTHING_TO_SPEAK
-from producer.contract import Keys, SegmentJob
 from producer.local import free_port
+from producer.wire.keys import Keys
+from producer.wire.records import SegmentJob
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.contract import Keys
 from producer.local import free_port
+from producer.wire.keys import Keys
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

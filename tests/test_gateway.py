@@ -20,10 +20,11 @@ from fastapi.testclient import TestClient
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from pipeline.errors import OverloadedError
-from producer.contract import Keys
 from producer.gateway import GatewaySettings, create_app
 from producer.gateway.serve import BackgroundServer
+from producer.wire.errors import OverloadedError
+from producer.wire.keys import Keys
+from producer.wire.settings import load_settings
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow
@@ -413,16 +414,16 @@ def test_api_key_is_enforced_when_configured(farm: Farm) -> None:
 
 
 def test_gateway_settings_from_env() -> None:
-    gw = GatewaySettings.from_env({
+    gw = load_settings(env={
         "TTSFARM_GATEWAY_HOST": "0.0.0.0", "TTSFARM_GATEWAY_PORT": "9000", "TTSFARM_GATEWAY_API_KEYS": "a, b,,",
         "TTSFARM_GATEWAY_CORS": "https://x.example", "TTSFARM_GATEWAY_VOICE_ALIASES": "Alloy=joe,nova=",
         "TTSFARM_GATEWAY_FIRST_CHUNK_TIMEOUT_S": "5", "TTSFARM_OTHER": "ignored",
-    })
+    }).gateway
     assert (gw.host, gw.port, gw.api_keys, gw.cors) == ("0.0.0.0", 9000, ("a", "b"), ("https://x.example",))
     assert gw.voice_aliases == {"alloy": "joe", "nova": ""} and gw.first_chunk_timeout_s == 5.0
-    assert GatewaySettings.from_env({}) == GatewaySettings()
+    assert load_settings(env={}).gateway == GatewaySettings()
     with pytest.raises(ValueError):
-        GatewaySettings.from_env({"TTSFARM_GATEWAY_PORT": "eighty"})
+        load_settings(env={"TTSFARM_GATEWAY_PORT": "eighty"})
 
 
 def test_cors_is_off_by_default_and_on_when_configured(farm: Farm) -> None:

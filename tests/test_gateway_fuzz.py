@@ -15,8 +15,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from pipeline.settings import load_settings
 from producer.gateway import GatewaySettings, create_app
+from producer.wire.settings import load_settings
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -13,10 +13,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pipeline.settings import Settings
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.gpu import HostBufferPool, IoBindingRunner, ShapePolicy, wants_io_binding
 from pipeline.voices.runtime import SessionFactory
+from producer.wire.settings import Settings
 
 TEXTS = [
     "Good morning.",

@@ -20,7 +20,7 @@ from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.runtime import StageState
-from producer.contract import Keys
+from producer.wire.keys import Keys
 from tests.conftest import Farm
 from tests.test_metrics import joe_only_config
 from workers.control import VoiceReloader, ttsfarm_reload_voices
@@ -129,8 +129,8 @@ def test_control_command_starts_one_reload_at_a_time() -> None:
 def test_the_cli_broadcasts_on_the_workers_broker() -> None:
     from celery.worker.control import Panel
 
+    from producer.wire.control import RELOAD_COMMAND, control_app
     from workers.app import app
-    from workers.control import RELOAD_COMMAND, control_app
 
     assert RELOAD_COMMAND in Panel.data
     mine = control_app(app.conf.ttsfarm_settings)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.intelligibility import char_error_rate, transcribe, word_error_rate
-from pipeline.settings import Settings
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
+from producer.wire.settings import Settings
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
-from pipeline.settings import load_settings
+from producer.wire.settings import load_settings
 from workers.layout import lower_thread_priority, resolve_loops
 
 
@@ -109,7 +109,7 @@ def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp
 
 
 def test_only_a_callers_first_segment_is_urgent() -> None:
-    from producer.contract import SegmentJob
+    from producer.wire.records import SegmentJob
     from workers.layout import urgency
     from workers.queue import Entry
 

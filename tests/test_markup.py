@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from pipeline.errors import BAD_LEXICON, BAD_SSML, InputError
-from pipeline.settings import Settings
 from pipeline.synth import Synthesizer, plan
 from pipeline.text.lexicon import apply_lexicon, check_lexicon, protect, restore
 from pipeline.text.ssml import parse_ssml
 from pipeline.voices.base import SynthesisOptions
 from producer.submit import prepare_submission
+from producer.wire.settings import Settings
 
 
 @pytest.fixture(scope="module")

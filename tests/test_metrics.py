@@ -24,9 +24,10 @@ import redis
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import CONFIG_DIR
-from producer.contract import GROUP, Keys, SegmentJob
 from producer.local import free_port
 from producer.status_cli import render, run, snapshot
+from producer.wire.keys import GROUP, Keys
+from producer.wire.records import SegmentJob
 from tests.conftest import Farm
 from workers.metrics import WorkerMetrics, metric_names
 
@@ -119,8 +120,8 @@ def test_metric_names_cover_the_listed_series() -> None:
 _CHILD = r"""
 import os, sys, time, types, pathlib
 import redis
-from pipeline.settings import Settings
-from producer.contract import Keys
+from producer.wire.settings import Settings
+from producer.wire.keys import Keys
 from workers.metrics import WorkerMetrics
 
 port, url, n, stop = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), pathlib.Path(sys.argv[4])

@@ -32,7 +32,8 @@ def test_every_package_folder_is_in_the_package_list() -> None:
 
 
 def test_the_loader_reads_the_repository_configs_in_an_editable_install() -> None:
-    from pipeline.settings import CONFIG_DIR, load_settings
+    from pipeline.settings import CONFIG_DIR
+    from producer.wire.settings import load_settings
 
     assert CONFIG_DIR.resolve() == (ROOT / "configs").resolve()  # one copy: the repository's
     assert load_settings().catalogue.default_voice in load_settings().catalogue.voices

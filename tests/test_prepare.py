@@ -15,13 +15,14 @@ import pytest
 from pipeline import prepare
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED, ModelError
 from pipeline.prepare import prepare_voice
-from pipeline.settings import Catalogue, Settings, VoiceSpec
+from pipeline.settings import Catalogue, VoiceSpec
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper_graph import FRAME_LENGTHS
 from pipeline.voices.prepared import MANIFEST, PreparedVoice, Preparer, verdict_name
 from pipeline.voices.runtime import resolve_resource
 from pipeline.voices.twostage import TwoStageVoice
+from producer.wire.settings import Settings
 
 SENTENCES = [
     "Hello.",

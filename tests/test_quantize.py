@@ -13,11 +13,11 @@ import pytest
 
 from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, quantize_voice, read_sentences
 from pipeline.quantize_eval import EVAL_SENTENCES_EN, logmel_l1_db
-from pipeline.settings import Settings
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper import choose_model
 from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
 from pipeline.voices.runtime import resolve_resource
+from producer.wire.settings import Settings
 
 RATE = 22050
 EVAL = [EVAL_SENTENCES_EN[0], EVAL_SENTENCES_EN[3], EVAL_SENTENCES_EN[9]]

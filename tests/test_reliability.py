@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from pipeline.errors import TransientError, TTSFarmError
-from producer.contract import Keys
+from pipeline.errors import TTSFarmError
 from producer.local import RedisServer
+from producer.wire.errors import TransientError
+from producer.wire.keys import Keys
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

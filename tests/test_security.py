@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from pipeline.errors import TEXT_TOO_LONG, InputError, TTSFarmError
-from pipeline.settings import Settings
 from pipeline.synth import plan
 from producer.client import Client
 from producer.local import RedisServer, free_port
+from producer.wire.settings import Settings
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

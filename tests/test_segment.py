@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.settings import Settings
 from pipeline.synth import plan
 from pipeline.text.segment import Segmenter, language_runs
+from producer.wire.settings import Settings
 
 
 def test_mixed_text_is_split_into_language_runs_routed_to_voices(settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""Tests for workers.storage against a real S3 endpoint (moto's standalone server), and choosing a backend.
+"""Tests for producer.wire.storage against a real S3 endpoint (moto's standalone server), and choosing a backend.
 Key checking and the local folder backend: tests/test_storage_local.py.
 
 The S3 endpoint is a ``moto_server`` process started on a free port for the session, or the one named
@@ -22,11 +22,14 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pipeline.errors import BAD_OPTION, InputError, TransientError, TTSFarmError
-from pipeline.settings import StorageSettings
+from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
+from producer.wire import errors as codes
+from producer.wire import storage as st
+from producer.wire.errors import BAD_KEY, TransientError
+from producer.wire.settings import StorageSettings
+from producer.wire.storage import LocalStorage, ObjectNotFoundError, StorageError
+from producer.wire.storage_s3 import S3Storage
 from tests.bad_keys import BAD_KEYS
-from workers import storage as st
-from workers.storage import BAD_KEY, LocalStorage, ObjectNotFoundError, S3Storage, StorageError
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-" + uuid.uuid4().hex  # never allowed in an error message
@@ -186,7 +189,7 @@ def test_s3_get_missing_is_a_key_error(s3: S3Storage) -> None:
         s3.get("missing.wav")
     with pytest.raises(ObjectNotFoundError) as err:
         s3.get("missing.wav")
-    assert err.value.code == st.OBJECT_NOT_FOUND
+    assert err.value.code == codes.OBJECT_NOT_FOUND
 
 
 @pytest.mark.parametrize("key", BAD_KEYS)
@@ -217,7 +220,7 @@ def test_s3_missing_bucket_is_a_clear_non_retryable_error(settings: StorageSetti
     store = S3Storage(StorageSettings(**{**settings.__dict__, "s3_bucket": "no-such-bucket-" + uuid.uuid4().hex[:8]}))
     with pytest.raises(StorageError) as err:
         store.put("a.wav", b"a", "audio/wav")
-    assert err.value.code == st.STORAGE_NO_BUCKET
+    assert err.value.code == codes.STORAGE_NO_BUCKET
     assert not err.value.retryable
     no_secrets(err.value)
 
@@ -291,12 +294,12 @@ def test_credentials_in_endpoint_url_are_not_shown() -> None:
         ("get_object", "SlowDown", 503, TransientError, "BACKEND_UNAVAILABLE"),
         ("get_object", "InternalError", 500, TransientError, "BACKEND_UNAVAILABLE"),
         ("get_object", "RequestTimeout", 400, TransientError, "BACKEND_UNAVAILABLE"),
-        ("get_object", "AccessDenied", 403, StorageError, st.STORAGE_ACCESS_DENIED),
-        ("get_object", "InvalidAccessKeyId", 403, StorageError, st.STORAGE_ACCESS_DENIED),
-        ("get_object", "InvalidArgument", 400, StorageError, st.STORAGE_REJECTED),
-        ("put_object", "AccessDenied", 403, StorageError, st.STORAGE_ACCESS_DENIED),
+        ("get_object", "AccessDenied", 403, StorageError, codes.STORAGE_ACCESS_DENIED),
+        ("get_object", "InvalidAccessKeyId", 403, StorageError, codes.STORAGE_ACCESS_DENIED),
+        ("get_object", "InvalidArgument", 400, StorageError, codes.STORAGE_REJECTED),
+        ("put_object", "AccessDenied", 403, StorageError, codes.STORAGE_ACCESS_DENIED),
         ("put_object", "ServiceUnavailable", 503, TransientError, "BACKEND_UNAVAILABLE"),
-        ("head_object", "403", 403, StorageError, st.STORAGE_ACCESS_DENIED),
+        ("head_object", "403", 403, StorageError, codes.STORAGE_ACCESS_DENIED),
     ],
 )
 def test_service_errors_are_classified(
@@ -338,7 +341,8 @@ def test_storage_from_settings(tmp_path: Path) -> None:
 
 
 def test_importing_storage_does_not_import_celery() -> None:
-    code = "import sys, workers.storage; assert 'celery' not in sys.modules, 'celery imported'"
+    code = ("import sys, producer.wire.storage; assert 'celery' not in sys.modules, 'celery imported'; "
+            "assert 'boto3' not in sys.modules, 'boto3 imported'")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, "-c", code], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60

@@ -1,4 +1,4 @@
-"""Tests for workers.storage: key checking, and the local folder backend on a real folder."""
+"""Tests for producer.wire.storage: key checking, and the local folder backend on a real folder."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from urllib.request import url2pathname
 
 import pytest
 
-from pipeline.errors import InputError, TransientError
+from pipeline.errors import InputError
+from producer.wire import errors as codes
+from producer.wire import storage as st
+from producer.wire.errors import BAD_KEY, TransientError
+from producer.wire.storage import LocalStorage, ObjectNotFoundError, safe_key
 from tests.bad_keys import BAD_KEYS
-from workers import storage as st
-from workers.storage import BAD_KEY, LocalStorage, ObjectNotFoundError, safe_key
 
 # -- safe_key --------------------------------------------------------------------------------------
 
@@ -65,7 +67,7 @@ def test_local_get_missing_is_a_key_error(tmp_path: Path) -> None:
         store.get("nope.wav")
     with pytest.raises(ObjectNotFoundError) as err:
         store.get("nope.wav")
-    assert err.value.code == st.OBJECT_NOT_FOUND
+    assert err.value.code == codes.OBJECT_NOT_FOUND
     store.put("dir/x.wav", b"x", "audio/wav")
     with pytest.raises(ObjectNotFoundError):
         store.get("dir")  # a folder is not an object

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, UNSUPPORTED_LANGUAGE, InputError, ModelError
-from pipeline.settings import Settings
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
+from producer.wire.settings import Settings
 
 SENTENCES = [
     "Hello.",

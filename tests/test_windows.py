@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from generate_tiny_voice import CONTEXT, HOP, write_tiny_voice
 
-from pipeline.settings import Catalogue, RuntimeSettings, Settings, VoiceSpec
+from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.windows import WindowedItem, WindowPlan, plan_windows, vocode_next, vocode_windowed
+from producer.wire.settings import Settings
 
 LONG = ("windowed vocoding lets a long sentence start to play before its last window is made, "
         "and the stitched windows must equal the whole")

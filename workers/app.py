@@ -12,7 +12,8 @@ import os
 
 from celery import Celery
 
-from pipeline.settings import load_settings
+from producer.wire.settings import load_settings
+from producer.wire.tasks import PING, celery_broker_options
 from workers.step import StreamConsumerStep
 
 settings = load_settings(env=os.environ)
@@ -27,13 +28,16 @@ app.conf.update(
     task_serializer="json",
     accept_content=["json"],
     result_serializer="json",
-    broker_transport_options={"global_keyprefix": f"{settings.redis.key_prefix}:celery:"},
+    broker_transport_options=celery_broker_options(settings),
 )
 app.conf.ttsfarm_settings = settings
+# What later reads the environment (a voice reload reads the settings again, the metrics their folder) gets
+# it from here: only the farm's own variables, never the process's credentials.
+app.conf.ttsfarm_environ = {k: v for k, v in os.environ.items() if k.startswith("TTSFARM_") or k == "PROMETHEUS_MULTIPROC_DIR"}
 app.steps["consumer"].add(StreamConsumerStep)
 
 
-@app.task(name="ttsfarm.ping")
+@app.task(name=PING)
 def ping() -> str:
     """A trivial task: proves the Celery side of a worker answers."""
     return "pong"

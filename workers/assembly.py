@@ -33,28 +33,23 @@ import numpy as np
 import numpy.typing as npt
 from celery import shared_task
 
-from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from pipeline.settings import Settings, StorageSettings
-from producer.book import (
+from pipeline.errors import BAD_OPTION, INTERNAL_ERROR, UNSUPPORTED_FORMAT, InputError, TTSFarmError
+from producer.wire.errors import BOOK_OUTPUT_REFUSED, BOOK_SUPERSEDED, SEGMENT_MISSING
+from producer.wire.settings import Settings, StorageSettings
+from producer.wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, storage_from_settings
+from producer.wire.storage_s3 import S3Storage
+from producer.wire.tasks import (
+    ASSEMBLE_CHAPTER,
     LOUDNESS_FLOOR_DB,
     LOUDNESS_STEP_DB,
+    MEASURE_CHAPTER,
     OUTPUT_MARKER,
     REPLY_TTL_S,
-)
-from workers.storage import (
-    LocalStorage,
-    ObjectNotFoundError,
-    S3Storage,
-    Storage,
-    safe_key,
-    storage_from_settings,
+    WRITE_BOOK_FILES,
 )
 
 log = logging.getLogger(__name__)
 
-SEGMENT_MISSING = "SEGMENT_MISSING"
-BOOK_SUPERSEDED = "BOOK_SUPERSEDED"
-BOOK_OUTPUT_REFUSED = "BOOK_OUTPUT_REFUSED"
 BOOK_FILES = {"manifest.json": "application/json", "playlist.m3u8": "audio/x-mpegurl; charset=utf-8"}
 BLOCK_S, HOP_S = 0.4, 0.1  # loudness blocks, as in BS.1770
 _SOUNDFILE = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16")}
@@ -163,7 +158,7 @@ class StreamEncoder:
         from pipeline.encoders import CODECS, AudioEncoder
 
         if fmt not in CHAPTER_FORMATS:
-            raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {fmt!r}", code="UNSUPPORTED_FORMAT")
+            raise InputError(f"a chapter file is {', '.join(CHAPTER_FORMATS)}, not {fmt!r}", code=UNSUPPORTED_FORMAT)
         self.fmt, self.rate = fmt, rate
         self.lossy = AudioEncoder(fmt, rate, bitrate=bitrate, seekable=True, tags=tags) if fmt in CODECS else None
         self.samples = 0
@@ -267,7 +262,7 @@ def run_task(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[s
         result = {"ok": False, **exc.to_dict(), **exc.detail}
     except Exception as exc:  # reported to the sender, which raises it; never a silent task failure
         log.exception("%s failed", task.name)
-        result = {"ok": False, "code": "INTERNAL_ERROR", "message": f"{task.name}: {type(exc).__name__}: {exc}"}
+        result = {"ok": False, "code": INTERNAL_ERROR, "message": f"{task.name}: {type(exc).__name__}: {exc}"}
     pipe = r.pipeline(transaction=False)
     pipe.rpush(reply, json.dumps(result, ensure_ascii=False))
     pipe.expire(reply, REPLY_TTL_S)
@@ -288,10 +283,10 @@ def stored_pieces(storage: Storage, segments: list[list[Any]], missing: list[str
 
 
 def chapter_captions(storage: Storage, seen: list[tuple[str, int, float]], rate: int, head_s: float) -> str:
-    """WebVTT of a chapter: each stored job's words (``contract.words_key``) moved to where ``join_chapter``
+    """WebVTT of a chapter: each stored job's words (``records.words_key``) moved to where ``join_chapter``
     put its audio (head silence, then each segment and its pause). A job stored without words adds none."""
     from producer.captions import to_vtt
-    from producer.contract import Word, words_key
+    from producer.wire.records import Word, words_key
 
     words: list[Word] = []
     offset = round(head_s * rate)
@@ -352,16 +347,16 @@ def _write_files(settings: Settings, storage: Storage, spec: dict[str, Any]) -> 
     return {"urls": {name: out.put(name, str(text).encode("utf-8"), BOOK_FILES[name]) for name, text in files.items()}}
 
 
-@shared_task(name="ttsfarm.measure_chapter", bind=True, acks_late=True, ignore_result=True)
+@shared_task(name=MEASURE_CHAPTER, bind=True, acks_late=True, ignore_result=True)
 def measure_chapter(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return run_task(self, spec, _measure, writes=False)
 
 
-@shared_task(name="ttsfarm.assemble_chapter", bind=True, acks_late=True, ignore_result=True)
+@shared_task(name=ASSEMBLE_CHAPTER, bind=True, acks_late=True, ignore_result=True)
 def assemble_chapter(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return run_task(self, spec, _assemble, writes=True)
 
 
-@shared_task(name="ttsfarm.write_book_files", bind=True, acks_late=True, ignore_result=True)
+@shared_task(name=WRITE_BOOK_FILES, bind=True, acks_late=True, ignore_result=True)
 def write_book_files(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return run_task(self, spec, _write_files, writes=True)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from pipeline.settings import QueueSettings
+from producer.wire.settings import QueueSettings
 
 T = TypeVar("T")
 

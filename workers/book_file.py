@@ -14,9 +14,11 @@ from typing import Any
 from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from pipeline.settings import Settings
-from workers.assembly import CONTENT_TYPES, SEGMENT_MISSING, join_chapter, output_storage, run_task, stored_pieces
-from workers.storage import Storage, safe_key
+from producer.wire.errors import SEGMENT_MISSING
+from producer.wire.settings import Settings
+from producer.wire.storage import Storage, safe_key
+from producer.wire.tasks import ASSEMBLE_BOOK_FILE
+from workers.assembly import CONTENT_TYPES, join_chapter, output_storage, run_task, stored_pieces
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,6 @@ def _book_file(settings: Settings, storage: Storage, spec: dict[str, Any]) -> di
                          for m in marks]}
 
 
-@shared_task(name="ttsfarm.assemble_book_file", bind=True, acks_late=True, ignore_result=True)
+@shared_task(name=ASSEMBLE_BOOK_FILE, bind=True, acks_late=True, ignore_result=True)
 def assemble_book_file(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return run_task(self, spec, _book_file, writes=True)

@@ -1,4 +1,5 @@
-"""Hot voice reload: ``ttsfarm voices reload [VOICE]`` reaches every worker through a Celery broadcast.
+"""Hot voice reload, the worker's side: ``ttsfarm voices reload [VOICE]`` reaches every worker through a Celery
+broadcast (sent by ``producer.wire.control``).
 
 Each worker re-reads the voice catalogue (``configs/voices.toml``, or ``TTSFARM_CONFIG_DIR``), builds the
 named voices again beside the ones serving, each with a fresh model session, warms them up, and swaps
@@ -21,28 +22,24 @@ seconds, and the handler runs on the worker's consumer thread, which must keep s
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from celery import Celery
 from celery.worker.control import control_command
 
-from pipeline.settings import Settings, load_settings
+from producer.wire.control import RELOAD_COMMAND
+from producer.wire.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
-
-RELOAD_COMMAND = "ttsfarm_reload_voices"
-
 
 class VoiceReloader:
     """One per worker: runs one reload at a time in a background thread."""
 
-    def __init__(self, farm: Any, load: Callable[[], Settings] | None = None) -> None:
+    def __init__(self, farm: Any, load: Callable[[], Settings]) -> None:
         self.farm = farm
-        self._load = load or (lambda: load_settings(env=os.environ))
+        self._load = load  # reads the catalogue again (``load_settings`` with the environment the worker started in)
         self._lock = threading.Lock()
         self.thread: threading.Thread | None = None
 
@@ -81,7 +78,7 @@ class VoiceReloader:
         return result
 
 
-@control_command(args=[("voice", str)], signature="[voice]")  # type: ignore[misc]
+@control_command(name=RELOAD_COMMAND, args=[("voice", str)], signature="[voice]")  # type: ignore[misc]
 def ttsfarm_reload_voices(state: Any, voice: str | None = None, voices: Sequence[str] | None = None, **kwargs: Any) -> dict[str, Any]:
     """Reload voices from the catalogue beside the serving ones, then swap them in between batches."""
     farm = getattr(state.consumer, "ttsfarm_farm", None)
@@ -89,36 +86,7 @@ def ttsfarm_reload_voices(state: Any, voice: str | None = None, voices: Sequence
         return {"ok": False, "error": "this worker runs no ttsfarm consumer"}
     reloader = getattr(farm, "reloader", None)
     if reloader is None:
-        reloader = farm.reloader = VoiceReloader(farm)
+        env = state.consumer.app.conf.get("ttsfarm_environ") or {}  # read by the entry point, workers.app
+        reloader = farm.reloader = VoiceReloader(farm, load=lambda: load_settings(env=env))
     names = list(voices or []) or ([voice] if voice else [])
     return reloader.request(names)
-
-
-def control_app(settings: Settings) -> Celery:
-    """A client-side Celery app on the farm's broker, as ``workers.app`` configures it (for broadcasts)."""
-    app = Celery("ttsfarm", broker=settings.redis.url, set_as_current=False)
-    app.conf.update(broker_transport_options={"global_keyprefix": f"{settings.redis.key_prefix}:celery:"},
-                    broker_connection_retry_on_startup=True, accept_content=["json"], task_serializer="json")
-    return app
-
-
-def broadcast_reload(app: Celery, voices: Sequence[str], *, destination: Sequence[str] | None = None,
-                     timeout: float = 3.0) -> dict[str, dict[str, Any]]:
-    """Send the reload to the workers; return each answering worker's reply by its node name."""
-    replies = app.control.broadcast(RELOAD_COMMAND, arguments={"voices": list(voices)}, reply=True, timeout=timeout,
-                                    destination=list(destination) if destination else None)
-    out: dict[str, dict[str, Any]] = {}
-    for reply in replies or []:
-        for node, answer in reply.items():
-            out[node] = answer
-    return out
-
-
-def versions_by_node(heartbeats: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Heartbeats (field ``node:pid`` -> info) by node name, the newest per node."""
-    out: dict[str, dict[str, Any]] = {}
-    for field, info in heartbeats.items():
-        node = field.rsplit(":", 1)[0]
-        if node not in out or info.get("ts", 0) > out[node].get("ts", 0):
-            out[node] = dict(info)
-    return out

@@ -16,9 +16,9 @@ from typing import Any
 import redis
 
 from pipeline.errors import TTSFarmError
-from pipeline.settings import Settings
 from pipeline.voices.bank import VoiceBank
-from producer.contract import Keys
+from producer.wire.keys import Keys
+from producer.wire.settings import Settings
 from workers.events import JobEvents
 from workers.layout import resolve_loops
 from workers.loop import Faults, InferenceLoop
@@ -58,7 +58,7 @@ class FarmWorker:
         else:
             self.interactive_bank = self.bank
         if storage is None:
-            from workers.storage import storage_from_settings
+            from producer.wire.storage import storage_from_settings
 
             storage = storage_from_settings(settings.storage)
         self.publisher = Publisher(self.r, self.keys, storage, chunk_ms=settings.queue.chunk_ms,

@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.settings import Settings
 from pipeline.voices.runtime import cuda_wanted
+from producer.wire.settings import Settings
 
 if TYPE_CHECKING:
     from workers.queue import Entry

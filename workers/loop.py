@@ -15,7 +15,6 @@ helper thread at a lower OS priority (``workers.layout``).
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import random
@@ -28,13 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from pipeline.errors import InputError, TransientError
+from pipeline.errors import MALFORMED_JOB, InputError
 from pipeline.timing import synthesize_timed
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowPlan
-from producer.contract import LANES, SegmentJob
+from producer.wire.errors import TOO_MANY_DELIVERIES, TOO_MANY_FAILURES, TransientError
+from producer.wire.keys import LANES
+from producer.wire.records import SegmentJob, dead_letter_fields
 from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome
@@ -223,7 +224,7 @@ class InferenceLoop:
         e.deliveries = max(e.deliveries, failures)
         message = f"{type(exc).__name__}: {exc}"
         if failures >= self.q.max_deliveries:
-            self.dead_letter(e, "TOO_MANY_FAILURES", message)
+            self.dead_letter(e, TOO_MANY_FAILURES, message)
             return
         self.farm.metrics.error(str(getattr(exc, "code", "SEGMENT_FAILED")), stage="attempt", job_id=job.job_id, message=message)
         delay = min(5.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
@@ -282,20 +283,16 @@ class InferenceLoop:
         good = []
         for e in entries:
             if e.job is None:
-                self.dead_letter(e, "MALFORMED_JOB", str(e.error))
+                self.dead_letter(e, MALFORMED_JOB, str(e.error))
             elif e.deliveries > self.q.max_deliveries:
-                self.dead_letter(e, "TOO_MANY_DELIVERIES", f"delivered {e.deliveries} times without finishing")
+                self.dead_letter(e, TOO_MANY_DELIVERIES, f"delivered {e.deliveries} times without finishing")
             else:
                 good.append(e)
         return good
 
     def dead_letter(self, e: Entry, code: str, message: str) -> None:
-        fields = {k.decode(errors="replace") if isinstance(k, bytes) else str(k): (v.decode(errors="replace") if isinstance(v, bytes) else str(v))
-                  for k, v in e.fields.items()}
-        self.farm.r.xadd(self.farm.keys.dead_letters(), {"stream": e.stream, "entry_id": e.entry_id, "code": code,
-                                                        "message": message[:2000], "deliveries": e.deliveries,
-                                                        "fields": json.dumps(fields, ensure_ascii=False)[:100_000]},
-                         maxlen=100_000, approximate=True)
+        record = dead_letter_fields(e.stream, e.entry_id, code, message, e.deliveries, e.fields)
+        self.farm.r.xadd(self.farm.keys.dead_letters(), record, maxlen=100_000, approximate=True)
         if e.job is not None and self.farm.publisher.fail(e.job.job_id, code, message):
             self.farm.events.failed(e.job.job_id, code, message)
         self.farm.metrics.error(code, stage="dead_letter", job_id=e.job.job_id if e.job else "", message=message)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from producer.contract import GROUP, LANES, Keys
+from producer.wire.keys import GROUP, LANES, Keys
 
 log = logging.getLogger(__name__)
 

@@ -15,55 +15,18 @@ from typing import Any
 
 import redis
 
-from producer.contract import STATES_FINAL, Keys, SegmentJob, chunk_fields, job_words, words_in, words_key
-from workers.storage import Storage
+from producer.wire.keys import STATES_FINAL, Keys
+from producer.wire.broker import RedisBroker
+from producer.wire.lua import CLAIM_FRAMES
+from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
+from producer.wire.storage import Storage
 
 log = logging.getLogger(__name__)
 
-# KEYS: status, results. ARGV: state, info json, results maxlen, ttl, then field/value pairs for status.
-# A client's cancel wins over a finish that races it: the job then ends cancelled, whatever was made.
-_FINALIZE = """
-if redis.call('HSETNX', KEYS[1], 'final', '1') == 0 then return 0 end
-local state, info = ARGV[1], ARGV[2]
-if redis.call('HGET', KEYS[1], 'state') == 'cancelled' and state ~= 'cancelled' then
-  state = 'cancelled'
-  info = '{"code": "JOB_CANCELLED", "message": "cancelled by the client"}'
-else
-  local pairs = {}
-  for i = 5, #ARGV do pairs[#pairs + 1] = ARGV[i] end
-  redis.call('HSET', KEYS[1], 'state', state, unpack(pairs))
-end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'type', 'final', 'state', state, 'info', info)
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-if state == 'cancelled' and ARGV[1] ~= 'cancelled' then return 2 end
-return 1
-"""
 
 
-# KEYS: status. ARGV: now, worker. The first segment to start marks the job started and running, but
-# never over a state a client or a finish wrote meanwhile (a cancel between the worker's state check and
-# this mark would otherwise be undone). Returns 1 for the job's first start, else 0.
-_MARK_STARTED = """
-if redis.call('HSETNX', KEYS[1], 'started', ARGV[1]) == 0 then return 0 end
-if redis.call('HGET', KEYS[1], 'state') == 'queued' then redis.call('HSET', KEYS[1], 'state', 'running') end
-redis.call('HSET', KEYS[1], 'worker', ARGV[2])
-return 1
-"""
 
 
-# KEYS: frames hash, status. ARGV: seg, attempt, frames, ttl. The first attempt to stream a segment stores its
-# tag and acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment
-# was published whole), windows published so far}.
-_CLAIM_FRAMES = """
-local won = redis.call('HSETNX', KEYS[1], ARGV[1] .. ':attempt', ARGV[2])
-if won == 1 then
-  redis.call('HSET', KEYS[1], ARGV[1] .. ':frames', ARGV[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-end
-if won == 1 then return {1, ARGV[2], '', 0} end
-return {0, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET', KEYS[1], ARGV[1] .. ':frames') or '',
-        redis.call('HGET', KEYS[2], 'windows:' .. ARGV[1]) or 0}
-"""
 
 
 @dataclass
@@ -94,9 +57,8 @@ class Publisher:
         self.chunk_ms = chunk_ms
         self.maxlen = maxlen
         self.ttl = ttl_s
-        self._finalize = r.register_script(_FINALIZE)
-        self._mark_started = r.register_script(_MARK_STARTED)
-        self._claim_frames = r.register_script(_CLAIM_FRAMES)
+        self.broker = RedisBroker(r, keys)
+        self._claim_frames = r.register_script(CLAIM_FRAMES)
 
     def job_state(self, job_id: str) -> str:
         state = self.r.hget(self.keys.status(job_id), "state")
@@ -108,7 +70,7 @@ class Publisher:
 
     def mark_started(self, job: SegmentJob, worker: str) -> bool:
         """True for the first segment of a job to start anywhere (the job's start)."""
-        return bool(self._mark_started(keys=[self.keys.status(job.job_id)], args=[time.time(), worker]))
+        return self.broker.mark_started(job.job_id, worker)
 
     def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str,
                         words: list[Any] | None = None) -> SegmentOutcome:
@@ -234,10 +196,7 @@ class Publisher:
     def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
         0 if the job had ended already."""
-        argv: list[Any] = [state, json.dumps(final_info, ensure_ascii=False), self.maxlen, self.ttl]
-        for k, v in status.items():
-            argv += [k, v]
-        return int(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
+        return self.broker.finalize(job_id, state, final_info, maxlen=self.maxlen, ttl_s=self.ttl, **status)
 
     def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> int:
         info = {"code": code, "message": message}

@@ -13,8 +13,9 @@ from typing import Any
 
 import redis
 
-from producer.backlog import RELEASE
-from producer.contract import ENSURE_GROUPS, GROUP, LANES, Keys, SegmentJob
+from producer.wire.keys import GROUP, LANES, Keys
+from producer.wire.broker import RedisBroker
+from producer.wire.records import SegmentJob
 from workers.batcher import Head
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,10 @@ class StreamQueue:
         self.streams = keys.queues(n_buckets, lanes)
         self.undelivered = 0  # entries no consumer had taken yet, over these streams, at the last peek
         self.consumer = consumer
-        self._release = r.register_script(RELEASE)
+        self.broker = RedisBroker(r, keys)
 
     def ensure_groups(self) -> None:
-        self.r.eval(ENSURE_GROUPS, len(self.streams), *self.streams, GROUP)
+        self.broker.ensure_groups(self.streams)
 
     def _delivered_ids(self) -> dict[str, str]:
         pipe = self.r.pipeline(transaction=False)
@@ -111,7 +112,7 @@ class StreamQueue:
                 tally[0] += 1
                 tally[1] += e.job.est_s
         for lane, (count, seconds) in released.items():
-            self._release(keys=[self.keys.backlog(lane)], args=[int(count), round(seconds, 3)])
+            self.broker.release(lane, int(count), seconds)
 
     def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
         """Entries another consumer took and left idle (it died): take them over, with delivery counts."""

@@ -7,7 +7,6 @@ shutdown: SIGTERM lets the batch in flight finish and be acked before the proces
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from celery import bootsteps
@@ -32,7 +31,7 @@ class StreamConsumerStep(bootsteps.StartStopStep):
         settings = c.app.conf.ttsfarm_settings
         events = JobEvents(c.app, c.hostname, enabled=True)
         if self.farm is None:
-            metrics = WorkerMetrics.from_settings(settings.worker, os.environ)
+            metrics = WorkerMetrics.from_settings(settings.worker, c.app.conf.get("ttsfarm_environ") or {})
             self.farm = FarmWorker(settings, hostname=c.hostname, events=events, metrics=metrics)
         else:
             self.farm.events = events

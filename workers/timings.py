@@ -1,7 +1,7 @@
 """The wire words of a finished segment: its words (``SegmentJob.words``) with their times in its audio.
 
 Computed once per segment from the acoustic stage's durations (``pipeline/timing.py``); the publisher then
-hands each chunk the words that end inside it (``contract.words_in``), whatever the chunking. Word timings
+hands each chunk the words that end inside it (``records.words_in``), whatever the chunking. Word timings
 never fail a job: if they cannot be computed the segment's chunks carry none, and a warning is logged.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from pipeline.timing import word_times
 from pipeline.voices.base import Phonemized
-from producer.contract import SegmentJob
+from producer.wire.records import SegmentJob
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Final
 
-from pipeline.errors import BAD_SSML, InputError
+from pipeline.errors import BAD_SSML, NOTHING_TO_SPEAK, InputError
 from pipeline.text.lexicon import check_phonemes, check_pinyin
 
 MAX_BREAK_S: Final = 10.0
@@ -89,7 +89,7 @@ def parse_ssml(text: str) -> list[Span]:
     builder.element(root, 1.0)
     spans = builder.finish()
     if not any(s.text.strip() for s in spans):
-        raise InputError("the SSML has no text to speak", code="NOTHING_TO_SPEAK")
+        raise InputError("the SSML has no text to speak", code=NOTHING_TO_SPEAK)
     return spans
 
 

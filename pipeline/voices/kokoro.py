@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.errors import NOTHING_TO_SPEAK, TEXT_TOO_LONG, UNSUPPORTED_LANGUAGE, InputError
+from pipeline.errors import NOTHING_TO_SPEAK, TEXT_TOO_LONG, UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
 from pipeline.voices.runtime import LazySession, SessionFactory, assemble_parts, resolve_resource
@@ -39,7 +39,7 @@ class KokoroVoice(LazySession):
             styles = np.load(f)
             style_name = str(opts.get("style", styles.files[0]))
             if style_name not in styles.files:
-                raise InputError(f"voice {spec.name}: style {style_name!r} not in {styles.files}", code="UNKNOWN_VOICE")
+                raise InputError(f"voice {spec.name}: style {style_name!r} not in {styles.files}", code=UNKNOWN_VOICE)
             self.style = np.asarray(styles[style_name], dtype=np.float32).reshape(-1, 256)
         self.max_tokens = self.style.shape[0]
         self.default_speed = float(spec.defaults.get("speed", 1.0))

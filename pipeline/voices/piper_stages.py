@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.settings import Settings, VoiceSpec
+from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.piper import PiperConfig
 from pipeline.voices.piper_graph import FRAME_LENGTHS
 from pipeline.voices.piper_split import AUDIO, DECODER_CONTEXT, DURATIONS, LATENT, PIPER_INPUTS
@@ -39,7 +39,7 @@ def _prepared(spec: VoiceSpec, factory: SessionFactory) -> Prepared:
     if prepared is None:
         from pipeline.prepare import prepare_on_first_use
 
-        prepared = prepare_on_first_use(spec, Settings(runtime=factory.settings), print_)
+        prepared = prepare_on_first_use(spec, PipelineSettings(runtime=factory.settings), print_)
     return prepared or require_prepared(spec, factory.settings, print_)
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import MODEL_CORRUPT, MODEL_NOT_PREPARED, ModelError
-from pipeline.settings import RuntimeSettings, Settings, VoiceSpec
+from pipeline.settings import PipelineSettings, RuntimeSettings, VoiceSpec
 from pipeline.voices.runtime import sha256_file
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class Preparer:
     """One kind of source a voice is prepared from (see ``pipeline/prepare.py`` for the contract)."""
 
     sources: Callable[[VoiceSpec], list[Path]]
-    build: Callable[[VoiceSpec, Settings, Path, bool], PreparedVoice]
+    build: Callable[[VoiceSpec, PipelineSettings, Path, bool], PreparedVoice]
     version: int = 1
     on_first_use: bool = False
 

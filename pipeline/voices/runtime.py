@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_STAGE_FAILED, ModelError
+from pipeline.errors import DEVICE_UNAVAILABLE, MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_STAGE_FAILED, ModelError
 from pipeline.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class SessionFactory:
             return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
         if s.device == "cuda":
             if not s.cpu_fallback:
-                raise ModelError("device = cuda but onnxruntime has no CUDA provider here", code="DEVICE_UNAVAILABLE")
+                raise ModelError("device = cuda but onnxruntime has no CUDA provider here", code=DEVICE_UNAVAILABLE)
             log.warning("CUDA asked for but not available (%s); serving on CPU", ", ".join(ort.get_available_providers()))
             self.fell_back_to_cpu = True
         return ["CPUExecutionProvider"]

@@ -1,8 +1,8 @@
 """The HTTP gateway: an OpenAI-style speech endpoint, the job API, live streams and a small page,
 all over the same Redis streams as the SDK (it is built on ``producer.aio``).
 
-    create_app(settings, GatewaySettings.from_env(os.environ))   # an ASGI app
-    ttsfarm gateway --port 8000                                   # served by uvicorn (main below)
+    create_app(load_settings(env=os.environ))   # an ASGI app (the [gateway] section: TTSFARM_GATEWAY_*)
+    ttsfarm gateway --port 8000                 # served by uvicorn (main below)
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,12 +24,11 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from pipeline.errors import TTSFarmError
-from pipeline.settings import Settings, load_settings
 from producer.gateway import errors, jobs, openai_compat, speech
 from producer.gateway.auth import require_key
 from producer.gateway.schemas import Health, VoiceList, error_responses
-from producer.gateway.settings import GatewaySettings
 from producer.gateway.state import GatewayState, state_of
+from producer.wire.settings import GatewaySettings, Settings, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ MALFORMED_JOB for the text, BAD_OPTION for an option), 401 missing key, 404 JOB_
 
 def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> FastAPI:
     """The gateway as an ASGI app. Redis is reached through ``settings.redis``; nothing connects
-    until the app starts (lifespan) or serves its first request."""
-    gateway = gateway or GatewaySettings()
+    until the app starts (lifespan) or serves its first request. ``gateway``: default ``settings.gateway``."""
+    gateway = gateway or settings.gateway
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -138,19 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     if args.redis:
         env["TTSFARM_REDIS_URL"] = args.redis
-    gateway = GatewaySettings.from_env(env)
+    settings = load_settings(env=env)
+    gateway = settings.gateway
     host, port = args.host or gateway.host, args.port or gateway.port
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.workers > 1:
-        os.environ.update({k: v for k, v in env.items() if k.startswith("TTSFARM_")})
-        uvicorn.run("producer.gateway.app:app_from_env", factory=True, host=host, port=port, workers=args.workers,
-                    log_level=args.log_level)
-    else:
-        uvicorn.run(create_app(load_settings(env=env), gateway), host=host, port=port, log_level=args.log_level)
+    if args.workers > 1:  # uvicorn's worker processes each build the app from their environment: hand it over
+        os.execvpe(sys.executable, [sys.executable, "-m", "uvicorn", "producer.gateway.app:app_from_env", "--factory",
+                                    "--host", host, "--port", str(port), "--workers", str(args.workers),
+                                    "--log-level", args.log_level], env)
+    uvicorn.run(create_app(settings, gateway), host=host, port=port, log_level=args.log_level)
     return 0
 
 
 def app_from_env() -> FastAPI:
     """An app from ``os.environ``: for ``uvicorn --factory producer.gateway.app:app_from_env``."""
-    env = dict(os.environ)
-    return create_app(load_settings(env=env), GatewaySettings.from_env(env))
+    return create_app(load_settings(env=dict(os.environ)))

@@ -7,37 +7,32 @@ Every error body is ``{"error": {"code": ..., "message": ...}}`` with the farm's
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pipeline.errors import (
-    BAD_OPTION,
-    MALFORMED_JOB,
-    InputError,
+from pipeline.errors import BAD_INPUT, BAD_OPTION, INTERNAL_ERROR, MALFORMED_JOB, InputError, TTSFarmError
+from producer.wire.errors import (
+    JOB_CANCELLED,
+    JOB_EXPIRED,
+    JOB_NOT_DONE,
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    NO_WORKERS,
+    OBJECT_NOT_FOUND,
+    STREAM_TRIMMED,
+    UNAUTHORIZED,
     JobError,
     JobNotFoundError,
     JobTimeoutError,
     OverloadedError,
     TransientError,
-    TTSFarmError,
 )
-from producer.reader import STREAM_TRIMMED
 
 log = logging.getLogger(__name__)
-
-# Codes the gateway owns. Clients match on these strings; never rename one.
-NO_WORKERS: Final = "NO_WORKERS"
-UNAUTHORIZED: Final = "UNAUTHORIZED"
-JOB_NOT_DONE: Final = "JOB_NOT_DONE"
-NOT_FOUND: Final = "NOT_FOUND"
-METHOD_NOT_ALLOWED: Final = "METHOD_NOT_ALLOWED"
-INTERNAL_ERROR: Final = "INTERNAL_ERROR"
-BAD_INPUT: Final = "BAD_INPUT"
-
 
 class GatewayError(TTSFarmError):
     """An error answered with a given HTTP status (and optional headers)."""
@@ -65,7 +60,7 @@ def status_for(exc: TTSFarmError) -> int:
         return exc.status
     if isinstance(exc, InputError):
         return 400
-    if isinstance(exc, JobNotFoundError) or exc.code == "OBJECT_NOT_FOUND":
+    if isinstance(exc, JobNotFoundError) or exc.code == OBJECT_NOT_FOUND:
         return 404
     if isinstance(exc, OverloadedError):
         return 429
@@ -73,7 +68,7 @@ def status_for(exc: TTSFarmError) -> int:
         return 503
     if isinstance(exc, JobTimeoutError):
         return 504
-    if isinstance(exc, JobError) and exc.code in ("JOB_CANCELLED", "JOB_EXPIRED"):
+    if isinstance(exc, JobError) and exc.code in (JOB_CANCELLED, JOB_EXPIRED):
         return 409
     if exc.code == STREAM_TRIMMED:  # the chunks asked for are gone from the results stream
         return 410

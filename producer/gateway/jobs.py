@@ -21,7 +21,7 @@ from producer.aio import AsyncJob
 from producer.checks import MAX_SEQ
 from producer.gateway import streams
 from producer.gateway.auth import key_ok, require_key
-from producer.gateway.errors import JOB_NOT_DONE, GatewayError, status_for, unauthorized
+from producer.gateway.errors import GatewayError, status_for, unauthorized
 from producer.gateway.formats import request_format
 from producer.gateway.schemas import (
     Cancelled,
@@ -31,6 +31,7 @@ from producer.gateway.schemas import (
     error_responses,
 )
 from producer.gateway.state import state_of
+from producer.wire.errors import JOB_NOT_DONE
 
 log = logging.getLogger(__name__)
 

@@ -21,16 +21,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from pipeline.audio import content_type, output_rate
-from pipeline.errors import (
-    BAD_OPTION,
-    TEXT_TOO_LONG,
-    UNSUPPORTED_FORMAT,
-    InputError,
-    JobTimeoutError,
-    TTSFarmError,
-)
+from pipeline.errors import BAD_OPTION, TEXT_TOO_LONG, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.aio import AsyncJob
-from producer.contract import STATES_FINAL, Chunk
 from producer.encoded import aencode_chunks
 from producer.gateway import streams
 from producer.gateway.auth import require_key
@@ -39,6 +31,9 @@ from producer.gateway.jobs import stored_output
 from producer.gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
 from producer.gateway.schemas import SpeechRequest, VoiceRef, error_responses
 from producer.gateway.state import state_of
+from producer.wire.errors import JobTimeoutError
+from producer.wire.keys import STATES_FINAL
+from producer.wire.records import Chunk
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from pipeline.errors import UNKNOWN_VOICE, InputError, JobNotFoundError
-from pipeline.settings import Settings
+from pipeline.errors import UNKNOWN_VOICE, InputError
 from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
 from producer.gateway.errors import no_workers
-from producer.gateway.settings import GatewaySettings
+from producer.wire.errors import JobNotFoundError
+from producer.wire.settings import GatewaySettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class GatewayState:
     def storage(self) -> Any:
         """The farm's output storage (S3 or a local folder), built on first use: boto3 loads only then."""
         if self._storage is None:
-            from workers.storage import storage_from_settings
+            from producer.wire.storage import storage_from_settings
 
             self._storage = storage_from_settings(self.settings.storage)
         return self._storage
@@ -120,7 +120,7 @@ class GatewayState:
         if path_of is not None:
             path = path_of(key)
             if not path.is_file():
-                from workers.storage import ObjectNotFoundError
+                from producer.wire.storage import ObjectNotFoundError
 
                 raise ObjectNotFoundError(f"no stored object {key!r}")
             return path

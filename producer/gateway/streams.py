@@ -18,9 +18,10 @@ from typing import Any
 
 import redis
 
-from pipeline.errors import TransientError, TTSFarmError
+from pipeline.errors import TTSFarmError
 from producer.aio import AsyncJob
-from producer.contract import Chunk, JobResult
+from producer.wire.errors import TransientError
+from producer.wire.records import Chunk, JobResult
 
 log = logging.getLogger(__name__)
 

@@ -12,40 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.errors import OverloadedError
-from pipeline.settings import QueueSettings
-from producer.contract import Keys
 from producer.submit import Submission
+from producer.wire.errors import OverloadedError
+from producer.wire.keys import Keys
+from producer.wire.settings import QueueSettings
 
-# KEYS: status, backlog hash, then one stream key per segment.
-# ARGV: max_n, max_s, add_s, ttl, status json, then one job-fields json per segment.
-ADMIT = """
-local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
-local s = tonumber(redis.call('HGET', KEYS[2], 's') or '0')
-local max_n, max_s, add_s = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local add_n = #KEYS - 2
-if n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and s + add_s > max_s)) then
-  return {0, n, tostring(s)}
-end
-local status = cjson.decode(ARGV[5])
-for k, v in pairs(status) do redis.call('HSET', KEYS[1], k, tostring(v)) end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-for i = 3, #KEYS do
-  local f = cjson.decode(ARGV[i + 3])
-  redis.call('XADD', KEYS[i], '*', 'v', f['v'], 'job', f['job'])
-end
-redis.call('HINCRBY', KEYS[2], 'n', add_n)
-redis.call('HINCRBYFLOAT', KEYS[2], 's', add_s)
-return {1, n + add_n, tostring(s + add_s)}
-"""
 
-# KEYS: backlog hash. ARGV: segments, seconds. Never below zero (entries written around the SDK).
-RELEASE = """
-local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0') - tonumber(ARGV[1])
-local s = tonumber(redis.call('HGET', KEYS[1], 's') or '0') - tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'n', math.max(n, 0), 's', math.max(s, 0))
-return 1
-"""
+
+
 
 
 def limits(q: QueueSettings, lane: str) -> tuple[int, float]:

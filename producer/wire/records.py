@@ -1,113 +1,26 @@
-"""The wire contract between producers and workers: key names, the job record, results records.
+"""The wire's records: the job record a producer queues, the chunk and final records a worker publishes on
+a job's results stream, word timings, and the dead-letter record.
 
-Both sides import it from here. Everything on the wire is JSON or plain strings, never pickle, and
-every job record carries a schema version so a worker can refuse one it does not understand.
+Each record is built and parsed here, nowhere else: both sides import it from here. Everything on the wire
+is JSON or plain strings, never pickle, and every job record carries a schema version so a worker can
+refuse one it does not understand.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
-import re
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipeline.errors import MALFORMED_JOB, InputError
+from producer.wire.errors import JOB_CANCELLED
+from producer.wire.keys import JOB_ID, LANES
+
 
 SCHEMA_VERSION = 1
-JOB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # also a storage key part: no dots, no slashes
-LANES = ("interactive", "bulk")
 CHUNK_MS_RANGE = (20, 5000)
-GROUP = "workers"
-# Creates the consumer group ARGV[1] on each queue stream in KEYS unless it is there: one round trip,
-# the same call from the sync SDK, the asyncio SDK and the workers.
-ENSURE_GROUPS = """
-for _, key in ipairs(KEYS) do
-  local reply = redis.pcall('XGROUP', 'CREATE', key, ARGV[1], '0', 'MKSTREAM')
-  if type(reply) == 'table' and reply.err and not string.find(reply.err, 'BUSYGROUP') then
-    return redis.error_reply(reply.err)
-  end
-end
-return #KEYS
-"""
-STATES_FINAL = ("done", "failed", "cancelled", "expired")
-# Cancels the job whose status hash is KEYS[1] unless it has ended; ARGV[1]: now. Atomic, so a worker's
-# finish cannot slip between the check and the write. Returns -1 (no such job), 0 (had ended), 1.
-CANCEL = f"""
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return -1 end
-if {" or ".join(f"state == '{s}'" for s in STATES_FINAL)} then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished', ARGV[1])
-return 1
-"""
-
-
-# Reads the results stream KEYS[1] after ARGV[1] (an exclusive start, "(1-0"), at most ARGV[2] entries, with
-# how many entries the stream has lost at its head (Redis 7's entries-added minus its length; -1 before 7):
-# workers trim it at results_maxlen and nothing else deletes from it, so a reader that has read fewer entries
-# than that has lost some. nil when the stream does not exist (not yet, or expired).
-READ_RESULTS = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local added, length = -1, 0
-for i = 1, #info, 2 do
-  if info[i] == 'entries-added' then added = info[i + 1] end
-  if info[i] == 'length' then length = info[i + 1] end
-end
-local lost = -1
-if added >= 0 then lost = added - length end
-return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
-"""
-
-
-@dataclass(frozen=True)
-class Keys:
-    """Every Redis key of the farm, under one prefix."""
-
-    prefix: str = "ttsfarm"
-
-    def queue(self, lane: str, bucket: int) -> str:
-        return f"{self.prefix}:q:{lane}:{bucket}"
-
-    def queues(self, n_buckets: int, lanes: tuple[str, ...] = LANES) -> list[str]:
-        return [self.queue(lane, b) for lane in lanes for b in range(n_buckets)]
-
-    def status(self, job_id: str) -> str:
-        return f"{self.prefix}:job:{job_id}"
-
-    def results(self, job_id: str) -> str:
-        return f"{self.prefix}:res:{job_id}"
-
-    def parts(self, job_id: str) -> str:
-        return f"{self.prefix}:pcm:{job_id}"
-
-    def done(self, job_id: str) -> str:
-        return f"{self.prefix}:done:{job_id}"
-
-    def dead_letters(self) -> str:
-        return f"{self.prefix}:dlq"
-
-    def workers(self) -> str:
-        return f"{self.prefix}:workers"
-
-    def backlog(self, lane: str) -> str:
-        return f"{self.prefix}:backlog:{lane}"
-
-    def words(self, job_id: str) -> str:
-        """Hash: segment -> its words with their times (JSON), until the job is assembled."""
-        return f"{self.prefix}:words:{job_id}"
-
-
-def new_job_id() -> str:
-    """128 random bits, URL-safe: unguessable, so a job id is also the right to read its results."""
-    return secrets.token_urlsafe(16)
-
-
-def bucket_of(est_seconds: float, edges: tuple[float, ...]) -> int:
-    return bisect.bisect_right(list(edges), est_seconds)
 
 
 @dataclass(frozen=True)
@@ -256,7 +169,63 @@ def merge_words(words: Sequence[Word]) -> list[Word]:
 
 
 def final_fields(state: str, **info: Any) -> dict[str, Any]:
+    """A job's final record: its end state and what the reader gets (a result's url, or an error's code)."""
     return {"type": FINAL, "state": state, "info": json.dumps(info, ensure_ascii=False)}
+
+
+def final_record(state: str, info: Mapping[str, Any]) -> str:
+    """``final_fields`` as the flat JSON list ``[field, value, ...]`` that the FINALIZE script appends."""
+    return json.dumps([x for kv in final_fields(state, **info).items() for x in kv], ensure_ascii=False)
+
+
+# The final record of a job a client cancelled (``lua.FINALIZE`` writes it when a cancel wins a race).
+CANCELLED_INFO = {"code": JOB_CANCELLED, "message": "cancelled by the client"}
+
+
+def record_type(fields: Mapping[Any, Any]) -> str:
+    """CHUNK or FINAL (or whatever else a newer writer sent) of a results-stream entry."""
+    return _s(fields.get("type", fields.get(b"type", "")))
+
+
+def parse_final(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A final record (fields by name) -> ``{"state": ..., **info}``."""
+    return {"state": _s(fields.get("state", "")), **json.loads(_s(fields.get("info", "{}")))}
+
+
+# -- dead letters: segments a worker could not run (malformed, or failing ``max_deliveries`` times) ---------
+
+
+def dead_letter_fields(stream: str, entry_id: str, code: str, message: str, deliveries: int,
+                       fields: Mapping[Any, Any]) -> dict[str, Any]:
+    """The dead-letter record of a queue entry: where it was, why it left, and its fields as they were."""
+    raw = {_s(k): _s(v) for k, v in fields.items()}
+    return {"stream": stream, "entry_id": entry_id, "code": code, "message": message[:2000], "deliveries": deliveries,
+            "fields": json.dumps(raw, ensure_ascii=False)[:100_000]}
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    stream: str
+    entry_id: str
+    code: str
+    message: str
+    deliveries: int
+    fields: dict[str, str]
+
+    @property
+    def job_id(self) -> str:
+        try:
+            return str(json.loads(self.fields.get("job", "{}")).get("job_id", ""))
+        except ValueError:
+            return ""
+
+
+def parse_dead_letter(entry_id: Any, f: Mapping[Any, Any]) -> DeadLetter:
+    g = {_s(k): _s(v) for k, v in f.items()}
+    return DeadLetter(id=_s(entry_id), stream=g.get("stream", ""), entry_id=g.get("entry_id", ""), code=g.get("code", ""),
+                      message=g.get("message", ""), deliveries=int(g.get("deliveries", "0") or 0),
+                      fields=json.loads(g.get("fields", "{}")))
 
 
 @dataclass(frozen=True)

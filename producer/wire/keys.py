@@ -1,0 +1,60 @@
+"""The wire's names: every Redis key of the farm, the consumer group, the lanes, the job states and the job id
+rule. A broker other than Redis maps these names onto its own objects."""
+
+from __future__ import annotations
+
+import bisect
+import re
+import secrets
+from dataclasses import dataclass
+
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # also a storage key part: no dots, no slashes
+LANES = ("interactive", "bulk")
+GROUP = "workers"  # the consumer group every worker reads the queues in
+STATES_FINAL = ("done", "failed", "cancelled", "expired")
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis key of the farm, under one prefix."""
+
+    prefix: str = "ttsfarm"
+
+    def queue(self, lane: str, bucket: int) -> str:
+        return f"{self.prefix}:q:{lane}:{bucket}"
+
+    def queues(self, n_buckets: int, lanes: tuple[str, ...] = LANES) -> list[str]:
+        return [self.queue(lane, b) for lane in lanes for b in range(n_buckets)]
+
+    def status(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def results(self, job_id: str) -> str:
+        return f"{self.prefix}:res:{job_id}"
+
+    def parts(self, job_id: str) -> str:
+        return f"{self.prefix}:pcm:{job_id}"
+
+    def done(self, job_id: str) -> str:
+        return f"{self.prefix}:done:{job_id}"
+
+    def dead_letters(self) -> str:
+        return f"{self.prefix}:dlq"
+
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def backlog(self, lane: str) -> str:
+        return f"{self.prefix}:backlog:{lane}"
+
+    def words(self, job_id: str) -> str:
+        """Hash: segment -> its words with their times (JSON), until the job is assembled."""
+        return f"{self.prefix}:words:{job_id}"
+
+
+def new_job_id() -> str:
+    """128 random bits, URL-safe: unguessable, so a job id is also the right to read its results."""
+    return secrets.token_urlsafe(16)
+
+
+def bucket_of(est_seconds: float, edges: tuple[float, ...]) -> int:
+    return bisect.bisect_right(list(edges), est_seconds)

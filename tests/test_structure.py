@@ -1,0 +1,255 @@
+"""Who may import whom, checked over the source (ast, nothing imported): docs STYLE "Who may import whom".
+
+- no module of producer/ (the wire, the SDK, front ends) imports workers/;
+- pipeline/ imports none of redis, celery, boto3, kombu, and defines no farm settings;
+- no import circles among the project's modules (module-level imports, as they run);
+- os.environ appears only in entry points and the settings loader;
+- each error code string is defined once (producer/wire/errors.py or pipeline/errors.py).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("producer", "workers", "pipeline")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(name: str, tree: ast.AST, *, everywhere: bool, type_checking: bool = False) -> Iterator[tuple[str, int]]:
+    """(imported module, line) of each import: module-level ones (with try/if blocks; ``if TYPE_CHECKING``
+    only when ``type_checking``), or every one when ``everywhere``. ``from a import b`` names a.b when that
+    is a module of the project, else a."""
+    is_pkg = MODULES.get(name, Path()).name == "__init__.py"
+
+    def walk(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+        for node in body:
+            yield node
+            if isinstance(node, ast.If) and (type_checking or not _is_type_checking(node)):
+                yield from walk(node.body)
+                yield from walk(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, node.orelse, node.finalbody, *[h.body for h in node.handlers]):
+                    yield from walk(block)
+
+    nodes = ast.walk(tree) if everywhere else walk(tree.body)  # type: ignore[attr-defined]
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                yield (sub if sub in MODULES else module), node.lineno
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _project_module(imported: str) -> str | None:
+    while imported and imported not in MODULES:
+        imported = imported.rpartition(".")[0]
+    return imported or None
+
+
+def test_no_module_of_producer_imports_workers() -> None:
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+           for name, path in MODULES.items() if name.split(".")[0] == "producer"
+           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "workers"]
+    assert not bad, "producer/ (the wire, the SDK, front ends) must not import workers/:\n" + "\n".join(bad)
+
+
+def test_pipeline_imports_no_broker_or_storage_client() -> None:
+    banned = {"redis", "celery", "boto3", "botocore", "kombu"}
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+           for name, path in MODULES.items() if name.split(".")[0] == "pipeline"
+           for mod, line in _imports(name, _tree(path), everywhere=True)
+           if mod.split(".")[0] in banned | {"producer", "workers"}]
+    assert not bad, "pipeline/ is pure compute:\n" + "\n".join(bad)
+
+
+def test_pipeline_defines_no_farm_settings() -> None:
+    farm = {"RedisSettings", "QueueSettings", "StorageSettings", "WorkerSettings", "GatewaySettings", "load_settings"}
+    found = [f"{path.relative_to(ROOT)}: {node.name}"
+             for name, path in MODULES.items() if name.split(".")[0] == "pipeline"
+             for node in ast.walk(_tree(path)) if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in farm]
+    assert not found, "farm settings belong to producer/wire/settings.py:\n" + "\n".join(found)
+    farm_errors = {"JobError", "OverloadedError", "TransientError", "JobNotFoundError", "JobTimeoutError"}
+    found = [f"{path.relative_to(ROOT)}: {node.name}"
+             for name, path in MODULES.items() if name.split(".")[0] == "pipeline"
+             for node in ast.walk(_tree(path)) if isinstance(node, ast.ClassDef) and node.name in farm_errors]
+    assert not found, "farm errors belong to producer/wire/errors.py:\n" + "\n".join(found)
+
+
+def _graph(*, type_checking: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        deps = {_project_module(mod) for mod, _ in _imports(name, _tree(path), everywhere=False, type_checking=type_checking)}
+        graph[name] = {d for d in deps if d and d != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles() -> None:
+    cycles = _cycles(_graph(type_checking=False))
+    assert not cycles, "import circles (module-level imports):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 4, not done here: workers.loop and workers.streaming take the "
+                   "FarmWorker (and the loop) as typed arguments, so their annotations import each other")
+def test_no_import_circles_even_in_annotations() -> None:
+    cycles = _cycles(_graph(type_checking=True))
+    assert not cycles, "import circles (with TYPE_CHECKING imports):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+# Entry points (a command's main, the Celery app module, the gateway's app factory) and the settings loader.
+ENVIRON_ALLOWED = {
+    "producer.wire.settings": "the settings loader (settings_from_environment)",
+    "producer.cli": "`ttsfarm` main",
+    "producer.book_cli": "`ttsfarm book` main",
+    "producer.gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
+    "workers.app": "the Celery app module (`celery -A workers.app worker`)",
+    "producer.local": "starts worker processes: their environment is this one's plus the farm's overrides",
+}
+
+
+def test_os_environ_only_in_entry_points_and_the_loader() -> None:
+    found = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv", "unsetenv") \
+                    and isinstance(node.value, ast.Name) and node.value.id == "os":
+                found.setdefault(name, []).append(node.lineno)
+            elif isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                    any(a.name in ("environ", "getenv", "putenv") for a in node.names):
+                found.setdefault(name, []).append(node.lineno)
+    bad = {name: lines for name, lines in found.items() if name not in ENVIRON_ALLOWED}
+    assert not bad, f"os.environ outside entry points and the settings loader: {bad}"
+    stale = set(ENVIRON_ALLOWED) - set(found)
+    assert not stale, f"allowed modules that no longer read the environment (drop them from the list): {stale}"
+
+
+def _code_registry() -> set[str]:
+    from pipeline import errors as pe
+    from producer.wire import errors as we
+
+    codes = {v for m in (pe, we) for k, v in vars(m).items() if k.isupper() and isinstance(v, str)}
+    codes |= {cls.code for m in (pe, we) for cls in vars(m).values() if isinstance(cls, type) and hasattr(cls, "code")}
+    return codes
+
+
+def _string_constants(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """String constants outside ``__all__`` lists and docstrings."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            skip |= {id(n) for n in ast.walk(node.value)}
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            skip.add(id(node.body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            yield node.value, node.lineno
+
+
+# workers/loop.py is being changed by the deadline-scheduling work (h17); its JOB_CANCELLED, DEADLINE_EXCEEDED and
+# SEGMENT_FAILED literals move to producer.wire.errors' constants after that lands (see the xfail below).
+PENDING = {"workers.loop"}
+
+
+def _code_literals(modules: dict[str, Path]) -> dict[str, list[str]]:
+    codes = _code_registry()
+    where: dict[str, list[str]] = {}
+    for path in modules.values():
+        for value, line in _string_constants(_tree(path)):
+            if value in codes:
+                where.setdefault(value, []).append(f"{path.relative_to(ROOT)}:{line}")
+    return where
+
+
+def test_each_error_code_is_defined_once() -> None:
+    codes = _code_registry()
+    assert {"BAD_INPUT", "MALFORMED_JOB", "JOB_FAILED", "OVERLOADED", "BAD_KEY", "BAD_BOOK", "NO_WORKERS"} <= codes
+    where = _code_literals({n: p for n, p in MODULES.items() if n not in PENDING})
+    twice = {code: places for code, places in where.items() if len(places) > 1}
+    assert not twice, f"error codes spelled out more than once (use the constant): {twice}"
+    homes = {"pipeline/errors.py", "producer/wire/errors.py"}
+    elsewhere = {code: places for code, places in where.items() if not any(p.split(":")[0] in homes for p in places)}
+    assert not elsewhere, f"error codes defined outside pipeline/errors.py and producer/wire/errors.py: {elsewhere}"
+    missing = codes - set(where)
+    assert not missing, f"codes the registry names but no module defines as a literal: {missing}"
+
+
+@pytest.mark.xfail(strict=True, reason="workers/loop.py still spells JOB_CANCELLED, DEADLINE_EXCEEDED and SEGMENT_FAILED: "
+                   "left for after h17's deadline-scheduling change to loop.py (only its imports and dead-letter record "
+                   "were edited here)")
+def test_the_loop_spells_no_error_code() -> None:
+    where = _code_literals({n: MODULES[n] for n in PENDING})
+    assert not where, f"error codes spelled out in {sorted(PENDING)}: {where}"
