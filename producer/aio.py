@@ -8,13 +8,13 @@ keeps serving). Books are driven by a blocking runner (``Client.submit_book``): 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import redis.asyncio as aredis
 
 from producer.checks import stream_args, wait_args
-from producer.core import ClientCore, Compute, JobCore, Pause, PcmJoin, Step, advance, connection_options, mapped
+from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, connection_options, mapped
 from producer.wire.records import Chunk, JobResult
 from producer.wire.settings import Settings, settings_from_environment
 
@@ -52,7 +52,7 @@ class AsyncClient(ClientCore):
         except Exception as exc:
             return None, mapped(exc)
 
-    async def _run(self, call: Generator[Step, Any, T]) -> T:
+    async def _run(self, call: Call[T]) -> T:
         outcome: tuple[Any, Exception | None] = (None, None)
         while True:
             finished, step = advance(call, *outcome)
@@ -60,7 +60,7 @@ class AsyncClient(ClientCore):
                 return step  # type: ignore[no-any-return]
             outcome = await self._perform(step)
 
-    async def _iterate(self, call: Generator[Step | Chunk, Any, None]) -> AsyncIterator[Chunk]:
+    async def _iterate(self, call: Stream) -> AsyncIterator[Chunk]:
         outcome: tuple[Any, Exception | None] = (None, None)
         try:
             while True:

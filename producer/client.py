@@ -7,7 +7,7 @@ A thin face over ``producer.core``, where every call is written once (the asynci
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,7 +15,7 @@ import redis
 
 from pipeline.errors import BAD_OPTION, InputError
 from producer.checks import stream_args, wait_args
-from producer.core import ClientCore, Compute, JobCore, Pause, PcmJoin, Step, advance, connection_options, mapped
+from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, connection_options, mapped
 from producer.wire.records import Chunk, JobResult
 from producer.wire.settings import Settings, settings_from_environment
 
@@ -56,7 +56,7 @@ class Client(ClientCore):
         except Exception as exc:
             return None, mapped(exc)
 
-    def _run(self, call: Generator[Step, Any, T]) -> T:
+    def _run(self, call: Call[T]) -> T:
         outcome: tuple[Any, Exception | None] = (None, None)
         while True:
             finished, step = advance(call, *outcome)
@@ -64,7 +64,7 @@ class Client(ClientCore):
                 return step  # type: ignore[no-any-return]
             outcome = self._perform(step)
 
-    def _iterate(self, call: Generator[Step | Chunk, Any, None]) -> Iterator[Chunk]:
+    def _iterate(self, call: Stream) -> Iterator[Chunk]:
         outcome: tuple[Any, Exception | None] = (None, None)
         try:
             while True:
