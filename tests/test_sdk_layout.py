@@ -8,6 +8,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.test_structure import MODULES, _cycles, _project_module, _tree
+from tests.test_structure import _imports as structure_imports
+
 ROOT = Path(__file__).resolve().parent.parent
 FACES = ("producer/client.py", "producer/aio.py")
 # What a face may take from the rest of producer/: the core, argument checks, the settings, the record types
@@ -27,11 +30,6 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _module(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def test_the_faces_only_perform_steps() -> None:
     for face in FACES:
         path = ROOT / face
@@ -47,48 +45,15 @@ def test_the_faces_only_perform_steps() -> None:
         assert redis_calls <= {"close", "aclose"}, f"{face} sends Redis commands itself: {redis_calls}"
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
-
-
 SDK = ("producer.client", "producer.aio", "producer.core", "producer.book")  # producer.book_* too (prefix)
 
 
 def test_the_sdk_and_book_modules_import_one_way() -> None:
-    paths = {_module(p): p for p in (ROOT / "producer").rglob("*.py")}
-    graph: dict[str, set[str]] = {m: set() for m in paths}
-    for m, path in paths.items():
-        for module, names in _imports(path):
-            graph[m] |= {t for t in (module, *(f"{module}.{n}" for n in names)) if t in paths and t != m}
-    assert "producer.book" in graph and "producer.client" in graph
+    graph = {}
+    for name, path in MODULES.items():
+        deps = {_project_module(mod) for mod, _ in structure_imports(name, _tree(path), everywhere=True)}
+        graph[name] = {d for d in deps if d and d != name}
+    assert "producer.book" in graph and "producer.book_handle" in graph["producer.client"]
     through_sdk = [c for c in _cycles(graph) if any(m.startswith(SDK) for m in c)]
     assert through_sdk == [], f"import circles through the SDK (lazy imports counted): {through_sdk}"
     assert not any("producer.book" in graph[m] for m in graph if m.startswith(SDK)), "the book facade is imported back"
