@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pipeline.errors import BAD_OPTION, InputError
 
@@ -157,7 +157,7 @@ class PipelineSettings:
     streaming: StreamingSettings = field(default_factory=StreamingSettings)
     catalogue: Catalogue = field(default_factory=lambda: Catalogue({}, "default"))
 
-    def replace(self, **sections: Any) -> Any:
+    def replace(self, **sections: Any) -> Self:
         """A copy with some fields of some sections changed: ``s.replace(runtime={"device": "cpu"})``."""
         changed = {name: dataclasses.replace(getattr(self, name), **values) for name, values in sections.items()}
         return dataclasses.replace(self, **changed)

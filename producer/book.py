@@ -12,7 +12,7 @@
 3. Submitting is one Lua script per job: a job that is queued, running or done is left alone (a rerun
    waits for it: a killed worker's entry is reclaimed by XAUTOCLAIM), anything else (absent, failed,
    cancelled, expired) is reset and queued again, so reruns and concurrent runners never duplicate it.
-   The script admits each segment against the bulk lane's backlog limit (``producer.backlog``): while
+   The script admits each segment against the bulk lane's backlog limit (``producer.wire.backlog``): while
    the lane is full, the rest of the book waits in the runner and trickles in as workers ack.
 4. As each chapter's segments are done, ``ttsfarm.measure_chapter`` runs on a worker (are all stored
    outputs there? loudness histogram, peak); when all are measured one gain is chosen for the book,

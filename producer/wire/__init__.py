@@ -1,0 +1,28 @@
+"""The farm's wire: everything a producer, a front end and a worker must agree on, in one package.
+
+=================  ===========================================================================================
+``keys``           every Redis key (``Keys``), the consumer group, the lanes, the job states, the job id rule
+``records``        the job record (``SegmentJob``), chunk and final records, word timings, the dead-letter
+                   record: each built and parsed here and nowhere else
+``lua``            every Lua script (admission, cancel, reading results, the final record, ...)
+``broker``         ``Broker``, the seam where another backend goes, and ``RedisBroker``
+``backlog``        the backpressure arithmetic around ``lua.ADMIT``
+``tasks``          Celery task names and the sender the book runner uses
+``storage``        where full outputs go (``storage_s3`` for S3): workers write, the SDK and front ends read
+``control``        the sending side of the voice-reload broadcast (``workers.control`` is the receiving side)
+``settings``       the farm's settings sections and the one loader of every section
+``errors``         the farm's errors and the registry of every stable error code
+=================  ===========================================================================================
+
+Who may import whom: ``pipeline/`` <- ``producer/`` (this wire, the SDK) <- front ends; ``workers/`` -> this wire.
+Nothing here imports ``workers/`` or a front end; ``tests/test_structure.py`` checks it.
+
+Adding a front end (gRPC, a message-queue bridge): make a package beside ``producer/gateway/`` that takes a
+``Settings`` from ``settings.load_settings`` (add its section to ``settings.SECTIONS`` if it needs one),
+submits and follows jobs with the SDK (``producer.Client`` / ``producer.aio.AsyncClient``), reads stored
+outputs with ``storage.storage_from_settings``, and answers with the codes of ``errors`` (declare any new
+code there, once). It never imports ``workers/``: what it needs from the workers belongs here.
+
+Adding a broker: implement ``broker.Broker`` (its docstring lists the steps and how atomic each must be), keep
+the records of ``records`` unchanged on the wire, and name your store's objects after ``keys.Keys``.
+"""
