@@ -14,9 +14,8 @@ from typing import Any, TypeVar
 import redis.asyncio as aredis
 
 from producer.checks import stream_args, wait_args
-from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, connection_options, mapped
+from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, mapped
 from producer.wire.records import Chunk, JobResult
-from producer.wire.settings import Settings, settings_from_environment
 
 T = TypeVar("T")
 
@@ -24,12 +23,8 @@ T = TypeVar("T")
 class AsyncClient(ClientCore):
     """``AsyncClient.from_url("redis://:password@host:6379/0")``; ``async with`` closes it."""
 
+    connection_type = aredis.Redis
     redis: aredis.Redis
-
-    @classmethod
-    def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> AsyncClient:
-        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
-        return cls(aredis.Redis.from_url(url or settings.redis.url, **connection_options(settings, redis_kwargs)), settings)
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -15,9 +15,8 @@ import redis
 
 from pipeline.errors import BAD_OPTION, InputError
 from producer.checks import stream_args, wait_args
-from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, connection_options, mapped
+from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, mapped
 from producer.wire.records import Chunk, JobResult
-from producer.wire.settings import Settings, settings_from_environment
 
 if TYPE_CHECKING:
     from producer.book_handle import BookHandle
@@ -28,12 +27,8 @@ T = TypeVar("T")
 class Client(ClientCore):
     """``Client.from_url("redis://:password@host:6379/0")``; ``rediss://`` for TLS."""
 
+    connection_type = redis.Redis
     redis: redis.Redis
-
-    @classmethod
-    def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Client:
-        settings = settings or settings_from_environment()  # the CLI's TTSFARM_* overrides
-        return cls(redis.Redis.from_url(url or settings.redis.url, **connection_options(settings, redis_kwargs)), settings)
 
     def close(self) -> None:
         self.redis.close()

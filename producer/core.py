@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import redis
 
@@ -47,7 +47,7 @@ from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError
 from producer.wire.keys import GROUP, STATES_FINAL, Keys
 from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, READ_RESULTS
 from producer.wire.records import Chunk, JobResult
-from producer.wire.settings import Settings
+from producer.wire.settings import Settings, settings_from_environment
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +110,10 @@ def mapped(exc: Exception) -> Exception:
     return exc
 
 
-def connection_options(settings: Settings, redis_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``from_url``'s connection defaults, the same for both faces (a caller's keywords win)."""
-    return {"socket_timeout": settings.redis.socket_timeout_s, "health_check_interval": 30, **redis_kwargs}
-
-
 class ClientCore:
     """What both faces hold (``redis``: redis-py's sync or asyncio client) and the client-level calls."""
+
+    connection_type: Any  # redis.Redis or redis.asyncio.Redis: the face's
 
     def __init__(self, connection: Any, settings: Settings) -> None:
         self.redis = connection
@@ -124,6 +121,14 @@ class ClientCore:
         self.keys = Keys(settings.redis.key_prefix)
         self._groups_ready = False
         self._scripts: dict[str, Any] = {}
+
+    @classmethod
+    def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Self:
+        """A client of ``url`` (default: the settings'); settings default to the CLI's (configs/ plus
+        ``TTSFARM_*``); ``redis_kwargs`` go to redis-py and win over the defaults below."""
+        settings = settings or settings_from_environment()
+        options = {"socket_timeout": settings.redis.socket_timeout_s, "health_check_interval": 30, **redis_kwargs}
+        return cls(cls.connection_type.from_url(url or settings.redis.url, **options), settings)
 
     def _start(self, step: Command | Script) -> Any:
         """Send a Redis step: its reply on the sync face, an awaitable of it on the async one."""

@@ -13,9 +13,9 @@ from tests.test_structure import _imports as structure_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 FACES = ("producer/client.py", "producer/aio.py")
-# What a face may take from the rest of producer/: the core, argument checks, the settings, the record types
+# What a face may take from the rest of producer/: the core, argument checks, the record types
 # it returns, and (sync) the book runner it hands itself to.
-FACE_IMPORTS = {"producer.core", "producer.checks", "producer.wire.settings", "producer.wire.records", "producer.book_handle"}
+FACE_IMPORTS = {"producer.core", "producer.checks", "producer.wire.records", "producer.book_handle"}
 RECORD_TYPES = {"Chunk", "JobResult"}
 
 
