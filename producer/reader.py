@@ -1,4 +1,4 @@
-"""Turns results-stream records into ordered chunks: shared by the sync and asyncio clients.
+"""Turns results-stream records into ordered chunks, for ``producer.core`` (both SDK faces) and the load bench.
 
 Workers publish a segment's chunks tagged with the segment, part and attempt: all at once, or a vocoder
 window at a time (streamed; workers/streaming.py). Segments can finish out of order (several workers),
@@ -99,7 +99,7 @@ class ResultsReader:
         """The attempt to read segment ``seg`` from: one that is complete, else the first whose part 0 came."""
         started = [a for (s, a), parts in self._parts.items() if s == seg and 0 in parts]
         complete = [a for a in started if _complete(self._parts[(seg, a)])]
-        return (complete or started or [None])[0]
+        return complete[0] if complete else started[0] if started else None
 
     def _release(self) -> list[Chunk]:
         """Parts of the segment being read, in order, as they come; then the next segment's."""

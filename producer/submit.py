@@ -1,7 +1,7 @@
 """What submitting a job means, apart from any Redis client: validation and the records to write.
 
-The sync and asyncio clients both call ``prepare_submission`` and then write its records in one
-transaction, so they cannot drift apart.
+``producer.core`` (both SDK faces) calls ``prepare_submission`` and then writes its records with one
+script (``producer.backlog``), so the two faces cannot drift apart.
 """
 
 from __future__ import annotations

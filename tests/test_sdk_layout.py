@@ -1,0 +1,59 @@
+"""The SDK's shape, read from its source: the two client faces hold no calls of their own (everything a
+call decides is in ``producer.core``), and the SDK and book modules import one way, lazy imports counted
+(``tests/test_structure.py`` checks module-level circles over the whole project): the book facade
+``producer.book`` is imported by no module it re-exports, and the client never imports the book CLI back."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.test_structure import MODULES, _cycles, _project_module, _tree
+from tests.test_structure import _imports as structure_imports
+
+ROOT = Path(__file__).resolve().parent.parent
+FACES = ("producer/client.py", "producer/aio.py")
+# What a face may take from the rest of producer/: the core, argument checks, the record types
+# it returns, and (sync) the book runner it hands itself to.
+FACE_IMPORTS = {"producer.core", "producer.checks", "producer.wire.records", "producer.book_handle"}
+RECORD_TYPES = {"Chunk", "JobResult"}
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) of every import in ``path``, lazy ones included."""
+    out: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, [a.name for a in node.names]))
+    return out
+
+
+def test_the_faces_only_perform_steps() -> None:
+    for face in FACES:
+        path = ROOT / face
+        for module, names in _imports(path):
+            if module.startswith("producer"):
+                assert module in FACE_IMPORTS, f"{face} imports {module}: calls belong in producer.core"
+            if module == "producer.wire.records":
+                assert set(names) <= RECORD_TYPES, f"{face} takes {set(names) - RECORD_TYPES} from the wire"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        redis_calls = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                       and isinstance(node.value, ast.Attribute) and node.value.attr == "redis"
+                       and isinstance(node.value.value, ast.Name) and node.value.value.id == "self"}
+        assert redis_calls <= {"close", "aclose"}, f"{face} sends Redis commands itself: {redis_calls}"
+
+
+SDK = ("producer.client", "producer.aio", "producer.core", "producer.book")  # producer.book_* too (prefix)
+
+
+def test_the_sdk_and_book_modules_import_one_way() -> None:
+    graph = {}
+    for name, path in MODULES.items():
+        deps = {_project_module(mod) for mod, _ in structure_imports(name, _tree(path), everywhere=True)}
+        graph[name] = {d for d in deps if d and d != name}
+    assert "producer.book" in graph and "producer.book_handle" in graph["producer.client"]
+    through_sdk = [c for c in _cycles(graph) if any(m.startswith(SDK) for m in c)]
+    assert through_sdk == [], f"import circles through the SDK (lazy imports counted): {through_sdk}"
+    assert not any("producer.book" in graph[m] for m in graph if m.startswith(SDK)), "the book facade is imported back"
