@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aredis
 
 from producer.checks import stream_args, wait_args
-from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, mapped
+from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.records import Chunk, JobResult
 
 T = TypeVar("T")
@@ -43,9 +43,9 @@ class AsyncClient(ClientCore):
                 return None, None
             if isinstance(step, Compute):
                 return await asyncio.to_thread(step.fn), None
-            return await self._start(step), None
+            return await self.broker.send(step), None
         except Exception as exc:
-            return None, mapped(exc)
+            return None, self._failed(exc)
 
     async def _run(self, call: Call[T]) -> T:
         outcome: tuple[Any, Exception | None] = (None, None)

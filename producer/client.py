@@ -15,7 +15,7 @@ import redis
 
 from pipeline.errors import BAD_OPTION, InputError
 from producer.checks import stream_args, wait_args
-from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance, mapped
+from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.records import Chunk, JobResult
 
 if TYPE_CHECKING:
@@ -47,9 +47,9 @@ class Client(ClientCore):
                 return None, None
             if isinstance(step, Compute):
                 return step.fn(), None
-            return self._start(step), None
+            return self.broker.send(step), None
         except Exception as exc:
-            return None, mapped(exc)
+            return None, self._failed(exc)
 
     def _run(self, call: Call[T]) -> T:
         outcome: tuple[Any, Exception | None] = (None, None)

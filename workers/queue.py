@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.broker import RedisBroker
+from producer.wire.broker import RedisBroker, run_blocking
 from producer.wire.records import SegmentJob
 from workers.batcher import Head
 
@@ -61,7 +61,7 @@ class StreamQueue:
         self.broker = RedisBroker(r, keys)
 
     def ensure_groups(self) -> None:
-        self.broker.ensure_groups(self.streams)
+        run_blocking(self.broker, self.broker.ensure_groups(self.streams))
 
     def _delivered_ids(self) -> dict[str, str]:
         pipe = self.r.pipeline(transaction=False)

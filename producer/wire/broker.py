@@ -3,24 +3,40 @@
 Everything the farm keeps in its message store goes through names (``keys``), records (``records``) and a
 handful of steps that must each happen at once (two producers must not both slip past a backlog limit; a
 client's cancel must not be undone by a worker's finish). ``Broker`` names those steps; ``RedisBroker`` runs
-each as one Lua script (``lua``). The SDK and front ends use the producing steps, workers the consuming ones.
+each as one Lua script (``lua``) or one command. The SDK and front ends use the producing steps, workers the
+consuming ones.
+
+The producing steps are sans-IO, so one broker serves the blocking and the asyncio SDK alike
+(``producer.core``): each returns an ``Op``, a generator that yields the broker's own IO steps (for Redis a
+``Script`` or a ``Command``: what to send, with which keys and arguments) and is sent each step's reply; it
+reads the reply and returns the outcome. The caller hands every step to ``send`` and, on an asyncio
+connection, awaits what ``send`` returns. ``run_blocking`` drives an ``Op`` on a blocking connection (workers
+create the consumer groups with it). The consuming steps are plain blocking calls: workers are synchronous.
 
 Adding another broker (NATS JetStream, SQS + DynamoDB, an in-memory stub for tests):
 
-1. Write a class with the methods of ``Broker`` below (``isinstance(x, Broker)`` checks it at run time),
+1. Write a class with the members of ``Broker`` below (``isinstance(x, Broker)`` checks it at run time),
    keeping each step atomic the way its docstring says; map ``Keys``' names onto your store's objects.
+   ``send`` performs one of your IO steps (any objects you like: the SDK only passes them through), returning
+   the reply, or an awaitable of it when the broker holds an asyncio connection; ``lost`` and ``refused`` name
+   your client library's errors for a lost connection (retried where a call can wait) and refused credentials.
 2. Store and return the records of ``producer.wire.records`` unchanged (``SegmentJob.to_fields``,
    ``chunk_fields``, ``final_fields``, ``dead_letter_fields``): readers parse them with the same functions.
-3. Hand it to what builds the farm's connections (``Publisher``, ``StreamQueue``, the SDK client) in place
-   of ``RedisBroker``; the queue reading itself (consumer groups, claiming, reclaiming) is Redis Streams'
-   today and lives in ``workers.queue``.
+3. Hand it to what builds the farm's connections (``Publisher``, ``StreamQueue``, and the SDK client:
+   ``Client(connection, settings, broker=...)``) in place of ``RedisBroker``; the queue reading itself
+   (consumer groups, claiming, reclaiming) is Redis Streams' today and lives in ``workers.queue``.
+
+``tests/test_broker_seam.py`` drives the SDK through a recording broker: a starting point for a stub.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+import redis
 
 from producer.wire.backlog import admit_args, check_admitted
 from producer.wire.keys import GROUP, Keys
@@ -28,10 +44,11 @@ from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, FINALIZE, MARK_START
 from producer.wire.records import CANCELLED_INFO, final_record
 
 if TYPE_CHECKING:
-    import redis
-
     from producer.submit import Submission
     from producer.wire.settings import QueueSettings
+
+T = TypeVar("T")
+Op = Generator[Any, Any, T]  # a producing step: yields the broker's IO steps, is sent their replies, returns T
 
 
 @runtime_checkable
@@ -39,27 +56,42 @@ class Broker(Protocol):
     """The farm's atomic wire steps. ``keys`` names every object of the farm in the store."""
 
     keys: Keys
+    lost: tuple[type[Exception], ...]  # a lost connection (the store restarting, failing over): worth retrying
+    refused: tuple[type[Exception], ...]  # the store refused the credentials: never retried
 
-    # -- producing side: the SDK, front ends ---------------------------------------------------------------
-    def ensure_groups(self, streams: Sequence[str]) -> None:
+    def send(self, step: Any) -> Any:
+        """Perform one IO step an ``Op`` yielded: its reply, or an awaitable of it on an asyncio connection."""
+        ...
+
+    # -- producing side: the SDK, front ends (sans-IO: each returns an Op) -----------------------------------
+    def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
         """Create the workers' consumer group on each queue stream unless it is there."""
         ...
 
-    def admit(self, sub: Submission, queue: QueueSettings) -> None:
+    def admit(self, sub: Submission, queue: QueueSettings) -> Op[None]:
         """Check the lane's backlog limit and write the job's status and every segment at once, or raise
         ``OverloadedError`` and write nothing."""
         ...
 
-    def cancel(self, job_id: str) -> int:
+    def cancel(self, job_id: str) -> Op[int]:
         """Mark a job cancelled unless it has ended: -1 no such job, 0 it had ended, 1 cancelled."""
         ...
 
-    def read_results(self, job_id: str, args: Sequence[Any]) -> Any:
+    def job_status(self, job_id: str) -> Op[Mapping[Any, Any]]:
+        """A job's status record as stored (``producer.status.decode_status`` reads it); empty: no such job."""
+        ...
+
+    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
         """A job's results records after a reader's position (``JobReader.read_args``), with how many the
         stream has lost at its head (``JobReader.take`` reads the reply); None when there is no stream."""
         ...
 
-    # -- consuming side: workers ------------------------------------------------------------------------------
+    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
+        """Block up to ``block_ms`` for a results record after ``after_id``: True if one came (it is read with
+        ``read_results``)."""
+        ...
+
+    # -- consuming side: workers (blocking) ------------------------------------------------------------------
     def release(self, lane: str, segments: int, seconds: float) -> None:
         """Take acked segments off a lane's backlog counters (never below zero)."""
         ...
@@ -76,40 +108,92 @@ class Broker(Protocol):
         ...
 
 
-class RedisBroker:
-    """``Broker`` on Redis: each step one Lua script, registered once per connection."""
+def run_blocking(broker: Broker, op: Op[T]) -> T:
+    """Drive ``op`` on a broker with a blocking connection: each step sent, its reply (or error) handed back."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.throw(error) if error is not None else op.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = broker.send(step), None
+        except Exception as exc:
+            reply, error = None, exc
 
-    def __init__(self, r: redis.Redis, keys: Keys) -> None:
+
+# -- Redis ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """A redis-py call: ``getattr(connection, name)(*args, **kwargs)``."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Script:
+    """A Lua script of the wire, run by its SHA (loaded on first use)."""
+
+    source: str
+    keys: Sequence[Any]
+    args: Sequence[Any]
+
+
+class RedisBroker:
+    """``Broker`` on Redis: each step one Lua script (registered once per connection) or one command.
+    ``r``: redis-py's blocking ``redis.Redis`` (workers, the sync SDK) or ``redis.asyncio.Redis`` (the asyncio
+    SDK, which awaits ``send``); the consuming side needs a blocking one."""
+
+    lost = (redis.ConnectionError, redis.TimeoutError)
+    refused = (redis.AuthenticationError, redis.exceptions.AuthorizationError)
+
+    def __init__(self, r: Any, keys: Keys) -> None:
         self.r = r
         self.keys = keys
-        self._admit = r.register_script(ADMIT)
-        self._read_results = r.register_script(READ_RESULTS)
-        self._release = r.register_script(RELEASE)
-        self._mark_started = r.register_script(MARK_STARTED)
-        self._finalize = r.register_script(FINALIZE)
+        self._scripts: dict[str, Any] = {}
 
-    def ensure_groups(self, streams: Sequence[str]) -> None:
-        self.r.eval(ENSURE_GROUPS, len(streams), *streams, GROUP)
+    def send(self, step: Command | Script) -> Any:
+        if isinstance(step, Script):
+            script = self._scripts.get(step.source)
+            if script is None:
+                script = self._scripts[step.source] = self.r.register_script(step.source)
+            return script(keys=list(step.keys), args=list(step.args))
+        return getattr(self.r, step.name)(*step.args, **step.kwargs)
 
-    def admit(self, sub: Submission, queue: QueueSettings) -> None:
+    def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
+        yield Script(ENSURE_GROUPS, streams, [GROUP])
+
+    def admit(self, sub: Submission, queue: QueueSettings) -> Op[None]:
         script_keys, argv = admit_args(sub, self.keys, queue)
-        check_admitted(self._admit(keys=script_keys, args=argv), sub, queue)
+        check_admitted((yield Script(ADMIT, script_keys, argv)), sub, queue)
 
-    def cancel(self, job_id: str) -> int:
-        return int(self.r.eval(CANCEL, 1, self.keys.status(job_id), time.time()))
+    def cancel(self, job_id: str) -> Op[int]:
+        return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time()])))
 
-    def read_results(self, job_id: str, args: Sequence[Any]) -> Any:
-        return self._read_results(keys=[self.keys.results(job_id)], args=list(args))
+    def job_status(self, job_id: str) -> Op[Mapping[Any, Any]]:
+        return (yield Command("hgetall", (self.keys.status(job_id),)))  # type: ignore[no-any-return]
+
+    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
+        return (yield Script(READ_RESULTS, [self.keys.results(job_id)], list(args)))
+
+    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
+        woke = yield Command("xread", ({self.keys.results(job_id): after_id},), {"count": 1, "block": block_ms})
+        return bool(woke)
 
     def release(self, lane: str, segments: int, seconds: float) -> None:
-        self._release(keys=[self.keys.backlog(lane)], args=[int(segments), round(seconds, 3)])
+        self.send(Script(RELEASE, [self.keys.backlog(lane)], [int(segments), round(seconds, 3)]))
 
     def mark_started(self, job_id: str, worker: str) -> bool:
-        return bool(self._mark_started(keys=[self.keys.status(job_id)], args=[time.time(), worker]))
+        return bool(self.send(Script(MARK_STARTED, [self.keys.status(job_id)], [time.time(), worker])))
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  **status: Any) -> int:
         argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s]
         for k, v in status.items():
             argv += [k, v]
-        return int(self._finalize(keys=[self.keys.status(job_id), self.keys.results(job_id)], args=argv))
+        return int(self.send(Script(FINALIZE, [self.keys.status(job_id), self.keys.results(job_id)], argv)))

@@ -1,0 +1,149 @@
+"""The SDK reaches the farm's store only through the broker seam (``producer.wire.broker``).
+
+A recording broker (dramatiq's ``StubBroker`` in spirit: a test-only broker handed to the client) wraps the
+real ``RedisBroker`` and notes each producing step the SDK asks for and each IO step it performs. The same
+calls through the sync and the asyncio face must ask for the same steps, and every IO step a face performed
+must have come out of one of the broker's steps: the core sends nothing to Redis of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+
+from producer.aio import AsyncClient
+from producer.client import Client
+from producer.wire.broker import Broker, Op, RedisBroker, run_blocking
+from producer.wire.errors import JobError
+from producer.wire.keys import Keys
+from producer.wire.records import final_fields
+from producer.wire.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = "seam-job-0001"
+
+
+class RecordingBroker(RedisBroker):
+    """``RedisBroker`` that records the producing steps asked of it and the IO steps sent through it."""
+
+    def __init__(self, r: Any, keys: Keys) -> None:
+        super().__init__(r, keys)
+        self.asked: list[str] = []
+        self.yielded: list[Any] = []  # IO steps the broker's own steps produced
+        self.sent: list[Any] = []  # IO steps a face performed
+
+    def _record(self, name: str, op: Op[Any]) -> Op[Any]:
+        self.asked.append(name)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = op.throw(error) if error is not None else op.send(reply)
+            except StopIteration as done:
+                return done.value
+            self.yielded.append(step)
+            try:
+                reply, error = (yield step), None
+            except Exception as exc:
+                reply, error = None, exc
+
+    def send(self, step: Any) -> Any:
+        self.sent.append(step)
+        return super().send(step)
+
+    def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
+        return self._record("ensure_groups", super().ensure_groups(streams))
+
+    def admit(self, sub: Any, queue: Any) -> Op[None]:
+        return self._record("admit", super().admit(sub, queue))
+
+    def cancel(self, job_id: str) -> Op[int]:
+        return self._record("cancel", super().cancel(job_id))
+
+    def job_status(self, job_id: str) -> Op[Any]:
+        return self._record("job_status", super().job_status(job_id))
+
+    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
+        return self._record("read_results", super().read_results(job_id, args))
+
+    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
+        return self._record("await_results", super().await_results(job_id, after_id, block_ms))
+
+
+def _scenario(client: Any, settle: Callable[[Any], Any], collect: Callable[[Any], list[Any]], r: redis.Redis,
+              keys: Keys) -> dict[str, Any]:
+    """submit, job, status, cancel, wait and stream of one job, and what each answered (``settle`` awaits a
+    coroutine on the async face, ``collect`` drains a stream)."""
+    job = settle(client.submit("Hello there. A second sentence.", job_id=JOB, lane="bulk"))
+    out: dict[str, Any] = {"total": job.total, "again": settle(client.job(JOB)).total,
+                           "state": settle(job.status())["state"], "cancelled": settle(job.cancel())}
+    try:
+        settle(job.wait(timeout=5))
+    except JobError as exc:
+        out["wait"] = exc.code
+    r.xadd(keys.results(JOB), final_fields("cancelled"))  # what a worker's finalize would write
+    try:
+        collect(job.stream(timeout=5, block_ms=50))
+    except JobError as exc:
+        out["stream"] = exc.code
+    return out
+
+
+def test_both_faces_go_through_the_broker(settings: Settings, r: redis.Redis) -> None:
+    keys = Keys(settings.redis.key_prefix)
+    seen, brokers = {}, {}
+
+    brokers["sync"] = RecordingBroker(redis.Redis.from_url(settings.redis.url), keys)
+    with Client(brokers["sync"].r, settings, broker=brokers["sync"]) as client:
+        seen["sync"] = _scenario(client, lambda v: v, list, r, keys)
+    r.flushdb()
+
+    loop = asyncio.new_event_loop()
+    try:
+        def settle(value: Any) -> Any:
+            return loop.run_until_complete(value) if asyncio.iscoroutine(value) else value
+
+        async def drain(stream: Any) -> list[Any]:
+            return [chunk async for chunk in stream]
+
+        brokers["async"] = RecordingBroker(aredis.Redis.from_url(settings.redis.url), keys)
+        aclient = AsyncClient(brokers["async"].r, settings, broker=brokers["async"])
+        seen["async"] = _scenario(aclient, settle, lambda stream: settle(drain(stream)), r, keys)
+        settle(aclient.close())
+    finally:
+        loop.close()
+
+    assert seen["sync"] == seen["async"]
+    assert seen["sync"]["total"] == seen["sync"]["again"] >= 1
+    assert seen["sync"]["state"] == "queued" and seen["sync"]["cancelled"] is True
+    assert seen["sync"]["wait"] == seen["sync"]["stream"] == "JOB_CANCELLED"
+    for broker in brokers.values():
+        assert broker.asked[:6] == ["ensure_groups", "admit", "job_status", "job_status", "cancel", "job_status"]
+        assert "read_results" in broker.asked, "stream did not read through the broker"
+        assert broker.sent == broker.yielded, "a face performed an IO step that no broker step asked for"
+    assert brokers["sync"].asked == brokers["async"].asked
+
+
+def test_a_broker_is_handed_in_and_checked(settings: Settings, r: redis.Redis) -> None:
+    keys = Keys(settings.redis.key_prefix)
+    broker = RedisBroker(r, keys)
+    assert isinstance(broker, Broker)
+    assert Client(r, settings).broker.keys == keys  # the default: RedisBroker on the client's connection
+    run_blocking(broker, broker.ensure_groups(keys.queues(2)))  # the workers' way: a blocking connection
+    assert all(r.xinfo_groups(s) for s in keys.queues(2))
+    assert run_blocking(broker, broker.cancel("no-such-job")) == -1
+
+
+def test_the_core_names_no_redis_command_or_script() -> None:
+    """Redis commands, Lua scripts and redis-py's errors live in the broker; the core only yields its steps."""
+    tree = ast.parse((ROOT / "producer/core.py").read_text(encoding="utf-8"))
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in modules if m == "redis" or m.startswith("redis.")}, "producer.core imports redis"
+    assert "producer.wire.lua" not in modules and "producer.wire.backlog" not in modules
