@@ -1,6 +1,7 @@
 """Every Lua script of the Redis wire, in one place. Each runs atomically on the server; the comment above
-each says its KEYS and ARGV. Callers register them through ``producer.wire.broker.RedisBroker`` or
-``redis.Redis.register_script``; another broker implements the same steps its own way.
+each says its KEYS and ARGV. ``producer.wire.broker.RedisBroker`` runs the broker's steps with them (others,
+such as the book runner's, go through ``redis.Redis.register_script``); another broker implements the same
+steps its own way.
 """
 
 from __future__ import annotations
