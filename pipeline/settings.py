@@ -127,6 +127,23 @@ class StreamingSettings:
 
 
 @dataclass(frozen=True)
+class SchedulingSettings:
+    """Which unit a worker loop runs next (workers/schedule.py). ``deadline``: earliest deadline first over acoustic
+    passes and vocoder windows, by each job's playback clock; ``fifo``: batches in arrival order by lane, a batch's
+    windows interleaved (and interactive work between a background batch's windows), as before issue 17."""
+
+    mode: str = "deadline"  # deadline | fifo
+    first_chunk_target_ms: int = 100  # a new interactive job's first window is due this long after its arrival
+    bulk_deadline_s: float = 20.0  # bulk (book) work is due this long after its arrival (or at the job's deadline)
+    max_open: int = 4  # segments a loop holds with windows still to make; past it, it claims nothing new
+    risk_slack_ms: int = 500  # a held job whose listener runs dry within this counts as at risk of an underrun
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("deadline", "fifo"):
+            raise InputError(f"setting scheduling.mode must be deadline or fifo, not {self.mode!r}", code=BAD_OPTION)
+
+
+@dataclass(frozen=True)
 class StorageSettings:
     backend: str = "auto"
     local_dir: str = "./out/storage"
@@ -198,6 +215,7 @@ class Settings:
     redis: RedisSettings = field(default_factory=RedisSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
     streaming: StreamingSettings = field(default_factory=StreamingSettings)
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     catalogue: Catalogue = field(default_factory=lambda: Catalogue({}, "default"))
@@ -215,6 +233,7 @@ _SECTIONS: dict[str, type] = {
     "redis": RedisSettings,
     "queue": QueueSettings,
     "streaming": StreamingSettings,
+    "scheduling": SchedulingSettings,
     "storage": StorageSettings,
     "worker": WorkerSettings,
 }

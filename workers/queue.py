@@ -89,10 +89,10 @@ class StreamQueue:
             for entry_id, fields in entries:
                 e = parse_entry(_s(stream), entry_id, fields)
                 lane = _s(stream).split(":")[-2]
-                est = e.job.est_s if e.job else 0.0
-                voice = e.job.voice if e.job else ""
-                seg = e.job.seg if e.job else 0
-                heads.append(Head(stream=_s(stream), lane=lane, arrived_ms=e.arrived_ms, est_s=est, voice=voice, seg=seg))
+                job = e.job
+                heads.append(Head(stream=_s(stream), lane=lane, arrived_ms=e.arrived_ms, est_s=job.est_s if job else 0.0,
+                                  voice=job.voice if job else "", seg=job.seg if job else 0, job_id=job.job_id if job else "",
+                                  created=job.created if job else 0.0, deadline=job.deadline if job else 0.0))
         return heads
 
     def claim(self, stream: str, count: int, block_ms: int | None = None) -> list[Entry]:

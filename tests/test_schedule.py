@@ -1,0 +1,130 @@
+"""The deadline scheduler's choices on constructed situations (workers/schedule.py: pure, no Redis)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.settings import SchedulingSettings, load_settings
+from workers.schedule import (
+    ACOUSTIC,
+    CARRIED,
+    WINDOW,
+    Clock,
+    Unit,
+    Work,
+    at_risk,
+    choose,
+    due,
+    publish_slack,
+    urgency,
+    window_end_ms,
+)
+
+S = SchedulingSettings(first_chunk_target_ms=100, bulk_deadline_s=20.0, risk_slack_ms=500)
+NOW = 1_000_000.0
+
+
+def test_clock_slack_is_audio_delivered_minus_time_played() -> None:
+    clock = Clock(started=NOW - 2.0, delivered_s=5.0)
+    assert clock.runs_dry() == NOW + 3.0
+    assert clock.slack(NOW) == pytest.approx(3.0)
+    assert Clock(started=NOW - 6.0, delivered_s=5.0).slack(NOW) == pytest.approx(-1.0)  # ran dry a second ago
+    assert Clock().slack(NOW) is None and Clock().runs_dry() is None
+
+
+def test_clock_from_the_status_hash_fields() -> None:
+    assert Clock.from_status(b"1000.5", b"2.25") == Clock(1000.5, 2.25)
+    assert Clock.from_status(None, None) == Clock()
+    assert Clock.from_status(b"garbage", None) == Clock()
+
+
+def test_due_of_a_new_interactive_job_is_its_arrival_plus_the_target() -> None:
+    assert due(Work("interactive", created=NOW), Clock(), S) == pytest.approx(NOW + 0.1)
+    # a later segment of a job not playing yet: after the audio in front of it (its own length per segment)
+    assert due(Work("interactive", created=NOW, seg=2, est_s=3.0), Clock(), S) == pytest.approx(NOW + 6.1)
+
+
+def test_due_of_a_playing_job_is_when_its_listener_runs_dry() -> None:
+    assert due(Work("interactive", created=NOW - 10), Clock(NOW - 2.0, 6.0), S) == pytest.approx(NOW + 4.0)
+
+
+def test_bulk_is_due_far_away_or_at_its_own_deadline() -> None:
+    assert due(Work("bulk", created=NOW), Clock(NOW, 0.5), S) == pytest.approx(NOW + 20.0)  # its clock does not matter
+    assert due(Work("bulk", created=NOW, deadline=NOW + 5), Clock(), S) == pytest.approx(NOW + 5.0)
+    assert due(Work("bulk", created=NOW, deadline=NOW + 50), Clock(), S) == pytest.approx(NOW + 20.0)
+
+
+def test_a_new_caller_goes_before_the_next_window_of_a_job_seconds_ahead() -> None:
+    """The issue's case: a long job with 4 s of audio in hand vs a caller that just arrived."""
+    held = Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 1.0, 5.0), S), (0, 1), "long job")
+    caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW), Clock(), S), (NOW * 1000, 0), "caller")
+    assert choose([held, caller]) is caller
+
+
+def test_a_window_whose_listener_is_about_to_run_dry_goes_before_a_new_caller() -> None:
+    held = Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 4.95, 5.0), S), (0, 1), "nearly dry")
+    caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW), Clock(), S), (NOW * 1000, 0), "caller")
+    assert choose([caller, held]) is held
+
+
+def test_late_work_is_still_chosen_most_overdue_first_never_dropped() -> None:
+    units = [Unit(WINDOW, NOW - 0.5, (3, 0), "late"), Unit(ACOUSTIC, NOW - 2.0, (5, 0), "later"),
+             Unit(CARRIED, NOW + 1.0, (1, 0), "fine")]
+    order = []
+    while units:
+        u = choose(units)
+        assert u is not None
+        order.append(u.ref)
+        units.remove(u)
+    assert order == ["later", "late", "fine"]
+
+
+def test_bulk_fills_idle_time_and_ages_in() -> None:
+    book = Unit(ACOUSTIC, due(Work("bulk", created=NOW), Clock(), S), (NOW * 1000, 0), "book")
+    assert choose([book]) is book  # nothing else: the book runs
+    caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW + 1), Clock(), S), (NOW * 1000 + 1000, 0), "caller")
+    assert choose([book, caller]) is caller
+    # 25 s later the book's sentence is overdue and goes before a fresh caller
+    fresh = Unit(ACOUSTIC, due(Work("interactive", created=NOW + 25), Clock(), S), (NOW * 1000 + 25_000, 0), "fresh")
+    assert choose([fresh, book]) is book
+
+
+def test_ties_go_to_the_earlier_arrival_then_to_a_held_window() -> None:
+    a = Unit(ACOUSTIC, NOW, (10, 0), "a")
+    b = Unit(ACOUSTIC, NOW, (5, 0), "b")
+    assert choose([a, b]) is b
+    w = Unit(WINDOW, NOW, (5, 0), "w")
+    assert choose([b, w]) is w
+    assert choose([]) is None
+
+
+def test_slack_at_publish() -> None:
+    job = Work("interactive", created=NOW - 0.25)
+    assert publish_slack(job, Clock(), NOW, S) == pytest.approx(-0.15)  # its first chunk, 150 ms past the target
+    assert publish_slack(job, Clock(NOW - 1.0, 3.0), NOW, S) == pytest.approx(2.0)  # 2 s still in hand
+
+
+def test_underrun_risk_counts_units_due_within_the_risk_slack() -> None:
+    assert at_risk([NOW - 1, NOW + 0.2, NOW + 0.6, NOW + 10], NOW, S) == 2
+
+
+def test_the_gathering_window_closes_when_a_held_unit_falls_due() -> None:
+    assert window_end_ms(1000, 200, []) == 1200
+    assert window_end_ms(1000, 200, [1.05, 3.0]) == 1050
+    assert window_end_ms(1000, 200, [5.0]) == 1200
+
+
+def test_urgency_follows_slack() -> None:
+    assert urgency("interactive", NOW + 0.1, NOW, S) == "urgent"
+    assert urgency("interactive", NOW + 3.0, NOW, S) == "background"  # its listener holds 3 s: it can yield the cores
+    assert urgency("bulk", NOW - 5.0, NOW, S) == "background"
+
+
+def test_the_scheduling_section_is_loaded_and_checked() -> None:
+    s = load_settings(env={"TTSFARM_SCHEDULING_MODE": "fifo", "TTSFARM_SCHEDULING_FIRST_CHUNK_TARGET_MS": "150"})
+    assert s.scheduling.mode == "fifo" and s.scheduling.first_chunk_target_ms == 150
+    assert load_settings().scheduling.mode == "deadline"
+    with pytest.raises(InputError) as err:
+        load_settings(env={"TTSFARM_SCHEDULING_MODE": "lifo"})
+    assert err.value.code == "BAD_OPTION"
