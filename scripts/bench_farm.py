@@ -14,6 +14,7 @@ Stages (each writes ``<out>/<stage>.json`` with the 1-minute load average before
 * ``scaling``  saturation throughput with 1, 2 and 4 worker processes.
 * ``length``   one bulk job of 1, 4, 16 and 64 paragraphs: time, worker RSS, Redis memory.
 * ``longrun``  short jobs for ``--longrun-s`` seconds: worker RSS over the run and the job count reached.
+* ``scheduling`` FIFO vs deadline scheduling side by side at 50/70/90/100 % of saturation (scripts/bench_scheduling.py).
 
 Audio is compared as *speech* seconds (model output, without the pauses the farm inserts between
 segments), so the farm and the in-process baselines count the same thing.
@@ -50,6 +51,10 @@ from producer.bench import (
     worker_env,
 )
 from producer.bench_report import summarize, write_results
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_scheduling import add_arguments as scheduling_arguments  # noqa: E402
+from bench_scheduling import stage_scheduling  # noqa: E402
 
 log = logging.getLogger("bench_farm")
 WORKLOAD = {"mix": "en", "jobs": 40, "seed": 11}
@@ -340,6 +345,9 @@ def report(farm_dir: Path, tune_dir: Path) -> str:
             rss = "; ".join(f"{w['start']} → {w['max']}" for w in r["worker_rss_mb"].values())
             out.append(f"| {r['paragraphs']} | {r['segments']} | {r['audio_s']:.0f} | {r['first_chunk_ms']:.0f} | {r['e2e_s']} | {rss} | {r['redis_used_mb_peak']} |")
         out.append("")
+    if (farm_dir / "scheduling.md").exists():
+        out += ["scheduling — " + f"`{(read(farm_dir, 'scheduling') or {}).get('command', '')}`", "",
+                (farm_dir / "scheduling.md").read_text(encoding="utf-8")]
     if (doc := read(farm_dir, "longrun")):
         r = doc["result"]
         out += [(f"longrun — `{doc['command']}` — load {_load(doc)}: {r['jobs_done']} of {r['jobs_submitted']} jobs in {r['seconds']} s; "
@@ -366,12 +374,12 @@ def rss_after(summary: dict[str, Any], jobs: int) -> dict[str, Any]:
 
 
 STAGES = {"ceiling": stage_ceiling, "piper": stage_piper, "farm": stage_farm, "latency": stage_latency,
-          "scaling": stage_scaling, "length": stage_length, "longrun": stage_longrun}
+          "scaling": stage_scaling, "length": stage_length, "longrun": stage_longrun, "scheduling": stage_scheduling}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--stages", default=",".join(s for s in STAGES if s != "scheduling"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "farm")
     ap.add_argument("--workers", type=int, default=2, help="farm layout of the farm/latency/length/longrun stages")
     ap.add_argument("--threads", type=int, default=1)
@@ -388,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=WORKLOAD["jobs"], help="jobs in the English workload")
     ap.add_argument("--report", action="store_true", help="print Markdown tables of the results in --out (and --tune-out)")
     ap.add_argument("--tune-out", type=Path, default=ROOT / "bench-results" / "tune")
+    scheduling_arguments(ap)
     args = ap.parse_args(argv)
     WORKLOAD["jobs"] = args.jobs
     if args.report:

@@ -79,6 +79,7 @@ class InferenceLoop:
         self.batches = 0
         self.segments = 0
         self._last_reclaim = 0.0
+        self._last_touch = 0.0
         self.on_batch: Callable[[dict[str, Any]], None] | None = None
         self.native_id: int | None = None  # the OS thread id, once running
         self.running: str | None = None  # "urgent" or "background" while a batch runs (see urgency), else None
@@ -150,6 +151,9 @@ class InferenceLoop:
             self.carry += self.queue.reclaim(self.q.claim_idle_ms)
             self.queue.prune_consumers(min_idle_ms=10 * self.q.claim_idle_ms)
         if self.sched.mode == "deadline":
+            if self.open and time.monotonic() - self._last_touch > RECLAIM_EVERY_S:
+                self._last_touch = time.monotonic()  # held segments wait for their deadlines: keep them ours
+                self.queue.touch([x.entry for b in self.open for x in b.live])
             self._step_deadline()
             return
         if not self.carry:

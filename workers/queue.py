@@ -137,6 +137,17 @@ class StreamQueue:
                 taken.append(e)
         return taken
 
+    def touch(self, entries: list[Entry]) -> None:
+        """Reset the idle time of entries this consumer holds (XCLAIM JUSTID: the delivery count is kept), so a
+        segment held between its windows is not reclaimed from a live worker."""
+        by_stream: dict[str, list[str]] = {}
+        for e in entries:
+            by_stream.setdefault(e.stream, []).append(e.entry_id)
+        pipe = self.r.pipeline(transaction=False)
+        for stream, ids in by_stream.items():
+            pipe.xclaim(stream, GROUP, self.consumer, 0, ids, justid=True)
+        pipe.execute()
+
     def requeue(self, entries: list[Entry]) -> None:
         """Give claimed entries back: each is re-added to its stream and the claim acked, atomically.
         The lane's backlog is unchanged (the same work is still queued)."""
