@@ -15,13 +15,15 @@ from workers.schedule import (
     Work,
     at_risk,
     choose,
+    deadline,
     due,
     publish_slack,
     urgency,
     window_end_ms,
 )
 
-S = SchedulingSettings(first_chunk_target_ms=100, bulk_deadline_s=20.0, risk_slack_ms=500)
+S = SchedulingSettings(first_chunk_target_ms=100, bulk_deadline_s=20.0, risk_slack_ms=500, play_margin_ms=0)
+MARGIN = SchedulingSettings(first_chunk_target_ms=100, bulk_deadline_s=20.0, risk_slack_ms=500, play_margin_ms=200)
 NOW = 1_000_000.0
 
 
@@ -45,8 +47,22 @@ def test_due_of_a_new_interactive_job_is_its_arrival_plus_the_target() -> None:
     assert due(Work("interactive", created=NOW, seg=2, est_s=3.0), Clock(), S) == pytest.approx(NOW + 6.1)
 
 
-def test_due_of_a_playing_job_is_when_its_listener_runs_dry() -> None:
+def test_due_of_a_playing_job_is_when_its_listener_runs_dry_less_the_margin() -> None:
     assert due(Work("interactive", created=NOW - 10), Clock(NOW - 2.0, 6.0), S) == pytest.approx(NOW + 4.0)
+    assert due(Work("interactive", created=NOW - 10), Clock(NOW - 2.0, 6.0), MARGIN) == pytest.approx(NOW + 3.8)
+    assert deadline(Work("interactive", created=NOW - 10), Clock(NOW - 2.0, 6.0), MARGIN) == pytest.approx(NOW + 4.0)
+    # not playing yet, or bulk: no margin
+    assert due(Work("interactive", created=NOW), Clock(), MARGIN) == pytest.approx(NOW + 0.1)
+    assert due(Work("bulk", created=NOW), Clock(NOW, 1.0), MARGIN) == pytest.approx(NOW + 20.0)
+
+
+def test_the_margin_lets_a_window_due_soon_go_before_a_caller_due_sooner() -> None:
+    """A listener that runs dry in 150 ms vs a caller due in 100 ms: the window takes time, so it goes first."""
+    held = Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 4.85, 5.0), MARGIN), (0, 1), "held")
+    caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW), Clock(), MARGIN), (NOW * 1000, 0), "caller")
+    assert choose([caller, held]) is held
+    assert choose([Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 4.85, 5.0), S), (0, 1), "held"),
+                   caller]) is caller  # without the margin the caller would go first
 
 
 def test_bulk_is_due_far_away_or_at_its_own_deadline() -> None:
@@ -103,6 +119,7 @@ def test_slack_at_publish() -> None:
     job = Work("interactive", created=NOW - 0.25)
     assert publish_slack(job, Clock(), NOW, S) == pytest.approx(-0.15)  # its first chunk, 150 ms past the target
     assert publish_slack(job, Clock(NOW - 1.0, 3.0), NOW, S) == pytest.approx(2.0)  # 2 s still in hand
+    assert publish_slack(job, Clock(NOW - 1.0, 3.0), NOW, MARGIN) == pytest.approx(2.0)  # against the listener, no margin
 
 
 def test_underrun_risk_counts_units_due_within_the_risk_slack() -> None:

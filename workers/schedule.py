@@ -2,7 +2,8 @@
 
 **The playback clock** of a job (``Clock``): its listener starts to play at the job's first chunk and plays in
 real time, so ``t`` seconds later it has played ``t`` of the ``delivered_s`` published and holds the rest, its
-slack. Its audio runs out at ``started + delivered_s``: that is when the job's next unit is due. Before its first
+slack. Its audio runs out at ``started + delivered_s``: that is the deadline of the job's next unit (chosen
+``play_margin_ms`` before, as the unit takes time too). Before its first
 chunk an interactive job is due ``first_chunk_target_ms`` after its arrival (a later segment of it a little after,
 by the audio in front of it). Bulk work (a book's sentences, each a job of its own) is due ``bulk_deadline_s``
 after its arrival, or at the job's own deadline when that is sooner: it fills idle time, ages, and cannot starve.
@@ -67,7 +68,14 @@ class Work:
 
 
 def due(work: Work, clock: Clock, s: SchedulingSettings) -> float:
-    """When the next unit of ``work`` must be done (wall seconds)."""
+    """When the next unit of ``work`` should be chosen by (wall seconds): its ``deadline``, for a playing job
+    ``play_margin_ms`` sooner (the unit takes time too: it must be done, not started, when the listener runs dry)."""
+    d = deadline(work, clock, s)
+    return d - s.play_margin_ms / 1000 if work.lane != "bulk" and clock.started is not None else d
+
+
+def deadline(work: Work, clock: Clock, s: SchedulingSettings) -> float:
+    """When the next unit of ``work`` must be published (wall seconds)."""
     if work.lane == "bulk":
         d = work.created + s.bulk_deadline_s
         return min(d, work.deadline) if work.deadline else d
@@ -82,7 +90,7 @@ def due(work: Work, clock: Clock, s: SchedulingSettings) -> float:
 def publish_slack(work: Work, clock_before: Clock, now: float, s: SchedulingSettings) -> float:
     """Slack of a unit published at ``now`` (negative: late), given the job's clock before it was published:
     the job's first chunk against its target (bulk: its deadline), a later one against its listener running dry."""
-    return due(work, clock_before, s) - now
+    return deadline(work, clock_before, s) - now
 
 
 @dataclass(frozen=True)
