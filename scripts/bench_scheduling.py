@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from pipeline.settings import Settings, load_settings  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
 from producer.bench import LoadSpec, LocalFarm, run_load, worker_env  # noqa: E402
 from producer.bench_report import summarize  # noqa: E402
 from producer.contract import Keys  # noqa: E402
