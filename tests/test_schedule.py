@@ -60,9 +60,9 @@ def test_the_margin_lets_a_window_due_soon_go_before_a_caller_due_sooner() -> No
     """A listener that runs dry in 150 ms vs a caller due in 100 ms: the window takes time, so it goes first."""
     held = Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 4.85, 5.0), MARGIN), (0, 1), "held")
     caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW), Clock(), MARGIN), (NOW * 1000, 0), "caller")
-    assert choose([caller, held]) is held
+    assert choose([caller, held], NOW) is held
     assert choose([Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 4.85, 5.0), S), (0, 1), "held"),
-                   caller]) is caller  # without the margin the caller would go first
+                   caller], NOW) is caller  # without the margin the caller would go first
 
 
 def test_bulk_is_due_far_away_or_at_its_own_deadline() -> None:
@@ -75,13 +75,13 @@ def test_a_new_caller_goes_before_the_next_window_of_a_job_seconds_ahead() -> No
     """The issue's case: a long job with 4 s of audio in hand vs a caller that just arrived."""
     held = Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 1.0, 5.0), S), (0, 1), "long job")
     caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW), Clock(), S), (NOW * 1000, 0), "caller")
-    assert choose([held, caller]) is caller
+    assert choose([held, caller], NOW) is caller
 
 
 def test_a_window_whose_listener_is_about_to_run_dry_goes_before_a_new_caller() -> None:
     held = Unit(WINDOW, due(Work("interactive", created=NOW - 3), Clock(NOW - 4.95, 5.0), S), (0, 1), "nearly dry")
     caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW), Clock(), S), (NOW * 1000, 0), "caller")
-    assert choose([caller, held]) is held
+    assert choose([caller, held], NOW) is held
 
 
 def test_late_work_is_still_chosen_most_overdue_first_never_dropped() -> None:
@@ -89,30 +89,43 @@ def test_late_work_is_still_chosen_most_overdue_first_never_dropped() -> None:
              Unit(CARRIED, NOW + 1.0, (1, 0), "fine")]
     order = []
     while units:
-        u = choose(units)
+        u = choose(units, NOW)
         assert u is not None
         order.append(u.ref)
         units.remove(u)
     assert order == ["later", "late", "fine"]
 
 
+def test_a_playing_listener_about_to_run_dry_goes_before_callers_already_waiting_too_long() -> None:
+    """Under a backlog every waiting caller is past its first-chunk target; a playing listener whose unit is due now
+    still goes first (it would hear a gap), and only then: one that holds seconds waits its turn."""
+    waiting = Unit(ACOUSTIC, due(Work("interactive", created=NOW - 0.8), Clock(), MARGIN), (NOW * 1000 - 800, 0), "caller")
+    dry_soon = Unit(WINDOW, due(Work("interactive", created=NOW - 2), Clock(NOW - 1.0, 1.1), MARGIN), (NOW * 1000 - 2000, 0),
+                    "dry soon", playing=True)
+    assert dry_soon.due > waiting.due  # by plain EDF the caller would go first
+    assert choose([waiting, dry_soon], NOW) is dry_soon
+    ahead = Unit(WINDOW, due(Work("interactive", created=NOW - 2), Clock(NOW - 1.0, 5.0), MARGIN), (NOW * 1000 - 2000, 0),
+                 "ahead", playing=True)
+    assert choose([ahead, waiting], NOW) is waiting
+
+
 def test_bulk_fills_idle_time_and_ages_in() -> None:
     book = Unit(ACOUSTIC, due(Work("bulk", created=NOW), Clock(), S), (NOW * 1000, 0), "book")
-    assert choose([book]) is book  # nothing else: the book runs
+    assert choose([book], NOW) is book  # nothing else: the book runs
     caller = Unit(ACOUSTIC, due(Work("interactive", created=NOW + 1), Clock(), S), (NOW * 1000 + 1000, 0), "caller")
-    assert choose([book, caller]) is caller
+    assert choose([book, caller], NOW) is caller
     # 25 s later the book's sentence is overdue and goes before a fresh caller
     fresh = Unit(ACOUSTIC, due(Work("interactive", created=NOW + 25), Clock(), S), (NOW * 1000 + 25_000, 0), "fresh")
-    assert choose([fresh, book]) is book
+    assert choose([fresh, book], NOW) is book
 
 
 def test_ties_go_to_the_earlier_arrival_then_to_a_held_window() -> None:
     a = Unit(ACOUSTIC, NOW, (10, 0), "a")
     b = Unit(ACOUSTIC, NOW, (5, 0), "b")
-    assert choose([a, b]) is b
+    assert choose([a, b], NOW) is b
     w = Unit(WINDOW, NOW, (5, 0), "w")
-    assert choose([b, w]) is w
-    assert choose([]) is None
+    assert choose([b, w], NOW) is w
+    assert choose([], NOW) is None
 
 
 def test_slack_at_publish() -> None:

@@ -489,20 +489,24 @@ class InferenceLoop:
         live = [x.entry for b in self.open for x in b.live]
         clocks = self._clocks([e.job.job_id for e in (*live, *self.carry) if e.job and e.job.lane == "interactive"]
                               + [h.job_id for h in heads if h.lane == "interactive"])
+        def playing(job_id: str) -> bool:
+            return clocks.get(job_id, Clock()).started is not None
+
         units: list[Unit[Any]] = []
         for b in self.open:
             entries = [x.entry for x in b.live]
             units.append(Unit(WINDOW, min(self._due(e, clocks) for e in entries),
-                              min((e.arrived_ms, e.job.seg) for e in entries if e.job), b))
+                              min((e.arrived_ms, e.job.seg) for e in entries if e.job), b,
+                              any(playing(e.job.job_id) for e in entries if e.job)))
         for e in self.carry:
             assert e.job is not None
-            units.append(Unit(CARRIED, self._due(e, clocks), (e.arrived_ms, e.job.seg), e))
+            units.append(Unit(CARRIED, self._due(e, clocks), (e.arrived_ms, e.job.seg), e, playing(e.job.job_id)))
         for h in heads:
             work = Work(h.lane, h.created, h.seg, h.est_s, h.deadline)
-            units.append(Unit(ACOUSTIC, schedule.due(work, clocks.get(h.job_id, Clock()), s), h.order, h))
+            units.append(Unit(ACOUSTIC, schedule.due(work, clocks.get(h.job_id, Clock()), s), h.order, h, playing(h.job_id)))
         now = time.time()
         self.farm.metrics.underrun_risk(self.index, schedule.at_risk([u.due for u in units], now, s))
-        unit = schedule.choose(units)
+        unit = schedule.choose(units, now)
         if unit is None:
             return
         running = schedule.urgency(_lane_of(unit), unit.due, now, s)

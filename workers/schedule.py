@@ -15,8 +15,8 @@ the clocks of what it holds and of the stream heads before each choice (one roun
 counts when it is published, in whatever order segments are made (a later segment made early counts early).
 
 **Units** (``Unit``): the acoustic pass of a new batch (a stream head, or entries the loop holds: reclaimed or
-retried) and one window step of a batch whose acoustic pass is done. ``choose`` takes the earliest due, ties in
-arrival order. Late work is done and counted, never dropped (only a job's own ``deadline`` ends it unserved).
+retried) and one window step of a batch whose acoustic pass is done. ``choose`` takes the earliest due (a playing
+listener about to run dry first), ties in arrival order. Late work is done and counted, never dropped (only a job's own ``deadline`` ends it unserved).
 """
 
 from __future__ import annotations
@@ -99,13 +99,17 @@ class Unit(Generic[T]):
     due: float
     order: tuple[float, int]  # arrival (ms), segment: the tie-break
     ref: T
+    playing: bool = False  # a unit of a job whose listener is playing (an interactive job past its first chunk)
 
 
-def choose(units: Iterable[Unit[T]]) -> Unit[T] | None:
-    """Earliest deadline first; among equal deadlines the earlier arrival, then a held batch's window before new work
-    (it has paid for its acoustic pass)."""
+def choose(units: Iterable[Unit[T]], now: float) -> Unit[T] | None:
+    """Earliest deadline first, except that a playing listener's unit whose time has come (due now: its listener
+    runs dry within ``play_margin_ms``) goes first: a caller still waiting for a first chunk hears a longer wait, a
+    playing one would hear a gap. A playing job asks for this at most once per window of audio, so callers cannot
+    starve. Among equal deadlines the earlier arrival, then a held batch's window before new work (it has paid for
+    its acoustic pass)."""
     rank = {WINDOW: 0, CARRIED: 1, ACOUSTIC: 2}
-    return min(units, key=lambda u: (u.due, u.order, rank.get(u.kind, 3)), default=None)
+    return min(units, key=lambda u: (not (u.playing and u.due <= now), u.due, u.order, rank.get(u.kind, 3)), default=None)
 
 
 def at_risk(dues: Sequence[float], now: float, s: SchedulingSettings) -> int:
