@@ -6,6 +6,11 @@ then one vocoder window of every job per step, each window published at once; a 
 waiting interactive work run between two steps, and a cancelled job stops at the next step. Other voices
 (Kokoro: one graph) run the batch whole and publish each segment when it is done.
 
+How the next unit is chosen (``scheduling.mode``): ``deadline`` (default) runs one unit per step — the acoustic pass
+of a new batch, claimed by the batching rules below, or one window step of a segment the loop holds — whichever is
+due first by its job's playback clock (``workers/schedule.py``); ``fifo`` picks a batch by lane in arrival order
+(``workers/batcher.py``) and runs it to its last window.
+
 Errors are caught per batch: a bad entry fails its job with a code, an unexpected error leaves the
 entries pending so they are reclaimed and retried, and a poison entry goes to the dead-letter stream
 after ``max_deliveries``. The model work of background batches (bulk, callers' later segments) runs on a
@@ -489,6 +494,7 @@ class InferenceLoop:
         live = [x.entry for b in self.open for x in b.live]
         clocks = self._clocks([e.job.job_id for e in (*live, *self.carry) if e.job and e.job.lane == "interactive"]
                               + [h.job_id for h in heads if h.lane == "interactive"])
+
         def playing(job_id: str) -> bool:
             return clocks.get(job_id, Clock()).started is not None
 
