@@ -1,5 +1,6 @@
 """The playback clock the publisher keeps in a job's status hash (real Redis): ``first_chunk`` once, ``delivered_s``
-summed over every piece published (by any worker), and each piece told the clock as it found it."""
+summed over every piece published (by any worker), and each piece told the clock as it found it; and the claim a
+deadline-scheduled loop keeps on the segments it holds between windows (``StreamQueue.touch``)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,27 @@ def test_a_redo_of_a_published_window_does_not_count_twice(r: redis.Redis) -> No
     assert r.hget(keys.status("clockjob1234"), "delivered_s") is None
     pub.publish_piece(seg, _pcm(0.25), last=False, batch_id="b", worker="w1")
     assert float(r.hget(keys.status("clockjob1234"), "delivered_s")) == pytest.approx(0.25)
+
+
+def test_touching_held_entries_keeps_them_ours_and_never_takes_one_back(r: redis.Redis) -> None:
+    """A segment held between its windows (deadline scheduling) is touched so that it does not look idle; one another
+    consumer reclaimed meanwhile stays with that consumer."""
+    from producer.contract import GROUP
+    from workers.queue import StreamQueue
+
+    keys = Keys("touch")
+    mine = StreamQueue(r, keys, 1, "mine", ("interactive",))
+    mine.ensure_groups()
+    stream = keys.queue("interactive", 0)
+    for seg in range(2):
+        r.xadd(stream, _job(seg).to_fields())
+    held = mine.claim(stream, 2)
+    assert len(held) == 2
+    time.sleep(0.05)
+    r.xclaim(stream, GROUP, "other", 0, [held[1].entry_id])  # another worker took the second over
+    time.sleep(0.05)
+    mine.touch(held)
+    pending = {p["message_id"].decode(): p for p in r.xpending_range(stream, GROUP, min="-", max="+", count=10)}
+    first, second = pending[held[0].entry_id], pending[held[1].entry_id]
+    assert first["consumer"] == b"mine" and first["time_since_delivered"] < 40 and first["times_delivered"] == 1
+    assert second["consumer"] == b"other"

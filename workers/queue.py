@@ -139,12 +139,18 @@ class StreamQueue:
 
     def touch(self, entries: list[Entry]) -> None:
         """Reset the idle time of entries this consumer holds (XCLAIM JUSTID: the delivery count is kept), so a
-        segment held between its windows is not reclaimed from a live worker."""
-        by_stream: dict[str, list[str]] = {}
-        for e in entries:
-            by_stream.setdefault(e.stream, []).append(e.entry_id)
+        segment held between its windows is not reclaimed from a live worker. Only entries still pending with this
+        consumer are touched: one another worker took over is not taken back."""
+        if not entries:
+            return
         pipe = self.r.pipeline(transaction=False)
-        for stream, ids in by_stream.items():
+        for e in entries:
+            pipe.xpending_range(e.stream, GROUP, min=e.entry_id, max=e.entry_id, count=1)
+        ours: dict[str, list[str]] = {}
+        for e, pending in zip(entries, pipe.execute()):
+            if pending and _s(pending[0]["consumer"]) == self.consumer:
+                ours.setdefault(e.stream, []).append(e.entry_id)
+        for stream, ids in ours.items():
             pipe.xclaim(stream, GROUP, self.consumer, 0, ids, justid=True)
         pipe.execute()
 
