@@ -122,21 +122,29 @@ def syllable_error_rate(refs: list[str], hyps: list[str]) -> float:
 
 
 def gate_failure(cache_dir: Path, voice: str) -> str:
-    """Why ``voice`` must not be routed to by default ("" when nothing says so): its prepared folder
-    records a listening-gate figure over the ceiling. Read from the verdict files, cached per folder."""
-    from pipeline.voices.prepared import MANIFEST, voice_root
+    """Why ``voice`` must not be routed to by default ("" when nothing says so): its newest prepared folder
+    records a listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so
+    it costs one stat: the answer is cached per voice folder and its modification time (preparation renames
+    a finished folder into place, which changes that time)."""
+    from pipeline.voices.prepared import voice_root
 
     root = voice_root(cache_dir, voice)
-    folders = sorted(p for p in root.glob("*") if (p / MANIFEST).is_file()) if root.is_dir() else []
-    if not folders:
+    try:
+        stamp = root.stat().st_mtime_ns
+    except OSError:
         return ""
-    newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
-    return _folder_failure(str(newest), (newest / MANIFEST).stat().st_mtime)
+    return _root_failure(str(root), stamp)
 
 
 @lru_cache(maxsize=64)
-def _folder_failure(folder: str, _mtime: float) -> str:
-    for path in sorted(Path(folder).glob("*.fp32.verdict.json")):
+def _root_failure(root: str, _stamp: int) -> str:
+    from pipeline.voices.prepared import MANIFEST
+
+    folders = [p for p in Path(root).glob("*") if (p / MANIFEST).is_file()]
+    if not folders:
+        return ""
+    newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
+    for path in sorted(newest.glob("*.fp32.verdict.json")):
         try:
             heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
         except (OSError, ValueError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -69,6 +70,71 @@ class ProcSampler(threading.Thread):
         self.stopped.set()
         self.join(5)
         self.sample()
+
+
+class RedisSampler(threading.Thread):
+    """The farm's Redis every ``every_s``: key count, memory, keys without a TTL (by kind), stream lengths.
+
+    Keys are grouped into kinds by replacing each job id with ``<id>`` (``bench:results:<id>``), so a soak
+    shows whether the per-job keys plateau once the TTL policy expires them and whether anything grows
+    without an expiry (queue streams, dead letters, registries)."""
+
+    def __init__(self, url: str, every_s: float = 10.0) -> None:
+        super().__init__(name="bench-redis", daemon=True)
+        self.r = redis.Redis.from_url(url, socket_timeout=30)
+        self.every_s = every_s
+        self.samples: list[dict[str, Any]] = []
+        self.stopped = threading.Event()
+
+    def sample(self) -> None:
+        info = self.r.info("memory")
+        kinds: dict[str, int] = {}
+        no_ttl: dict[str, int] = {}
+        streams: dict[str, int] = {}
+        batch: list[bytes] = []
+
+        def flush() -> None:
+            pipe = self.r.pipeline(transaction=False)
+            for k in batch:
+                pipe.ttl(k)
+                pipe.type(k)
+            res = pipe.execute()
+            for k, ttl, kind in zip(batch, res[0::2], res[1::2]):
+                name = _key_kind(k.decode(errors="replace"))
+                kinds[name] = kinds.get(name, 0) + 1
+                if ttl == -1:
+                    no_ttl[name] = no_ttl.get(name, 0) + 1
+                    if kind == b"stream":
+                        streams[name] = streams.get(name, 0) + int(self.r.xlen(k))
+            batch.clear()
+
+        for key in self.r.scan_iter(count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                flush()
+        if batch:
+            flush()
+        self.samples.append({"t": time.time(), "keys": sum(kinds.values()), "used_memory_mb": round(info["used_memory"] / 2**20, 2),
+                             "kinds": kinds, "no_ttl": no_ttl, "stream_entries_no_ttl": streams})
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            try:
+                self.sample()
+            except redis.RedisError as exc:  # the server going away at the end of a run is not a finding
+                log.warning("redis sample failed: %s", exc)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(60)
+
+
+_ID = re.compile(r"[A-Za-z0-9_-]{16,}")
+
+
+def _key_kind(key: str) -> str:
+    """``bench:results:Zx3…`` -> ``bench:results:<id>``: job, book and run ids are 16+ URL-safe characters."""
+    return ":".join("<id>" if _ID.fullmatch(part) else part for part in key.split(":"))
 
 
 # -- is anyone else using the machine? -----------------------------------------------------------------

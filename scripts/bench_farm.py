@@ -13,7 +13,8 @@ Stages (each writes ``<out>/<stage>.json`` with the 1-minute load average before
 * ``latency``  the mixed workload: saturation first (closed loop), then Poisson arrivals at 70 % of it.
 * ``scaling``  saturation throughput with 1, 2 and 4 worker processes.
 * ``length``   one bulk job of 1, 4, 16 and 64 paragraphs: time, worker RSS, Redis memory.
-* ``longrun``  short jobs for ``--longrun-s`` seconds: worker RSS over the run and the job count reached.
+* ``longrun``  the soak: ``--longrun-jobs`` short jobs (at most ``--longrun-s`` s) with a short job TTL: worker RSS
+               after warm-up, Redis keys (per-job plateau, keys without a TTL, what is left after expiry).
 * ``scheduling`` FIFO vs deadline scheduling side by side at 50/70/90/100 % of saturation (scripts/bench_scheduling.py).
 
 Audio is compared as *speech* seconds (model output, without the pauses the farm inserts between
@@ -272,17 +273,61 @@ def stage_length(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
 
 
 def stage_longrun(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    load = LoadSpec(mix="en_short", concurrency=4 * args.workers, duration_s=args.longrun_s, max_jobs=args.longrun_jobs,
-                    seed=9, timeout_s=600)
-    config = BenchConfig(workers=args.workers, threads=args.threads, **PLAIN, precision="fp32", load=load, warmup_jobs=20,
-                         label="longrun")
-    result = run_bench(config)
-    write_results(result, args.out, name="longrun-run")
-    s = result["phases"]["load"]
-    return {"rss_after_warmup": rss_after(s, args.longrun_warmup_jobs), "jobs_done": s["jobs"]["done"], "jobs_submitted": s["jobs"]["submitted"], "seconds": s["submit_s"],
-            "throughput": s["throughput"], "first_chunk_ms": s["first_chunk_ms"]["all"],
-            "workers": {p: {k: v for k, v in w.items() if k != "series"} for p, w in s["workers"].items()},
-            "load_before": result["load_average_before"][0], "load_after": result["load_average_after"][0]}
+    """The soak: ``--longrun-jobs`` short jobs (or ``--longrun-s`` seconds), closed loop, on the default layout.
+
+    Jobs expire after ``--longrun-ttl-s`` (instead of a day) so the TTL policy's steady state is reached during
+    the run: worker RSS after warm-up must stay flat, per-job Redis keys must plateau and be gone once the last
+    job has expired, and nothing without a TTL may grow with the job count. The bench reader leaves every key
+    to the farm's own expiry (no clean-up of its own)."""
+    from producer.bench_local import RedisSampler
+    from producer.bench_report import summarize
+
+    ttl = args.longrun_ttl_s
+    env = worker_env(threads=args.threads, precision="fp32", extra={"TTSFARM_QUEUE_JOB_TTL_S": str(ttl)})
+    farm = LocalFarm(workers=args.workers, env=env).start()
+    try:
+        s = settings.replace(redis={"url": farm.url, "key_prefix": farm.prefix}, queue={"job_ttl_s": ttl})
+        run_load(s, LoadSpec(mix="en_short", concurrency=2, duration_s=600, max_jobs=20, seed=8), storage_dir=farm.storage_dir)
+        redis_sampler = RedisSampler(farm.url, every_s=args.longrun_redis_every_s)
+        redis_sampler.sample()
+        redis_sampler.start()
+        load = LoadSpec(mix="en_short", concurrency=4 * args.workers, duration_s=args.longrun_s, max_jobs=args.longrun_jobs,
+                        seed=9, timeout_s=600)
+        progress = lambda n: n % 1000 == 0 and log.info("longrun: %d jobs ended", n)  # noqa: E731
+        raw = run_load(s, load, pids=farm.pids, cleanup=False, storage_dir=farm.storage_dir, sample_every_s=5.0,
+                       on_progress=progress)
+        redis_sampler.stop()
+        redis_sampler.sample()
+        ended_at = time.time()
+        time.sleep(ttl + 15)  # every job's keys have passed their expiry
+        redis_sampler.sample()
+        summ = summarize(raw)
+    finally:
+        farm.stop()
+    return {"rss_after_warmup": rss_after(summ, args.longrun_warmup_jobs), "jobs_done": summ["jobs"]["done"],
+            "jobs_submitted": summ["jobs"]["submitted"], "jobs": summ["jobs"], "seconds": summ["submit_s"],
+            "throughput": summ["throughput"], "first_chunk_ms": summ["first_chunk_ms"]["all"], "ttl_s": ttl,
+            "workers": {p: {k: v for k, v in w.items() if k != "series"} for p, w in summ["workers"].items()},
+            "redis": redis_verdict(redis_sampler.samples, ended_at, ttl)}
+
+
+def redis_verdict(samples: list[dict[str, Any]], ended_at: float, ttl: float) -> dict[str, Any]:
+    """Keys over the soak: the plateau of per-job keys (halves of the run after one TTL), what has no TTL, the end."""
+    during = [x for x in samples if x["t"] <= ended_at]
+    t0 = during[0]["t"]
+    steady = [x for x in during if x["t"] - t0 >= ttl + 30]
+    half = len(steady) // 2
+    first, second = steady[:half], steady[half:]
+    mean = lambda xs, f: round(sum(f(x) for x in xs) / len(xs), 1) if xs else None  # noqa: E731
+    no_ttl = lambda x: sum(x["no_ttl"].values())  # noqa: E731
+    return {"samples": len(samples), "keys_start": during[0]["keys"], "keys_max": max(x["keys"] for x in during),
+            "steady_keys_mean_first_half": mean(first, lambda x: x["keys"]),
+            "steady_keys_mean_second_half": mean(second, lambda x: x["keys"]),
+            "used_memory_mb_start": during[0]["used_memory_mb"], "used_memory_mb_max": max(x["used_memory_mb"] for x in during),
+            "no_ttl_keys_start": no_ttl(during[0]), "no_ttl_keys_end_of_load": no_ttl(during[-1]),
+            "no_ttl_kinds_end_of_load": during[-1]["no_ttl"], "stream_entries_no_ttl_end_of_load": during[-1]["stream_entries_no_ttl"],
+            "after_expiry": {k: samples[-1][k] for k in ("keys", "used_memory_mb", "kinds", "no_ttl", "stream_entries_no_ttl")},
+            "series": [(round(x["t"] - t0, 1), x["keys"], no_ttl(x), x["used_memory_mb"]) for x in samples]}
 
 
 def _fc(p: dict[str, Any] | None) -> str:
@@ -350,9 +395,10 @@ def report(farm_dir: Path, tune_dir: Path) -> str:
                 (farm_dir / "scheduling.md").read_text(encoding="utf-8")]
     if (doc := read(farm_dir, "longrun")):
         r = doc["result"]
+        red = {k: v for k, v in r.get("redis", {}).items() if k != "series"}
         out += [(f"longrun — `{doc['command']}` — load {_load(doc)}: {r['jobs_done']} of {r['jobs_submitted']} jobs in {r['seconds']} s; "
                  f"{r['throughput']}; first chunk {_fc(r['first_chunk_ms'])}"), "", "```", json.dumps(r["workers"], indent=1),
-                json.dumps(r.get("rss_after_warmup"), indent=1), "```"]
+                json.dumps(r.get("rss_after_warmup"), indent=1), json.dumps(red, indent=1), "```"]
     return "\n".join(out)
 
 
@@ -389,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--longrun-s", type=float, default=600.0)
     ap.add_argument("--longrun-jobs", type=int, default=10_000)
     ap.add_argument("--longrun-warmup-jobs", type=int, default=1000, help="RSS growth is measured from when this many jobs had ended")
+    ap.add_argument("--longrun-ttl-s", type=int, default=120, help="job TTL during the soak (the default is a day)")
+    ap.add_argument("--longrun-redis-every-s", type=float, default=15.0, help="Redis key census interval")
     ap.add_argument("--max-load", type=float, default=0.0, help="wait (up to --wait-max-s) for the load average to fall below this")
     ap.add_argument("--wait-max-s", type=float, default=2400.0)
     ap.add_argument("--idle-cores", type=float, default=0.1,

@@ -33,6 +33,28 @@ def test_submit_beyond_the_lane_limit_is_refused_and_ack_drains(settings: Settin
     client.submit("Room again.", voice="joe")
 
 
+def test_finished_entries_leave_their_stream_and_requeued_ones_are_replaced(settings: Settings, r: redis.Redis) -> None:
+    """The group is a queue's only reader: an acked entry is deleted, so queue streams do not grow with the
+    job count (the soak found every finished entry kept)."""
+    client = Client(r, settings)
+    for text in ("One sentence.", "Another one.", "A third."):
+        client.submit(text, voice="joe")
+    keys = Keys(settings.redis.key_prefix)
+    q = StreamQueue(r, keys, settings.queue.n_buckets, "tester")
+    taken = [e for stream in q.streams for e in q.claim(stream, 10)]
+    assert len(taken) == 3
+    total = lambda: sum(int(r.xlen(stream)) for stream in q.streams)  # noqa: E731
+    assert total() == 3
+    q.ack(taken[:1])
+    assert total() == 2
+    q.requeue(taken[1:2])  # given back: re-added once, the claimed copy gone
+    assert total() == 2 and r.xpending(taken[1].stream, GROUP)["pending"] == 1
+    again = [e for stream in q.streams for e in q.claim(stream, 10)]
+    assert [e.job.job_id for e in again] == [taken[1].job.job_id]
+    q.ack(again + taken[2:])
+    assert total() == 0 and int(r.hget(keys.backlog("interactive"), "n")) == 0
+
+
 def test_seconds_limit(settings: Settings, r: redis.Redis) -> None:
     s = settings.replace(queue={"max_backlog_interactive_seconds": 5.0})
     client = Client(r, s)

@@ -3,8 +3,10 @@ blend's gated route, and `ttsfarm say` speaking Chinese with it (recognized by w
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +76,17 @@ def test_blend_route_skips_a_voice_whose_listening_gate_failed(tmp_path: Path) -
     assert gated_choice(["worse", "kumo"], tmp_path) == "kumo"
     assert gated_choice(["better", "kumo"], tmp_path) == "better"  # nothing recorded: not held back
     assert gated_choice("worse", tmp_path) == "worse"  # a single route is kept: nothing else speaks it
+    # the answer is cached per voice folder; a newer preparation renamed into place (as Preparer does) is seen
+    staged = tmp_path / "staging" / "fedcba9876543210"
+    staged.mkdir(parents=True)
+    (staged / "manifest.json").write_text('{"voice": "worse", "stages": {}}', encoding="utf-8")
+    (staged / "acoustic.fp32.verdict.json").write_text(
+        '{"stage": "acoustic", "precision": "fp32", "recognizer": {"metric": "cer", "value": 0.03, "ceiling": 0.05, "passed": true}}',
+        encoding="utf-8")
+    os.utime(folder / "manifest.json", (1, 1))  # the older preparation
+    time.sleep(0.02)  # directory times tick with the kernel's coarse clock
+    staged.rename(folder.parent / staged.name)
+    assert gated_choice(["worse", "kumo"], tmp_path) == "worse"
 
 
 @pytest.mark.slow

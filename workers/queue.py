@@ -100,12 +100,15 @@ class StreamQueue:
         return [parse_entry(_s(s), eid, f) for s, entries in reply or [] for eid, f in entries]
 
     def ack(self, entries: list[Entry]) -> None:
-        """Ack entries; those whose XACK counted come off their lane's backlog (once, even if redelivered)."""
+        """Ack entries and delete them from their stream (the group is the only reader, so a finished entry
+        would otherwise stay for ever: a 10,000-job soak left every one); those whose XACK counted come off their
+        lane's backlog (once, even if redelivered)."""
         pipe = self.r.pipeline(transaction=False)
         for e in entries:
             pipe.xack(e.stream, GROUP, e.entry_id)
+            pipe.xdel(e.stream, e.entry_id)
         released: dict[str, list[float]] = {}
-        for e, n in zip(entries, pipe.execute()):
+        for e, n in zip(entries, pipe.execute()[0::2]):
             if n and e.job is not None:
                 tally = released.setdefault(e.job.lane, [0, 0.0])
                 tally[0] += 1
@@ -161,6 +164,7 @@ class StreamQueue:
         for e in entries:
             pipe.xadd(e.stream, e.fields)
             pipe.xack(e.stream, GROUP, e.entry_id)
+            pipe.xdel(e.stream, e.entry_id)
         pipe.execute()
 
     def prune_consumers(self, min_idle_ms: int) -> int:
