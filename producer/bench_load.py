@@ -20,7 +20,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +158,7 @@ class JobRecord:
 
     def summary(self) -> dict[str, Any]:
         st = self.status
+        underrun_count, underrun_s = underruns(self.chunks)
         created = float(st.get("created") or self.t_submit or 0.0)
         started = st.get("started")
         batches = [str(st[k]) for k in sorted((k for k in st if k.startswith("batch:")), key=lambda k: int(k[6:]))]
@@ -169,7 +170,26 @@ class JobRecord:
             "e2e_ms": _ms(self.ended - self.t_sched) if self.ended and self.state == "done" else None,
             "queue_ms": _ms(float(started) - created) if started else None,
             "audio_s": round(self.audio_s, 4), "pause_s": round(self.pause_s, 4), "batches": batches,
+            "underruns": underrun_count, "underrun_s": round(underrun_s, 4),
         }
+
+
+def underruns(chunks: Sequence[tuple[float, float]], *, tolerance_s: float = 0.001) -> tuple[int, float]:
+    """The listener's view of one job: it starts to play at its first chunk and plays in real time; whenever the next
+    chunk (``(seen at, audio seconds)``, in playing order) comes after everything before it has played, the listener
+    had nothing to play (an underrun) and resumes when it comes. Returns (underruns, seconds without audio)."""
+    count, silent = 0, 0.0
+    play_end: float | None = None
+    for seen, seconds in chunks:
+        if play_end is None:
+            play_end = seen + seconds
+            continue
+        if seen > play_end + tolerance_s:
+            count += 1
+            silent += seen - play_end
+            play_end = seen
+        play_end += seconds
+    return count, silent
 
 
 def _ms(seconds: float) -> float:

@@ -119,6 +119,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             "segments_per_s": round(sum(r.segments for r in done_in) / span, 3),
         },
         "first_chunk_ms": _by(rows, "kind", "first_chunk_ms"),
+        "underruns": underrun_summary(rows),
         "e2e_ms": _by(rows, "kind", "e2e_ms"),
         "queue_ms": {"all": pct(r["queue_ms"] for r in rows), **{lane: pct(v) for lane, v in sorted(lanes.items())}},
         "submit_lag_ms": pct(r["submit_lag_ms"] for r in rows),
@@ -130,6 +131,24 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                      "audio_s": [round(audio_timeline[k], 3) for k in sorted(timeline)]},
         "per_job": rows,
     }
+
+
+def underrun_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the listeners heard, over the jobs that finished (all and by kind): the share of jobs with any underrun,
+    underruns per job, and seconds without audio per minute of audio delivered."""
+
+    def one(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        done = [r for r in group if r["state"] == "done"]
+        audio_min = sum(r["audio_s"] for r in done) / 60
+        silent = sum(r.get("underrun_s") or 0.0 for r in done)
+        hit = sum(1 for r in done if r.get("underruns"))
+        return {"jobs": len(done), "jobs_with_any": hit, "share": round(hit / len(done), 4) if done else None,
+                "underruns": sum(r.get("underruns") or 0 for r in done), "seconds": round(silent, 3),
+                "seconds_per_audio_min": round(silent / audio_min, 4) if audio_min else None,
+                "seconds_per_job": pct(r.get("underrun_s") for r in done)}
+
+    kinds = sorted({r["kind"] for r in rows})
+    return {"all": one(rows), **{k: one([r for r in rows if r["kind"] == k]) for k in kinds}}
 
 
 def padding_waste(rows: Sequence[dict[str, Any]], lengths: dict[tuple[str, int], int]) -> dict[str, Any]:

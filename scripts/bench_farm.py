@@ -15,6 +15,7 @@ Stages (each writes ``<out>/<stage>.json`` with the 1-minute load average before
 * ``length``   one bulk job of 1, 4, 16 and 64 paragraphs: time, worker RSS, Redis memory.
 * ``longrun``  the soak: ``--longrun-jobs`` short jobs (at most ``--longrun-s`` s) with a short job TTL: worker RSS
                after warm-up, Redis keys (per-job plateau, keys without a TTL, what is left after expiry).
+* ``scheduling`` FIFO vs deadline scheduling side by side at 50/70/90/100 % of saturation (scripts/bench_scheduling.py).
 
 Audio is compared as *speech* seconds (model output, without the pauses the farm inserts between
 segments), so the farm and the in-process baselines count the same thing.
@@ -51,6 +52,10 @@ from producer.bench import (
 )
 from producer.bench_report import summarize, write_results
 from producer.wire.settings import Settings, load_settings
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_scheduling import add_arguments as scheduling_arguments  # noqa: E402
+from bench_scheduling import stage_scheduling  # noqa: E402
 
 log = logging.getLogger("bench_farm")
 WORKLOAD = {"mix": "en", "jobs": 40, "seed": 11}
@@ -385,6 +390,9 @@ def report(farm_dir: Path, tune_dir: Path) -> str:
             rss = "; ".join(f"{w['start']} → {w['max']}" for w in r["worker_rss_mb"].values())
             out.append(f"| {r['paragraphs']} | {r['segments']} | {r['audio_s']:.0f} | {r['first_chunk_ms']:.0f} | {r['e2e_s']} | {rss} | {r['redis_used_mb_peak']} |")
         out.append("")
+    if (farm_dir / "scheduling.md").exists():
+        out += ["scheduling — " + f"`{(read(farm_dir, 'scheduling') or {}).get('command', '')}`", "",
+                (farm_dir / "scheduling.md").read_text(encoding="utf-8")]
     if (doc := read(farm_dir, "longrun")):
         r = doc["result"]
         red = {k: v for k, v in r.get("redis", {}).items() if k != "series"}
@@ -412,12 +420,12 @@ def rss_after(summary: dict[str, Any], jobs: int) -> dict[str, Any]:
 
 
 STAGES = {"ceiling": stage_ceiling, "piper": stage_piper, "farm": stage_farm, "latency": stage_latency,
-          "scaling": stage_scaling, "length": stage_length, "longrun": stage_longrun}
+          "scaling": stage_scaling, "length": stage_length, "longrun": stage_longrun, "scheduling": stage_scheduling}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--stages", default=",".join(s for s in STAGES if s != "scheduling"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "farm")
     ap.add_argument("--workers", type=int, default=2, help="farm layout of the farm/latency/length/longrun stages")
     ap.add_argument("--threads", type=int, default=1)
@@ -436,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=WORKLOAD["jobs"], help="jobs in the English workload")
     ap.add_argument("--report", action="store_true", help="print Markdown tables of the results in --out (and --tune-out)")
     ap.add_argument("--tune-out", type=Path, default=ROOT / "bench-results" / "tune")
+    scheduling_arguments(ap)
     args = ap.parse_args(argv)
     WORKLOAD["jobs"] = args.jobs
     if args.report:

@@ -106,6 +106,11 @@ def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp
     assert reserved.voice_bank() is farm.bank
     reserved.running = "urgent"
     assert not farm.reserved_loop_free()
+    reserved.running = None
+    reserved.open = [object()]  # type: ignore[list-item]  # between two windows of a segment it holds (deadline mode)
+    assert not farm.reserved_loop_free()
+    reserved.open = []
+    assert farm.reserved_loop_free()
 
 
 def test_only_a_callers_first_segment_is_urgent() -> None:

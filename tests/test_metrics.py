@@ -292,6 +292,12 @@ def test_worker_endpoint_has_every_series_with_sane_values(metered: tuple[Farm, 
     assert value(text, "ttsfarm_audio_seconds_total", voice="joe") == pytest.approx(sum(r.duration_s for r in results), abs=0.01)
     assert value(text, "ttsfarm_segments_total", voice="joe", lane="bulk") == sum(j.total for j in bulk)
     assert value(text, "ttsfarm_errors_total", code="NOTHING_TO_SPEAK", stage="job") == 1
+    # deadline scheduling: a slack for every unit of audio published (here every window), the late ones counted
+    slack_n = sum(v for n, lab, v in samples(text) if n == "ttsfarm_publish_slack_seconds_count")
+    assert slack_n == value(text, "ttsfarm_vocoder_windows_total", voice="joe") >= segments
+    assert {lab["lane"] for n, lab, v in samples(text) if n == "ttsfarm_publish_slack_seconds_count" and v > 0} == {"interactive", "bulk"}
+    assert 0 <= sum(v for n, lab, v in samples(text) if n == "ttsfarm_late_units_total") <= slack_n
+    assert [v for n, lab, v in samples(text) if n == "ttsfarm_underrun_risk_jobs"]  # set by the deadline-scheduled loops
     # drained: the backlog gauges read zero again
     assert value(text, "ttsfarm_backlog_segments", lane="bulk") == 0
     assert value(text, "ttsfarm_queue_pending_entries", lane="bulk") == 0

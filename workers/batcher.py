@@ -30,6 +30,9 @@ class Head:
     est_s: float
     voice: str
     seg: int = 0  # segments of one job arrive in the same millisecond: the earlier segment goes first
+    job_id: str = ""  # for its playback clock (workers/schedule.py)
+    created: float = 0.0
+    deadline: float = 0.0
 
     @property
     def order(self) -> tuple[int, int]:

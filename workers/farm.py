@@ -86,8 +86,10 @@ class FarmWorker:
         return self._device_max_batch
 
     def reserved_loop_free(self) -> bool:
-        """Whether a loop reserved for the interactive lane is running and not inside a batch."""
-        return any(loop.reserved and loop.native_id is not None and loop.running is None for loop in self.loops)
+        """Whether a loop reserved for the interactive lane is running, not inside a batch and holds no segment
+        between its windows (deadline scheduling)."""
+        return any(loop.reserved and loop.native_id is not None and loop.running is None and not loop.open
+                   for loop in self.loops)
 
     def shared_loop_serving_interactive(self) -> bool:
         """Whether a loop that is not reserved is inside an urgent batch (a caller's first segment)."""

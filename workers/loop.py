@@ -6,6 +6,11 @@ then one vocoder window of every job per step, each window published at once; a 
 waiting interactive work run between two steps, and a cancelled job stops at the next step. Other voices
 (Kokoro: one graph) run the batch whole and publish each segment when it is done.
 
+How the next unit is chosen (``scheduling.mode``): ``deadline`` (default) runs one unit per step — the acoustic pass
+of a new batch, claimed by the batching rules below, or one window step of a segment the loop holds — whichever is
+due first by its job's playback clock (``workers/schedule.py``); ``fifo`` picks a batch by lane in arrival order
+(``workers/batcher.py``) and runs it to its last window.
+
 Errors are caught per batch: a bad entry fails its job with a code, an unexpected error leaves the
 entries pending so they are reclaimed and retried, and a poison entry goes to the dead-letter stream
 after ``max_deliveries``. The model work of background batches (bulk, callers' later segments) runs on a
@@ -36,10 +41,12 @@ from pipeline.voices.windows import WindowPlan
 from producer.wire.errors import TOO_MANY_DELIVERIES, TOO_MANY_FAILURES, TransientError
 from producer.wire.keys import LANES
 from producer.wire.records import SegmentJob, dead_letter_fields
-from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch
+from workers import schedule
+from workers.batcher import Candidate, Head, LaneState, choose_head, padding_waste, select_batch
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome
 from workers.queue import Entry, StreamQueue
+from workers.schedule import ACOUSTIC, CARRIED, WINDOW, Clock, Unit, Work
 from workers.streaming import StreamingBatch
 from workers.timings import segment_words
 
@@ -78,6 +85,7 @@ class InferenceLoop:
         self.batches = 0
         self.segments = 0
         self._last_reclaim = 0.0
+        self._last_touch = 0.0
         self.on_batch: Callable[[dict[str, Any]], None] | None = None
         self.native_id: int | None = None  # the OS thread id, once running
         self.running: str | None = None  # "urgent" or "background" while a batch runs (see urgency), else None
@@ -86,6 +94,8 @@ class InferenceLoop:
         self._bulk_tid: int | None = None
         self._bulk_nice: int | None = None
         self.waiting = 0  # entries of its lanes still waiting when it took its last batch
+        self.sched = farm.settings.scheduling
+        self.open: list[StreamingBatch] = []  # deadline mode: batches past their acoustic pass, windows still to make
 
     def voice_bank(self) -> VoiceBank:
         """Where this batch's voice comes from. A reserved loop uses its own session (a thread per core)
@@ -123,8 +133,9 @@ class InferenceLoop:
                 backoff = min(5.0, backoff * 2)
             except Exception:
                 log.exception("unexpected error in %s; entries stay pending and will be retried", self.consumer)
-                self.carry = []
+                self.carry, self.open = [], []
                 self.farm.stopping.wait(0.5)
+        self._drain_open()
         if self._bulk_runner is not None:
             self._bulk_runner.shutdown(wait=True)
         self._release_carry()
@@ -145,12 +156,19 @@ class InferenceLoop:
             self._last_reclaim = time.monotonic()
             self.carry += self.queue.reclaim(self.q.claim_idle_ms)
             self.queue.prune_consumers(min_idle_ms=10 * self.q.claim_idle_ms)
+        if self.sched.mode == "deadline":
+            if self.open and time.monotonic() - self._last_touch > RECLAIM_EVERY_S:
+                self._last_touch = time.monotonic()  # held segments wait for their deadlines: keep them ours
+                self.queue.touch([x.entry for b in self.open for x in b.live])
+            self._step_deadline()
+            return
         if not self.carry:
             self.carry = self._gather()
         self._run_carried()
 
-    def _run_carried(self) -> None:
-        """Run one batch of what this loop holds (the rest stays carried)."""
+    def _run_carried(self, running: str | None = None) -> None:
+        """Run one batch of what this loop holds (the rest stays carried); ``running``: its urgency if not the
+        lane rule's (``workers.layout.urgency``)."""
         self.carry = self._drop_malformed(self.carry)
         if not self.carry:
             return
@@ -159,7 +177,7 @@ class InferenceLoop:
         batch, rest = select_batch(cands, now_ms(), limit, self.q)
         self.carry = [c.item for c in rest]
         outer = self.running
-        self.running = urgency([c.item for c in batch])
+        self.running = running or urgency([c.item for c in batch])
         try:
             self.run_isolated([c.item for c in batch])
         finally:
@@ -239,7 +257,15 @@ class InferenceLoop:
         return max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
 
     def _gather(self, interactive_only: bool = False) -> list[Entry]:
-        heads = self.queue.peek(block_ms=0 if interactive_only else 250)
+        heads = self._heads(0 if interactive_only else 250, interactive_only=interactive_only, handover_wait=not interactive_only)
+        head = choose_head(heads, now_ms(), self.lanes, self.q)
+        if head is None:
+            return []
+        return self._claim(head)
+
+    def _heads(self, block_ms: int, *, interactive_only: bool = False, handover_wait: bool = True) -> list[Head]:
+        """The stream heads this loop may take now."""
+        heads = self.queue.peek(block_ms=block_ms)
         if interactive_only:
             heads = [h for h in heads if h.lane == "interactive"]
             if not heads:
@@ -249,16 +275,18 @@ class InferenceLoop:
             # session with a thread per core, while this loop keeps to the rest
             others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0)]
             if heads and not others:
-                if not interactive_only:
+                if handover_wait:
                     self.farm.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
                 return []
             heads = others
-        head = choose_head(heads, now_ms(), self.lanes, self.q)
-        if head is None:
-            return []
+        return heads
+
+    def _claim(self, head: Head, held_dues: list[float] | None = None) -> list[Entry]:
+        """Claim a batch from ``head``'s stream: up to the voice's batch cap, joiners gathered until the window
+        closes (sooner when a unit this loop holds falls due: ``schedule.window_end_ms``)."""
         spec = self.farm.bank.catalogue.voices.get(head.voice)
         limit = max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
-        window_end = min(head.arrived_ms, now_ms()) + self.q.window_ms
+        window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.q.window_ms, held_dues or [])
         undelivered = self.queue.undelivered
         claimed = self.queue.claim(head.stream, limit)
         if not claimed:
@@ -343,9 +371,10 @@ class InferenceLoop:
         batch_id = f"{self.consumer}#{next(self.batch_ids)}"
         started = time.time()
         self.batches += 1
+        streaming = None
         if isinstance(voice, TwoStageVoice) and self.settings.streaming.windowed:
-            done = self.run_streaming(StreamingBatch(self, voice, ready, opts, batch_id, self._plan(voice),
-                                                     small_first=self._small_first()))
+            streaming = StreamingBatch(self, voice, ready, opts, batch_id, self._plan(voice), small_first=self._small_first())
+            done = self.run_streaming(streaming)
         else:
             start = time.perf_counter()
             audios, durations, hop = self.compute(lambda: synthesize_timed(voice, [ph.ids for _, ph in ready], opts))
@@ -357,9 +386,12 @@ class InferenceLoop:
                  "padding_waste": padding_waste([len(ph.ids) for _, ph in ready]),
                  "queue_wait_s": [(started * 1000 - e.arrived_ms) / 1000 for e, _ in ready],
                  "lanes": [e.job.lane for e, _ in ready],  # type: ignore[union-attr]
-                 "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready], "started": started, **done}
-        if self.on_batch:
-            self.on_batch(stats)
+                 "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready], "started": started}
+        if done is None:  # held for its windows (deadline scheduling): reported when its last window is out
+            assert streaming is not None
+            streaming.base_stats = stats
+        elif self.on_batch:
+            self.on_batch({**stats, **done})
 
     def _plan(self, voice: TwoStageVoice) -> WindowPlan:
         s = self.settings.streaming
@@ -370,10 +402,14 @@ class InferenceLoop:
         (or the setting says always). Under a backlog its extra model time would delay the jobs queued behind."""
         return self.settings.streaming.first_window_when_queued or not (self.waiting or self.carry)
 
-    def run_streaming(self, batch: StreamingBatch) -> dict[str, Any]:
+    def run_streaming(self, batch: StreamingBatch) -> dict[str, Any] | None:
         """The acoustic pass of the batch, then its window steps; a background batch lets waiting interactive
-        work run between two steps."""
+        work run between two steps. Deadline scheduling: the acoustic pass only; the batch is held (None) and
+        each window step is a unit of its own (``_step_deadline``)."""
         self.compute(batch.acoustic)
+        if self.sched.mode == "deadline" and batch.live:
+            self.open.append(batch)
+            return None
         while self.compute(batch.step):
             self.farm.faults.check_window(batch)
             self.serve_waiting_interactive()
@@ -434,7 +470,108 @@ class InferenceLoop:
         pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
         outcome = self.farm.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
                                                       batch_id=batch_id, worker=self.consumer, words=words or [])
+        self.unit_published(job, "segment", outcome.started, outcome.delivered_before_s)
         self.segment_published(e, outcome, len(pcm) / 2 / job.sample_rate, whole=True)
+
+    def unit_published(self, job: SegmentJob, unit: str, started: float, delivered_before_s: float) -> None:
+        """Slack of a unit of audio just published, from its job's clock as the publisher found it (metrics)."""
+        clock = Clock(started or None, delivered_before_s) if delivered_before_s > 0 else Clock()
+        self.farm.metrics.published_slack(job.lane, unit, schedule.publish_slack(_work(job), clock, time.time(), self.sched))
+
+    # -- deadline scheduling (workers/schedule.py) --------------------------------------------------
+    def _step_deadline(self) -> None:
+        """Run one unit, the one due first: a window step of a held batch, or the acoustic pass of a new batch
+        (from what this loop holds, or a stream head, claimed now by the batching rules)."""
+        self.carry = self._drop_malformed(self.carry)
+        s = self.sched
+        heads: list[Head] = []
+        if len(self.open) < s.max_open:  # what a loop claims it must be able to serve in time
+            busy = bool(self.open or self.carry)
+            heads = self._heads(0 if busy else 250, handover_wait=not busy)
+        live = [x.entry for b in self.open for x in b.live]
+        clocks = self._clocks([e.job.job_id for e in (*live, *self.carry) if e.job and e.job.lane == "interactive"]
+                              + [h.job_id for h in heads if h.lane == "interactive"])
+
+        def playing(job_id: str) -> bool:
+            return clocks.get(job_id, Clock()).started is not None
+
+        units: list[Unit[Any]] = []
+        for b in self.open:
+            entries = [x.entry for x in b.live]
+            units.append(Unit(WINDOW, min(self._due(e, clocks) for e in entries),
+                              min((e.arrived_ms, e.job.seg) for e in entries if e.job), b,
+                              any(playing(e.job.job_id) for e in entries if e.job)))
+        for e in self.carry:
+            assert e.job is not None
+            units.append(Unit(CARRIED, self._due(e, clocks), (e.arrived_ms, e.job.seg), e, playing(e.job.job_id)))
+        for h in heads:
+            work = Work(h.lane, h.created, h.seg, h.est_s, h.deadline)
+            units.append(Unit(ACOUSTIC, schedule.due(work, clocks.get(h.job_id, Clock()), s), h.order, h, playing(h.job_id)))
+        now = time.time()
+        self.farm.metrics.underrun_risk(self.index, schedule.at_risk([u.due for u in units], now, s))
+        unit = schedule.choose(units, now)
+        if unit is None:
+            return
+        running = schedule.urgency(_lane_of(unit), unit.due, now, s)
+        if unit.kind == WINDOW:
+            self._run_window(unit.ref, running)
+        elif unit.kind == CARRIED:
+            self._run_carried(running)
+        else:
+            claimed = self._claim(unit.ref, [u.due for u in units if u.kind == WINDOW])
+            held, self.carry = self.carry, claimed
+            try:
+                while self.carry and not self.farm.stopping.is_set():
+                    self._run_carried(running)
+            finally:
+                self.carry = held + self.carry
+
+    def _due(self, e: Entry, clocks: dict[str, Clock]) -> float:
+        assert e.job is not None
+        return schedule.due(_work(e.job), clocks.get(e.job.job_id, Clock()), self.sched)
+
+    def _clocks(self, job_ids: list[str]) -> dict[str, Clock]:
+        """The playback clocks of these jobs, from their status hashes (one round trip)."""
+        ids = sorted(set(job_ids))
+        if not ids:
+            return {}
+        pipe = self.farm.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(self.farm.keys.status(job_id), "first_chunk", "delivered_s")
+        return {job_id: Clock.from_status(*reply) for job_id, reply in zip(ids, pipe.execute())}
+
+    def _run_window(self, batch: StreamingBatch, running: str) -> None:
+        """One window step of a held batch; the batch is let go (and reported) after its last window. If the step
+        fails the batch is let go too: on a backend error its entries stay pending (reclaimed and continued from
+        their claimed frames, as in FIFO mode); on another error each segment is retried (``_count_failure``)."""
+        outer, self.running = self.running, running
+        try:
+            more = self.compute(batch.step)
+            self.farm.faults.check_window(batch)
+        except (redis.RedisError, TransientError):
+            self.open.remove(batch)
+            raise
+        except Exception as exc:
+            self.open.remove(batch)
+            log.warning("window step of batch %s failed (%s); retrying its segments", batch.batch_id, exc)
+            for x in batch.live:
+                self._count_failure(x.entry, exc)
+            return
+        finally:
+            self.running = outer
+        if not more:
+            self.open.remove(batch)
+            if self.on_batch and batch.base_stats:
+                self.on_batch({**batch.base_stats, **batch.stats()})
+
+    def _drain_open(self) -> None:
+        """On shutdown, the held batches are finished (warm shutdown: what was started ends and is acked)."""
+        while self.open:
+            try:
+                self._run_window(self.open[0], "urgent")
+            except (redis.RedisError, TransientError) as exc:
+                log.warning("could not finish held segments (they will be reclaimed): %s", exc)
+                self.open = []
 
     def segment_already_published(self, e: Entry) -> None:
         """A redo of a segment an earlier attempt published whole: finish the job if that is what was left."""
@@ -458,6 +595,18 @@ class InferenceLoop:
             elif cancelled:
                 self._revoked(job)
         self.queue.ack([e])
+
+
+def _work(job: SegmentJob) -> Work:
+    return Work(job.lane, job.created, job.seg, job.est_s, job.deadline)
+
+
+def _lane_of(unit: Unit[Any]) -> str:
+    """The most urgent lane of a unit: interactive if any of its segments is."""
+    if unit.kind == ACOUSTIC:
+        return str(unit.ref.lane)
+    entries = [x.entry for x in unit.ref.live] if unit.kind == WINDOW else [unit.ref]
+    return "interactive" if any(e.job is not None and e.job.lane == "interactive" for e in entries) else "bulk"
 
 
 def _batch_key(e: Entry) -> tuple[object, ...]:

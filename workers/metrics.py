@@ -46,6 +46,7 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 SIZE_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
 LIVE_S = 30.0  # /livez fails when the heartbeat thread has not beaten for this long
+SLACK_BUCKETS = (-10.0, -5.0, -2.0, -1.0, -0.5, -0.25, -0.1, 0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
 
 
@@ -81,6 +82,15 @@ RECORDED = (
                ("lane",), LATENCY_BUCKETS),
     MetricSpec("ttsfarm_vocoder_windows", "counter",
                "Vocoder windows made (streamed segments of two-stage voices; a whole segment is not counted)", ("voice",)),
+    MetricSpec("ttsfarm_publish_slack_seconds", "histogram",
+               "Slack of a unit of audio (a window, a whole segment) when published: its job's first chunk against the "
+               "target, later ones against the moment its listener would run dry (negative: late; workers/schedule.py)",
+               ("lane", "unit"), SLACK_BUCKETS),
+    MetricSpec("ttsfarm_late_units", "counter", "Units of audio published after their deadline (done anyway, never dropped)",
+               ("lane", "unit")),
+    MetricSpec("ttsfarm_underrun_risk_jobs", "gauge",
+               "Units a deadline-scheduled loop holds or sees waiting whose listener runs dry within scheduling.risk_slack_ms",
+               ("loop",), multiprocess_mode="livesum"),
     MetricSpec("ttsfarm_audio_seconds", "counter", "Seconds of audio published, pauses included", ("voice",)),
     MetricSpec("ttsfarm_segments", "counter", "Segments published", ("voice", "lane")),
     MetricSpec("ttsfarm_errors", "counter",
@@ -146,6 +156,7 @@ class WorkerMetrics:
         self.started = time.time()
         self.error_counts: collections.Counter[str] = collections.Counter()
         self.windows_total = 0
+        self.late_units = 0  # units published after their deadline (the heartbeat carries it)
         self.recent_errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=10)
         self.last_reload: dict[str, Any] = {}
         self._served: dict[str, tuple[str, str, str]] = {}  # voice -> its ttsfarm_voice_info labels now
@@ -268,6 +279,22 @@ class WorkerMetrics:
             self.first_chunk(job)
 
     @_safe
+    def published_slack(self, lane: str, unit: str, slack_s: float) -> None:
+        """A unit of audio went out with ``slack_s`` to spare (negative: late, counted)."""
+        if slack_s < 0:
+            self.late_units += 1
+        if not self.enabled:
+            return
+        self.m["ttsfarm_publish_slack_seconds"].labels(lane, unit).observe(slack_s)
+        if slack_s < 0:
+            self.m["ttsfarm_late_units"].labels(lane, unit).inc()
+
+    @_safe
+    def underrun_risk(self, loop: int, units: int) -> None:
+        if self.enabled:
+            self.m["ttsfarm_underrun_risk_jobs"].labels(str(loop)).set(units)
+
+    @_safe
     def windows(self, voice: str, n: int) -> None:
         self.windows_total += n
         if self.enabled and n:
@@ -331,7 +358,7 @@ class WorkerMetrics:
             return {"started": round(self.started, 3), "segments_per_min": round(rate, 2),
                     "errors": dict(self.error_counts), "recent_errors": list(self.recent_errors),
                     "metrics_port": self.port if self.serving else 0, "reload": self.last_reload,
-                    "vocoder_windows": self.windows_total}
+                    "vocoder_windows": self.windows_total, "late_units": self.late_units}
 
 
 class FarmCollector:

@@ -40,6 +40,10 @@ class SegmentProgress:
     pieces: int = 0
     samples: int = 0  # published so far
     pcm: list[bytes] = field(default_factory=list)
+    # the job's playback clock as the last published piece found it (workers/schedule.py): its first chunk's time,
+    # and the audio seconds published for the job before that piece
+    started: float = 0.0
+    delivered_before_s: float = 0.0
 
 
 @dataclass
@@ -47,6 +51,8 @@ class SegmentOutcome:
     done: int
     total: int
     state: str
+    started: float = 0.0  # the job's playback clock before the segment's last piece (see SegmentProgress)
+    delivered_before_s: float = 0.0
 
 
 class Publisher:
@@ -92,8 +98,8 @@ class Publisher:
         k_status, k_res = keys.status(job.job_id), keys.results(job.job_id)
         step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
         pieces = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
-        first = seg.part == 0
         pipe = self.r.pipeline(transaction=True)
+        clock_at, seconds = 0, len(pcm) / 2 / job.sample_rate
         if publish:
             for i, piece in enumerate(pieces):
                 final = last and i == len(pieces) - 1
@@ -103,15 +109,18 @@ class Publisher:
                 pipe.xadd(k_res, fields, maxlen=self.maxlen, approximate=True)
             pipe.expire(k_res, self.ttl)
             pipe.hset(k_status, f"windows:{job.seg}", seg.pieces + 1)
-            if first:
-                pipe.hsetnx(k_status, "first_chunk", time.time())
+            # the job's playback clock: audio delivered by every worker, and when its first chunk went out
+            clock_at = len(pipe)
+            pipe.hincrbyfloat(k_status, "delivered_s", seconds)
+            pipe.hsetnx(k_status, "first_chunk", time.time())
+            pipe.hget(k_status, "first_chunk")
         seg.part += len(pieces)
         seg.pieces += 1
         seg.samples += len(pcm) // 2
         seg.pcm.append(pcm)
         if not last:
             if publish:
-                pipe.execute()
+                self._read_clock(seg, pipe.execute(), clock_at, seconds)
             return None
         pipe.hdel(self.frames_key(job.job_id), f"{job.seg}:frames")  # a book keeps only its segments in flight
         pipe.hset(keys.parts(job.job_id), str(job.seg), b"".join(seg.pcm))
@@ -125,9 +134,17 @@ class Publisher:
         pipe.scard(keys.done(job.job_id))
         pipe.hget(k_status, "state")
         replies = pipe.execute()
+        if publish:
+            self._read_clock(seg, replies, clock_at, seconds)
         done, state = int(replies[-2]), replies[-1]
         self.r.hset(k_status, "done", done)
-        return SegmentOutcome(done=done, total=job.total, state=state.decode() if state else "")
+        return SegmentOutcome(done=done, total=job.total, state=state.decode() if state else "", started=seg.started,
+                              delivered_before_s=seg.delivered_before_s)
+
+    @staticmethod
+    def _read_clock(seg: SegmentProgress, replies: list[Any], at: int, seconds: float) -> None:
+        seg.delivered_before_s = max(0.0, float(replies[at]) - seconds)
+        seg.started = float(replies[at + 2] or 0.0)
 
     def claim_frames(self, job: SegmentJob, attempt: str, frames: bytes) -> tuple[bool, str, bytes, int]:
         """Fix a streamed segment's acoustic output before any of its windows is published: the first attempt

@@ -90,10 +90,10 @@ class StreamQueue:
             for entry_id, fields in entries:
                 e = parse_entry(_s(stream), entry_id, fields)
                 lane = _s(stream).split(":")[-2]
-                est = e.job.est_s if e.job else 0.0
-                voice = e.job.voice if e.job else ""
-                seg = e.job.seg if e.job else 0
-                heads.append(Head(stream=_s(stream), lane=lane, arrived_ms=e.arrived_ms, est_s=est, voice=voice, seg=seg))
+                job = e.job
+                heads.append(Head(stream=_s(stream), lane=lane, arrived_ms=e.arrived_ms, est_s=job.est_s if job else 0.0,
+                                  voice=job.voice if job else "", seg=job.seg if job else 0, job_id=job.job_id if job else "",
+                                  created=job.created if job else 0.0, deadline=job.deadline if job else 0.0))
         return heads
 
     def claim(self, stream: str, count: int, block_ms: int | None = None) -> list[Entry]:
@@ -140,6 +140,23 @@ class StreamQueue:
                 e.deliveries = pending.get(e.entry_id, 1)
                 taken.append(e)
         return taken
+
+    def touch(self, entries: list[Entry]) -> None:
+        """Reset the idle time of entries this consumer holds (XCLAIM JUSTID: the delivery count is kept), so a
+        segment held between its windows is not reclaimed from a live worker. Only entries still pending with this
+        consumer are touched: one another worker took over is not taken back."""
+        if not entries:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for e in entries:
+            pipe.xpending_range(e.stream, GROUP, min=e.entry_id, max=e.entry_id, count=1)
+        ours: dict[str, list[str]] = {}
+        for e, pending in zip(entries, pipe.execute()):
+            if pending and _s(pending[0]["consumer"]) == self.consumer:
+                ours.setdefault(e.stream, []).append(e.entry_id)
+        for stream, ids in ours.items():
+            pipe.xclaim(stream, GROUP, self.consumer, 0, ids, justid=True)
+        pipe.execute()
 
     def requeue(self, entries: list[Entry]) -> None:
         """Give claimed entries back: each is re-added to its stream and the claim acked, atomically.

@@ -106,6 +106,7 @@ class StreamingBatch:
         self.infer_s = 0.0
         self.windows = 0
         self.audio_s = 0.0
+        self.base_stats: dict[str, Any] = {}  # held by a deadline-scheduled loop: its batch stats, reported when done
 
     # -- unit 1: the acoustic pass ----------------------------------------------------------------
     def acoustic(self) -> None:
@@ -152,6 +153,8 @@ class StreamingBatch:
                                                              worker=self.loop.consumer, publish=window.index >= s.skip)
             job = s.entry.job
             assert job is not None
+            if window.index >= s.skip:
+                self.loop.unit_published(job, "window", s.progress.started, s.progress.delivered_before_s)
             if window.index == 0 and window.index >= s.skip:
                 self.loop.farm.metrics.first_chunk(job)
             if outcome is not None:

@@ -84,6 +84,24 @@ class WorkerSettings:
     fault_inject: str = ""  # the reliability suite's fault injection (workers/loop.py Faults); empty in production
 
 
+@dataclass(frozen=True)
+class SchedulingSettings:
+    """Which unit a worker loop runs next (workers/schedule.py). ``deadline``: earliest deadline first over acoustic
+    passes and vocoder windows, by each job's playback clock; ``fifo``: batches in arrival order by lane, a batch's
+    windows interleaved (and interactive work between a background batch's windows), as before issue 17."""
+
+    mode: str = "deadline"  # deadline | fifo
+    first_chunk_target_ms: int = 100  # a new interactive job's first window is due this long after its arrival
+    bulk_deadline_s: float = 20.0  # bulk (book) work is due this long after its arrival (or at the job's deadline)
+    play_margin_ms: int = 200  # a playing job's next unit is due this long before its listener runs dry (its own time)
+    max_open: int = 4  # segments a loop holds with windows still to make; past it, it claims nothing new
+    risk_slack_ms: int = 500  # a held job whose listener runs dry within this counts as at risk of an underrun
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("deadline", "fifo"):
+            raise InputError(f"setting scheduling.mode must be deadline or fifo, not {self.mode!r}", code=BAD_OPTION)
+
+
 # OpenAI's built-in voice names. An OpenAI client sends one of these; by default each reads with the
 # catalogue's default voice, so unmodified clients work. Set TTSFARM_GATEWAY_VOICE_ALIASES to change it.
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse",
@@ -147,6 +165,7 @@ class Settings(PipelineSettings):
     queue: QueueSettings = field(default_factory=QueueSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
 
 
@@ -156,6 +175,7 @@ SECTIONS: dict[str, type] = {
     "queue": QueueSettings,
     "storage": StorageSettings,
     "worker": WorkerSettings,
+    "scheduling": SchedulingSettings,
     "gateway": GatewaySettings,
 }
 
