@@ -152,14 +152,18 @@ class InferenceLoop:
 
     # -- forming a batch -------------------------------------------------------------------------
     def step(self) -> None:
+        held = [x.entry for b in self.open for x in b.live]
+        # held segments wait for their deadlines: keep them ours, well inside the idle time after which any
+        # loop (this one included) would reclaim them as a dead worker's, and before reclaiming
+        if held and time.monotonic() - self._last_touch > min(RECLAIM_EVERY_S, self.q.claim_idle_ms / 4000):
+            self._last_touch = time.monotonic()
+            self.queue.touch(held)
         if self.lane_filter is None and time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
             self._last_reclaim = time.monotonic()
-            self.carry += self.queue.reclaim(self.q.claim_idle_ms)
+            mine = {(e.stream, e.entry_id) for e in held}
+            self.carry += [e for e in self.queue.reclaim(self.q.claim_idle_ms) if (e.stream, e.entry_id) not in mine]
             self.queue.prune_consumers(min_idle_ms=10 * self.q.claim_idle_ms)
         if self.sched.mode == "deadline":
-            if self.open and time.monotonic() - self._last_touch > RECLAIM_EVERY_S:
-                self._last_touch = time.monotonic()  # held segments wait for their deadlines: keep them ours
-                self.queue.touch([x.entry for b in self.open for x in b.live])
             self._step_deadline()
             return
         if not self.carry:
