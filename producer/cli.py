@@ -270,7 +270,7 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     try:
-        from producer.gateway.app import main as gateway_main
+        from gateway.app import main as gateway_main
     except ImportError as exc:
         raise ModelError(f"the gateway needs {exc.name}, which is not installed: pip install 'ttsfarm[gateway]'",
                          code=EXTRA_MISSING) from exc

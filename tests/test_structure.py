@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("producer", "workers", "pipeline")
+PACKAGES = ("producer", "gateway", "workers", "pipeline")
 
 
 def _modules() -> dict[str, Path]:
@@ -175,7 +175,7 @@ ENVIRON_ALLOWED = {
     "producer.wire.settings": "the settings loader (settings_from_environment)",
     "producer.cli": "`ttsfarm` main",
     "producer.book_cli": "`ttsfarm book` main",
-    "producer.gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
+    "gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
     "workers.app": "the Celery app module (`celery -A workers.app worker`)",
     "producer.local": "starts worker processes: their environment is this one's plus the farm's overrides",
 }

@@ -17,7 +17,7 @@
 Who may import whom: ``pipeline/`` <- ``producer/`` (this wire, the SDK) <- front ends; ``workers/`` -> this wire.
 Nothing here imports ``workers/`` or a front end; ``tests/test_structure.py`` checks it.
 
-Adding a front end (gRPC, a message-queue bridge): make a package beside ``producer/gateway/`` that takes a
+Adding a front end (gRPC, a message-queue bridge): make a top-level package like ``gateway/`` that takes a
 ``Settings`` from ``settings.load_settings`` (add its section to ``settings.SECTIONS`` if it needs one),
 submits and follows jobs with the SDK (``producer.Client`` / ``producer.aio.AsyncClient``), reads stored
 outputs with ``storage.storage_from_settings``, and answers with the codes of ``errors`` (declare any new

@@ -5,7 +5,7 @@ Importing ``producer`` never imports this package: FastAPI loads only where the 
 
 from __future__ import annotations
 
-from producer.gateway.app import create_app, main
+from gateway.app import create_app, main
 from producer.wire.settings import GatewaySettings
 
 __all__ = ["GatewaySettings", "create_app", "main"]

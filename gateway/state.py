@@ -14,7 +14,7 @@ from starlette.requests import HTTPConnection
 from pipeline.errors import UNKNOWN_VOICE, InputError
 from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
-from producer.gateway.errors import no_workers
+from gateway.errors import no_workers
 from producer.wire.errors import JobNotFoundError
 from producer.wire.settings import GatewaySettings, Settings
 

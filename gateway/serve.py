@@ -1,6 +1,6 @@
 """Serving the gateway inside another program: uvicorn on a thread, for tests, demos and benchmarks.
 
-Production runs ``ttsfarm gateway`` (``producer.gateway.app.main``) as its own process.
+Production runs ``ttsfarm gateway`` (``gateway.app.main``) as its own process.
 """
 
 from __future__ import annotations

@@ -24,13 +24,13 @@ from pipeline.audio import content_type, output_rate
 from pipeline.errors import BAD_OPTION, TEXT_TOO_LONG, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.aio import AsyncJob
 from producer.encoded import aencode_chunks
-from producer.gateway import streams
-from producer.gateway.auth import require_key
-from producer.gateway.formats import STREAMED, request_format
-from producer.gateway.jobs import stored_output
-from producer.gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
-from producer.gateway.schemas import SpeechRequest, VoiceRef, error_responses
-from producer.gateway.state import state_of
+from gateway import streams
+from gateway.auth import require_key
+from gateway.formats import STREAMED, request_format
+from gateway.jobs import stored_output
+from gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
+from gateway.schemas import SpeechRequest, VoiceRef, error_responses
+from gateway.state import state_of
 from producer.wire.errors import JobTimeoutError
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import Chunk
