@@ -17,17 +17,20 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import redis
 from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from pipeline.errors import TTSFarmError
-from gateway import errors, jobs, openai_compat, speech
+import gateway.errors as errors
+import gateway.jobs as jobs
+import gateway.openai_compat as openai_compat
+import gateway.speech as speech
 from gateway.auth import require_key
 from gateway.schemas import Health, VoiceList, error_responses
 from gateway.state import GatewayState, state_of
+from producer.wire.errors import BrokerError
 from producer.wire.settings import GatewaySettings, Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -100,7 +103,7 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
         farm = state_of(request)
         try:
             return {"ok": True, "redis": True, "workers": await farm.fresh_workers()}
-        except redis.RedisError:
+        except BrokerError:
             return {"ok": False, "redis": False, "workers": 0}
 
     @app.get("/", include_in_schema=False)

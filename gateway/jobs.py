@@ -19,7 +19,7 @@ from pipeline.audio import content_type
 from pipeline.errors import TTSFarmError
 from producer.aio import AsyncJob
 from producer.checks import MAX_SEQ
-from gateway import streams
+import gateway.streams as streams
 from gateway.auth import key_ok, require_key
 from gateway.errors import GatewayError, status_for, unauthorized
 from gateway.formats import request_format
