@@ -1,6 +1,9 @@
 """The HTTP gateway (FastAPI + uvicorn) over the farm's Redis streams. Needs the ``gateway`` extra.
 
-Importing ``producer`` never imports this package: FastAPI loads only where the gateway runs.
+A front end of its own: it uses the farm's wire (``producer.wire``) and the SDK (``producer.aio``), never
+``workers/``; what it may take from ``producer/`` is ``tests/test_structure.py``'s ``FRONT_END_MAY_IMPORT``.
+Nothing in ``producer/`` imports it (``ttsfarm gateway`` loads it lazily), so FastAPI loads only where it runs.
+Its modules import each other by module path (``gateway.streams``), never through this ``__init__``.
 """
 
 from __future__ import annotations
