@@ -2,7 +2,7 @@
 
 A front end of its own: it uses the farm's wire (``producer.wire``) and the SDK (``producer.aio``), never
 ``workers/``; what it may take from ``producer/`` is ``tests/test_structure.py``'s ``FRONT_END_MAY_IMPORT``.
-Nothing in ``producer/`` imports it (``ttsfarm gateway`` loads it lazily), so FastAPI loads only where it runs.
+Of ``producer/`` only the CLI's ``ttsfarm gateway`` imports it, lazily: FastAPI loads only where it runs.
 Its modules import each other by module path (``gateway.streams``), never through this ``__init__``.
 """
 

@@ -113,6 +113,14 @@ def test_front_ends_take_only_the_wire_and_the_sdk_from_producer() -> None:
         assert not found, f"{pkg}/ imports redis; go through the wire or the SDK: {found}"
 
 
+def test_producer_imports_a_front_end_only_where_the_cli_dispatches_to_it() -> None:
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+           for name, path in MODULES.items() if name.split(".")[0] == "producer"
+           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] in FRONT_ENDS
+           and (name != "producer.cli" or (mod, line) in set(_imports(name, _tree(path), everywhere=False)))]
+    assert not bad, "producer/ imports front ends only lazily, in the CLI command that starts one:\n" + "\n".join(bad)
+
+
 def _graph_through_packages() -> dict[str, set[str]]:
     """Every import (lazy ones too), each also as an import of the package ``__init__``s on its way, which Python
     runs first (a module's own packages excepted: they run before it whatever it imports)."""
