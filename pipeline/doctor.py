@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,3 +178,16 @@ def versions() -> str:
         except importlib.metadata.PackageNotFoundError:
             out.append(f"{name} not installed")
     return ", ".join(out)
+
+
+def main(runtime: RuntimeSettings, device: str | None = None) -> int:
+    """`ttsfarm doctor [--device D]`: print the report; 1 when this host would not serve as configured."""
+    if device:
+        runtime = dataclasses.replace(runtime, device=device)
+    report = examine(runtime)
+    print(versions())
+    print("\n".join(report.lines()))
+    if not report.ok:
+        print(f"ttsfarm doctor: {len(report.problems)} problem(s); this install would not serve as configured",
+              file=sys.stderr)
+    return 0 if report.ok else 1

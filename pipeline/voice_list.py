@@ -124,3 +124,11 @@ def format_voices(rows: list[dict[str, Any]], *, as_json: bool = False) -> str:
             if figures:
                 lines.append(f"  {'':9s} gate: {figures}")
     return "\n".join(lines)
+
+
+def list_voices(settings: PipelineSettings, names: list[str], *, as_json: bool = False) -> str:
+    """`ttsfarm voices [list] [NAME...]`: the catalogue (or those voices) with what this install serves.
+    An unknown name is UNKNOWN_VOICE."""
+    for name in names:
+        settings.catalogue.get(name)
+    return format_voices([r for r in describe_catalogue(settings) if not names or r["name"] in names], as_json=as_json)

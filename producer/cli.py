@@ -6,12 +6,11 @@ import argparse
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, EXTRA_MISSING, InputError, ModelError, TTSFarmError
-from producer.checks import read_lexicon, timeout_arg
+from producer.checks import read_lexicon
 
 log = logging.getLogger("ttsfarm")
 
@@ -54,80 +53,35 @@ def _add_markup_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssml", action="store_true", help="read TEXT as SSML (text starting with <speak> is SSML anyway)")
 
 
-def cmd_say(args: argparse.Namespace) -> int:
-    from pipeline.audio import write
-    from pipeline.synth import Synthesizer
-    from pipeline.voices.base import SynthesisOptions
+def _client(args: argparse.Namespace) -> Any:
+    """The SDK client of the farm the settings (and ``--redis``) name: the one place a connection is built."""
+    from producer.client import Client
 
-    settings = _settings(args)
-    synth = Synthesizer(settings)
-    out = synth.synthesize(_text(args), args.voice, SynthesisOptions.from_dict(_options(args)), **_markup(args))
-    rate = args.rate or out.sample_rate
-    write(args.output, out.audio, out.sample_rate, fmt=args.format, out_rate=rate, bitrate=args.bitrate)
-    t = out.timings
-    print(f"{args.output}: {out.duration_s:.2f} s of audio at {rate} Hz, {len(out.segments)} segment(s), "
-          f"made in {t['total_s']:.2f} s (RTF {t['total_s'] / max(out.duration_s, 1e-9):.3f})")
+    return Client.from_url(settings=_settings(args))
+
+
+def cmd_say(args: argparse.Namespace) -> int:
+    from pipeline.offline import say
+
+    print(say(_settings(args), _text(args), args.voice, _options(args), args.output, fmt=args.format, rate=args.rate,
+              bitrate=args.bitrate, **_markup(args)))
     return 0
 
 
 def cmd_phonemize(args: argparse.Namespace) -> int:
-    from pipeline.synth import Synthesizer
+    from pipeline.offline import phonemize
 
-    synth = Synthesizer(_settings(args))
-    for planned, ph in synth.phonemize(_text(args), args.voice, **_markup(args)):
-        seg = planned.segment
-        print(f"[{seg.index}] {seg.lang} voice={planned.voice} pause={seg.pause_after_s:.2f}s")
-        print(f"  text:     {seg.text}")
-        if ph.pinyin:
-            print(f"  pinyin:   {' '.join(ph.pinyin)}")
-        print(f"  phonemes: {ph.phonemes}")
-        print(f"  tokens:   {' '.join(map(str, ph.ids))}")
+    for line in phonemize(_settings(args), _text(args), args.voice, **_markup(args)):
+        print(line)
     return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from producer.client import Client
+    from producer.submit_cli import check_args, stream_to_output
 
-    timeout_arg("--timeout", args.timeout)  # before anything is queued
-    if args.captions:
-        from producer.captions import caption_format
-
-        caption_format(args.captions)
-    settings = _settings(args)
-    client = Client.from_url(settings=settings)
-    start = time.perf_counter()
-    text = _text(args)
-    job = client.submit(text, voice=args.voice, format="pcm", lane=args.lane, options=_options(args), **_markup(args))
-    print(f"job {job.id}: {job.total} segment(s)", file=sys.stderr)
-    first = None
-    pcm = bytearray()
-    rate = 0
-    sink = sys.stdout.buffer if args.output == "-" else None
-    for chunk in job.stream(timeout=args.timeout):
-        if first is None:
-            first = time.perf_counter() - start
-            print(f"first chunk after {first * 1000:.0f} ms", file=sys.stderr)
-        rate = chunk.sample_rate
-        if sink:
-            sink.write(chunk.pcm)
-            sink.flush()
-        else:
-            pcm += chunk.pcm
-    total = time.perf_counter() - start
-    if not sink:
-        from pipeline.audio import from_pcm16, write
-
-        write(args.output, from_pcm16(bytes(pcm)), rate)
-        print(f"{args.output}: {len(pcm) / 2 / rate:.2f} s of audio streamed in {total:.2f} s", file=sys.stderr)
-    result = job.wait(timeout=args.timeout)
-    print(f"full output stored at {result.url}", file=sys.stderr)
-    if args.captions:
-        from producer.captions import render
-
-        source = text.decode("utf-8") if isinstance(text, bytes) else text  # the words' char offsets index this
-        Path(args.captions).write_text(render(result.words, args.captions, source), encoding="utf-8")
-        print(f"{args.captions}: {len(result.words)} word(s) timed", file=sys.stderr)
-    return 0
+    check_args(args.timeout, args.captions)  # before anything is read or queued
+    return stream_to_output(_client(args), _text(args), output=args.output, timeout=args.timeout, captions=args.captions,
+                            voice=args.voice, lane=args.lane, options=_options(args), **_markup(args))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -151,41 +105,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    import json
+    from producer.dlq import DeadLetters, run
 
-    import redis
-
-    from producer.dlq import DeadLetters
-    from producer.wire.keys import Keys
-
-    settings = _settings(args)
-    dlq = DeadLetters(redis.Redis.from_url(settings.redis.url), Keys(settings.redis.key_prefix))
-    if args.action == "list":
-        for dl in dlq.list(args.count):
-            print(f"{dl.id}  {dl.code:<22} job={dl.job_id or '-':<24} deliveries={dl.deliveries}  {dl.message[:80]}")
-    elif args.action == "show":
-        dl = dlq.get(args.id)
-        if dl is None:
-            print(f"no dead letter {args.id}", file=sys.stderr)
-            return 1
-        print(json.dumps(dl.__dict__, indent=2, ensure_ascii=False))
-    elif args.action == "requeue":
-        print(f"requeued as {dlq.requeue(args.id)}")
-    elif args.action == "purge":
-        print(f"removed {dlq.purge()} dead letter(s)")
-    return 0
+    client = _client(args)
+    return run(DeadLetters(client.redis, client.keys), args.action, args.id, args.count)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import redis
-
     from producer.status_cli import run
-    from producer.wire.keys import Keys
 
-    settings = _settings(args)
-    r = redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s)
-    return run(r, Keys(settings.redis.key_prefix), settings.queue.n_buckets, watch=args.watch,
-               iterations=args.iterations)
+    client = _client(args)
+    return run(client.redis, client.keys, client.settings.queue.n_buckets, watch=args.watch, iterations=args.iterations)
 
 
 def cmd_voices(args: argparse.Namespace) -> int:
@@ -194,72 +124,18 @@ def cmd_voices(args: argparse.Namespace) -> int:
     if args.action not in ("list", "prepare", "reload"):  # `voices joe kumo`: list those
         args.voice, args.action = [args.action, *args.voice], "list"
     if args.action == "list":
-        from pipeline.voice_list import describe_catalogue, format_voices
+        from pipeline.voice_list import list_voices
 
-        settings = _settings(args)
-        for name in args.voice:
-            settings.catalogue.get(name)  # an unknown name is UNKNOWN_VOICE
-        rows = [r for r in describe_catalogue(settings) if not args.voice or r["name"] in args.voice]
-        print(format_voices(rows, as_json=args.json))
+        print(list_voices(_settings(args), args.voice, as_json=args.json))
         return 0
     if args.action == "prepare":
         from pipeline.prepare import main as prepare_main
 
         return prepare_main(_settings(args), args)
-    return _reload_voices(args)
+    from producer.reload_cli import reload_voices
 
-
-def _reload_voices(args: argparse.Namespace) -> int:
-    """`voices reload [VOICE...]`: a Celery broadcast; each worker loads the new version beside the old, warms it
-    up and swaps it in between batches. With --wait (the default) it waits for every answering worker's report."""
-    import json
-
-    import redis
-
-    from producer.wire.control import broadcast_reload, control_app, versions_by_node
-    from producer.wire.keys import Keys
-
-    settings = _settings(args)
-    r = redis.Redis.from_url(settings.redis.url)
-    key = Keys(settings.redis.key_prefix).workers()
-
-    def beats() -> dict[str, dict[str, Any]]:
-        return versions_by_node({k.decode() if isinstance(k, bytes) else k: json.loads(v) for k, v in r.hgetall(key).items()})
-
-    before = {node: (info.get("reload") or {}).get("at", 0) for node, info in beats().items()}
-    replies = broadcast_reload(control_app(settings), args.voice, destination=args.destination, timeout=args.reply_timeout)
-    if not replies:
-        print("no worker answered (are any running on this broker?)", file=sys.stderr)
-        return 1
-    failed = 0
-    waiting = []
-    for node, reply in sorted(replies.items()):
-        if reply.get("ok"):
-            print(f"{node}: reloading {', '.join(args.voice) or 'all voices'} (now {reply.get('versions')})")
-            waiting.append(node)
-        else:
-            failed += 1
-            print(f"{node}: refused: {reply.get('error')}")
-    deadline = time.monotonic() + args.timeout
-    while waiting and args.wait:
-        now = beats()
-        for node in list(waiting):
-            last = (now.get(node) or {}).get("reload") or {}
-            if last.get("at", 0) > before.get(node, 0):
-                waiting.remove(node)
-                if last.get("ok"):
-                    info = now[node].get("voice_info") or {}
-                    done = ", ".join(f"{v} v{info.get(v, {}).get('version')} ({info.get(v, {}).get('model')}, "
-                                     f"{info.get(v, {}).get('precision')})" for v in last.get("voices", []))
-                    print(f"{node}: reloaded in {last.get('seconds')} s: {done}")
-                else:
-                    failed += 1
-                    print(f"{node}: reload failed, old voices still serving: {last.get('error')}")
-        if waiting and time.monotonic() > deadline:
-            print(f"timed out waiting for: {', '.join(waiting)}", file=sys.stderr)
-            return 1
-        time.sleep(0.2)
-    return 1 if failed else 0
+    return reload_voices(_client(args), args.voice, destination=args.destination, reply_timeout=args.reply_timeout,
+                         wait=args.wait, timeout=args.timeout)
 
 
 def cmd_book(args: argparse.Namespace) -> int:
@@ -270,7 +146,7 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     try:
-        from producer.gateway.app import main as gateway_main
+        from gateway.app import main as gateway_main
     except ImportError as exc:
         raise ModelError(f"the gateway needs {exc.name}, which is not installed: pip install 'ttsfarm[gateway]'",
                          code=EXTRA_MISSING) from exc
@@ -278,20 +154,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    import dataclasses
+    from pipeline.doctor import main as doctor_main
 
-    from pipeline.doctor import examine, versions
-
-    runtime = _settings(args).runtime
-    if args.device:
-        runtime = dataclasses.replace(runtime, device=args.device)
-    report = examine(runtime)
-    print(versions())
-    print("\n".join(report.lines()))
-    if not report.ok:
-        print(f"ttsfarm doctor: {len(report.problems)} problem(s); this install would not serve as configured",
-              file=sys.stderr)
-    return 0 if report.ok else 1
+    return doctor_main(_settings(args).runtime, args.device)
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:

@@ -3,6 +3,9 @@ times). `ttsfarm dlq` lists, shows and requeues them. The record is ``producer.w
 
 from __future__ import annotations
 
+import json
+import sys
+
 import redis
 
 from producer.wire.keys import Keys
@@ -44,3 +47,21 @@ class DeadLetters:
         n = int(self.r.xlen(self.keys.dead_letters()))
         self.r.delete(self.keys.dead_letters())
         return n
+
+
+def run(dlq: DeadLetters, action: str, entry_id: str = "", count: int = 50) -> int:
+    """`ttsfarm dlq list|show|requeue|purge`: print what was found or done; 1 when ``show`` finds nothing."""
+    if action == "list":
+        for dl in dlq.list(count):
+            print(f"{dl.id}  {dl.code:<22} job={dl.job_id or '-':<24} deliveries={dl.deliveries}  {dl.message[:80]}")
+    elif action == "show":
+        found = dlq.get(entry_id)
+        if found is None:
+            print(f"no dead letter {entry_id}", file=sys.stderr)
+            return 1
+        print(json.dumps(found.__dict__, indent=2, ensure_ascii=False))
+    elif action == "requeue":
+        print(f"requeued as {dlq.requeue(entry_id)}")
+    elif action == "purge":
+        print(f"removed {dlq.purge()} dead letter(s)")
+    return 0

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from producer.wire import heartbeats
 from producer.wire.keys import GROUP, LANES, Keys
 
 STALE_S = 10.0  # a heartbeat older than this: the worker is gone or stuck (workers beat every 2 s)
@@ -42,12 +43,8 @@ class Snapshot:
 def snapshot(r: redis.Redis, keys: Keys, n_buckets: int, *, dead_letters: int = 5) -> Snapshot:
     now = time.time()
     snap = Snapshot(at=now)
-    for field_name, raw in sorted(r.hgetall(keys.workers()).items()):
-        try:
-            info = json.loads(raw)
-        except ValueError:
-            continue
-        info["id"] = _s(field_name)
+    for worker_id, info in sorted(heartbeats.read(r, keys).items()):
+        info["id"] = worker_id
         info["age"] = now - float(info.get("ts") or 0)
         info["alive"] = info.get("state") not in ("stopped",) and info["age"] <= STALE_S
         snap.workers.append(info)

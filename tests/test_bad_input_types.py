@@ -33,8 +33,8 @@ from producer.aio import AsyncClient, AsyncJob
 from producer.book import BookOptions, submit_book
 from producer.cli import main as cli
 from producer.client import Client, Job
-from producer.gateway import create_app
-from producer.gateway.serve import BackgroundServer
+from gateway import create_app
+from gateway.serve import BackgroundServer
 from producer.wire.settings import Settings
 from tests.conftest import Farm
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import redis
 import soundfile as sf
 
 
@@ -43,3 +45,21 @@ def test_bad_input_exits_with_its_code(tmp_path: Path) -> None:
     assert res.returncode == 2 and "UNSUPPORTED_FORMAT" in res.stderr
     res = ttsfarm("say", "hello", "--voice", "nobody", "-o", str(tmp_path / "x.wav"))
     assert res.returncode == 2 and "UNKNOWN_VOICE" in res.stderr
+
+
+def test_dlq_lists_shows_and_purges_through_the_sdk_connection(r: redis.Redis, redis_url: str,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from producer.cli import main
+    from producer.wire.keys import Keys
+
+    monkeypatch.setenv("TTSFARM_REDIS_KEY_PREFIX", "clidlq")
+    entry = r.xadd(Keys("clidlq").dead_letters(), {"code": "TOO_MANY_DELIVERIES", "message": "boom", "deliveries": 5})
+    entry = entry.decode() if isinstance(entry, bytes) else entry
+    assert main(["--redis", redis_url, "dlq", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert entry in listed and "TOO_MANY_DELIVERIES" in listed and "deliveries=5" in listed and "boom" in listed
+    assert main(["--redis", redis_url, "dlq", "show", entry]) == 0 and '"message": "boom"' in capsys.readouterr().out
+    assert main(["--redis", redis_url, "dlq", "show", "1-1"]) == 1 and "no dead letter 1-1" in capsys.readouterr().err
+    assert main(["--redis", redis_url, "dlq", "purge"]) == 0 and "removed 1 dead letter(s)" in capsys.readouterr().out
+    assert r.xlen(Keys("clidlq").dead_letters()) == 0

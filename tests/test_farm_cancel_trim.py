@@ -22,8 +22,8 @@ import pytest
 from websockets.sync.client import connect
 
 from producer.aio import AsyncClient
-from producer.gateway import create_app
-from producer.gateway.serve import BackgroundServer
+from gateway import create_app
+from gateway.serve import BackgroundServer
 from producer.local import free_port
 from producer.wire.errors import STREAM_TRIMMED, JobError
 from producer.wire.keys import Keys

@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from producer.gateway import GatewaySettings, create_app
-from producer.gateway.serve import BackgroundServer
+from gateway import GatewaySettings, create_app
+from gateway.serve import BackgroundServer
 from producer.wire.errors import OverloadedError
 from producer.wire.keys import Keys
 from producer.wire.settings import load_settings

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from producer.gateway import create_app
-from producer.gateway.serve import BackgroundServer
+from gateway import create_app
+from gateway.serve import BackgroundServer
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from producer.gateway import GatewaySettings, create_app
+from gateway import GatewaySettings, create_app
 from producer.wire.settings import load_settings
 from tests.conftest import Farm
 

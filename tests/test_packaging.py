@@ -25,7 +25,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 def test_every_package_folder_is_in_the_package_list() -> None:
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
-    on_disk = {str(d.relative_to(ROOT)).replace("/", ".") for top in ("producer", "pipeline", "workers")
+    on_disk = {str(d.relative_to(ROOT)).replace("/", ".") for top in ("producer", "gateway", "pipeline", "workers")
                for d in [ROOT / top, *(ROOT / top).rglob("*")] if d.is_dir() and any(d.glob("*.py"))}
     assert on_disk <= listed, f"add to [tool.setuptools] packages: {sorted(on_disk - listed)}"
     assert PYPROJECT["tool"]["setuptools"]["package-dir"]["ttsfarm_configs"] == "configs"
@@ -83,7 +83,7 @@ def test_the_wheel_alone_says_english_and_chinese(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         src.mkdir(exist_ok=True)
         shutil.copy(ROOT / name, src / name)
-    for name in ("configs", "producer", "pipeline", "workers"):
+    for name in ("configs", "producer", "gateway", "pipeline", "workers"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)],
@@ -92,7 +92,7 @@ def test_the_wheel_alone_says_english_and_chinese(tmp_path: Path) -> None:
     (wheel,) = wheels.glob("ttsfarm-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {"ttsfarm_configs/settings.toml", "ttsfarm_configs/voices.toml", "ttsfarm_configs/calibration_en.txt",
-            "producer/gateway/static/index.html"} <= set(names)
+            "gateway/static/index.html"} <= set(names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
     venv = tmp_path / "venv"

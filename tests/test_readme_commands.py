@@ -147,7 +147,7 @@ def check_flags(cmd: str) -> None:
             assert exc.code == 0, cmd
             return
         if args.cmd == "gateway":
-            from producer.gateway.app import build_parser
+            from gateway.app import build_parser
 
             build_parser().parse_args(args.passed)
         elif args.cmd == "worker":

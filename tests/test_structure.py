@@ -1,6 +1,9 @@
 """Who may import whom, checked over the source (ast, nothing imported): docs STYLE "Who may import whom".
 
-- no module of producer/ (the wire, the SDK, front ends) imports workers/;
+- no module of producer/ (the wire, the SDK, the CLI) or of a front end (gateway/) imports workers/;
+- a front end takes from producer/ only the wire and the SDK (``FRONT_END_MAY_IMPORT``), and has no import
+  circle even counting lazy imports and the package ``__init__`` that ``from gateway import x`` runs;
+- the CLI is a thin dispatcher: short, and no Redis connection of its own;
 - pipeline/ imports none of redis, celery, boto3, kombu, and defines no farm settings;
 - no import circles among the project's modules (module-level imports, as they run);
 - os.environ appears only in entry points and the settings loader;
@@ -16,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("producer", "workers", "pipeline")
+PACKAGES = ("producer", "gateway", "workers", "pipeline")
+FRONT_ENDS = ("gateway",)  # packages that serve the farm to clients: they depend on the wire and the SDK only
 
 
 def _modules() -> dict[str, Path]:
@@ -80,11 +84,81 @@ def _project_module(imported: str) -> str | None:
     return imported or None
 
 
-def test_no_module_of_producer_imports_workers() -> None:
+def test_no_module_of_producer_or_a_front_end_imports_workers() -> None:
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+           for name, path in MODULES.items() if name.split(".")[0] in ("producer", *FRONT_ENDS)
+           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "workers"]
+    assert not bad, "producer/ (the wire, the SDK) and front ends must not import workers/:\n" + "\n".join(bad)
+
+
+# What a front end may take from producer/: the wire (every module of producer.wire) and the SDK: the client faces,
+# the argument checks, reading a job's status (producer.status), captions from word timings, encoding a chunk
+# stream, and planning a submission (the gateway warms the text frontend with it). Not the CLI, the book runner,
+# the local farm launcher or the bench: what a front end needs from those belongs in the wire or the SDK.
+FRONT_END_MAY_IMPORT = {"producer", "producer.client", "producer.aio", "producer.checks", "producer.status",
+                        "producer.captions", "producer.encoded", "producer.submit"}
+
+
+def test_front_ends_take_only_the_wire_and_the_sdk_from_producer() -> None:
+    assert FRONT_ENDS and all((ROOT / pkg / "__init__.py").is_file() for pkg in FRONT_ENDS)
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+           for name, path in MODULES.items() if name.split(".")[0] in FRONT_ENDS
+           for mod, line in _imports(name, _tree(path), everywhere=True)
+           if mod.split(".")[0] == "producer" and not mod.startswith("producer.wire")
+           and _project_module(mod) not in FRONT_END_MAY_IMPORT]
+    assert not bad, "a front end uses the wire and the SDK only (FRONT_END_MAY_IMPORT):\n" + "\n".join(bad)
+    for pkg in FRONT_ENDS:  # nor the broker's client library: the wire names what it raises (BrokerError)
+        found = [f"{path.relative_to(ROOT)}:{line}" for name, path in MODULES.items() if name.split(".")[0] == pkg
+                 for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "redis"]
+        assert not found, f"{pkg}/ imports redis; go through the wire or the SDK: {found}"
+
+
+def test_producer_imports_a_front_end_only_where_the_cli_dispatches_to_it() -> None:
     bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
            for name, path in MODULES.items() if name.split(".")[0] == "producer"
-           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "workers"]
-    assert not bad, "producer/ (the wire, the SDK, front ends) must not import workers/:\n" + "\n".join(bad)
+           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] in FRONT_ENDS
+           and (name != "producer.cli" or (mod, line) in set(_imports(name, _tree(path), everywhere=False)))]
+    assert not bad, "producer/ imports front ends only lazily, in the CLI command that starts one:\n" + "\n".join(bad)
+
+
+def _graph_through_packages() -> dict[str, set[str]]:
+    """Every import (lazy ones too), each also as an import of the package ``__init__``s on its way, which Python
+    runs first (a module's own packages excepted: they run before it whatever it imports)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        deps = set()
+        for mod, _ in _imports(name, _tree(path), everywhere=True):
+            target = _project_module(mod)
+            while target:
+                deps.add(target)
+                target = target.rpartition(".")[0]
+                if target and MODULES.get(target, Path()).name != "__init__.py":
+                    break
+        graph[name] = {d for d in deps if d and d != name and not name.startswith(d + ".")}
+    return graph
+
+
+def test_front_ends_have_no_import_circles_lazy_imports_counted() -> None:
+    for name, path in MODULES.items():
+        if name.split(".")[0] in FRONT_ENDS:
+            assert "from gateway import" not in path.read_text(encoding="utf-8"), \
+                f"{path.relative_to(ROOT)}: import the module (gateway.x), not through the package __init__"
+    cycles = [c for c in _cycles(_graph_through_packages()) if any(m.split(".")[0] in FRONT_ENDS for m in c)]
+    assert not cycles, "import circles through a front end:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+CLI_MAX_LINES = 350
+
+
+def test_the_cli_is_a_thin_dispatcher() -> None:
+    """producer/cli.py parses and dispatches: a command's behaviour lives with its concept, and Redis is reached
+    through the SDK client (``Client.from_url``), never a connection built here."""
+    path = MODULES["producer.cli"]
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= CLI_MAX_LINES, f"producer/cli.py is {lines} lines: move the command's behaviour out"
+    own = [f"{mod} (line {line})" for mod, line in _imports("producer.cli", _tree(path), everywhere=True)
+           if mod.split(".")[0] in ("redis", "celery", "workers") or mod in ("producer.wire.keys", "producer.wire.control")]
+    assert not own, f"producer/cli.py reaches the broker itself: {own}"
 
 
 def test_pipeline_imports_no_broker_or_storage_client() -> None:
@@ -175,7 +249,7 @@ ENVIRON_ALLOWED = {
     "producer.wire.settings": "the settings loader (settings_from_environment)",
     "producer.cli": "`ttsfarm` main",
     "producer.book_cli": "`ttsfarm book` main",
-    "producer.gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
+    "gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
     "workers.app": "the Celery app module (`celery -A workers.app worker`)",
     "producer.local": "starts worker processes: their environment is this one's plus the farm's overrides",
 }

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+
 from pipeline.errors import INPUT_CODES, MODEL_CODES, InputError, ModelError, TTSFarmError
 
 # Codes of the farm's error classes. Clients match on these strings; never rename one.
@@ -58,6 +60,10 @@ UNAUTHORIZED = "UNAUTHORIZED"
 JOB_NOT_DONE = "JOB_NOT_DONE"
 NOT_FOUND = "NOT_FOUND"
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+
+# What the broker's client raises when the broker cannot answer (a lost connection, a refused command). Front
+# ends catch this name, not the client library's class: another broker changes it here only.
+BrokerError = redis.RedisError
 
 
 class TransientError(TTSFarmError, RuntimeError):

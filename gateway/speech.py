@@ -16,7 +16,6 @@ import logging
 from collections.abc import AsyncIterator
 
 import anyio
-import redis
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
@@ -24,14 +23,14 @@ from pipeline.audio import content_type, output_rate
 from pipeline.errors import BAD_OPTION, TEXT_TOO_LONG, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.aio import AsyncJob
 from producer.encoded import aencode_chunks
-from producer.gateway import streams
-from producer.gateway.auth import require_key
-from producer.gateway.formats import STREAMED, request_format
-from producer.gateway.jobs import stored_output
-from producer.gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
-from producer.gateway.schemas import SpeechRequest, VoiceRef, error_responses
-from producer.gateway.state import state_of
-from producer.wire.errors import JobTimeoutError
+import gateway.streams as streams
+from gateway.auth import require_key
+from gateway.formats import STREAMED, request_format
+from gateway.jobs import stored_output
+from gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
+from gateway.schemas import SpeechRequest, VoiceRef, error_responses
+from gateway.state import state_of
+from producer.wire.errors import BrokerError, JobTimeoutError
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import Chunk
 
@@ -165,5 +164,5 @@ async def _cancel_unfinished(job: AsyncJob) -> None:
             if st["state"] not in STATES_FINAL:
                 await job.cancel()
                 log.info("speech job %s cancelled: its client went away", job.id)
-        except (TTSFarmError, redis.RedisError) as exc:
+        except (TTSFarmError, BrokerError) as exc:
             log.debug("could not cancel job %s: %s", job.id, exc)

@@ -1,7 +1,7 @@
 """The JSON shapes of the gateway's API, as pydantic models (they make the OpenAPI document at /docs).
 
 Types are strict (no "16000" for a number, no true for a speed) and a wrong one gets the farm's code
-(``producer.gateway.errors``: MALFORMED_JOB for the text, BAD_OPTION for an option). Range and vocabulary
+(``gateway.errors``: MALFORMED_JOB for the text, BAD_OPTION for an option). Range and vocabulary
 checks are the farm's own (``prepare_submission``), so a bad value gets the farm's stable code (EMPTY_TEXT,
 UNKNOWN_VOICE, UNSUPPORTED_FORMAT, BAD_OPTION, ...) rather than a generic validation error.
 """

@@ -8,7 +8,7 @@ import hmac
 from fastapi import Request
 from starlette.requests import HTTPConnection
 
-from producer.gateway.errors import unauthorized
+from gateway.errors import unauthorized
 
 
 def presented_key(conn: HTTPConnection) -> str:

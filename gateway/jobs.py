@@ -19,18 +19,18 @@ from pipeline.audio import content_type
 from pipeline.errors import TTSFarmError
 from producer.aio import AsyncJob
 from producer.checks import MAX_SEQ
-from producer.gateway import streams
-from producer.gateway.auth import key_ok, require_key
-from producer.gateway.errors import GatewayError, status_for, unauthorized
-from producer.gateway.formats import request_format
-from producer.gateway.schemas import (
+import gateway.streams as streams
+from gateway.auth import key_ok, require_key
+from gateway.errors import GatewayError, status_for, unauthorized
+from gateway.formats import request_format
+from gateway.schemas import (
     Cancelled,
     JobCreated,
     JobRequest,
     JobStatus,
     error_responses,
 )
-from producer.gateway.state import state_of
+from gateway.state import state_of
 from producer.wire.errors import JOB_NOT_DONE
 
 log = logging.getLogger(__name__)

@@ -16,11 +16,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from pipeline.errors import TTSFarmError
 from producer.aio import AsyncJob
-from producer.wire.errors import TransientError
+from producer.wire.errors import BrokerError, TransientError
 from producer.wire.records import Chunk, JobResult
 
 log = logging.getLogger(__name__)
@@ -57,7 +55,7 @@ async def follow(job: AsyncJob, *, after_seq: int = -1, timeout_s: float, keepal
             await queue.put(Finished(result, sent))
         except TTSFarmError as exc:
             await queue.put(Failed(exc))
-        except redis.RedisError as exc:
+        except BrokerError as exc:
             await queue.put(Failed(TransientError(f"lost Redis while following job {job.id}: {exc}")))
 
     reader = asyncio.create_task(read(), name=f"follow-{job.id}")

@@ -4,7 +4,6 @@ questions a request asks (is any worker serving? which voice does a name mean? w
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
@@ -14,7 +13,8 @@ from starlette.requests import HTTPConnection
 from pipeline.errors import UNKNOWN_VOICE, InputError
 from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
-from producer.gateway.errors import no_workers
+from gateway.errors import no_workers
+from producer.wire import heartbeats
 from producer.wire.errors import JobNotFoundError
 from producer.wire.settings import GatewaySettings, Settings
 
@@ -45,22 +45,14 @@ class GatewayState:
     async def fresh_workers(self) -> int:
         """How many worker processes have a heartbeat that says ``serving`` from the last few seconds.
 
-        Workers write one JSON record per process into ``Keys.workers()`` every 2 s (workers/farm.py).
-        The answer is cached for a second so a burst of requests costs one HGETALL.
+        The heartbeats are the wire's (``producer.wire.heartbeats``); the answer is cached for a second so
+        a burst of requests costs one read.
         """
         now = time.time()
         if now - self._workers_checked < WORKERS_CACHE_S:
             return self._workers_fresh
-        raw = await self.client.redis.hgetall(self.client.keys.workers())
-        fresh = 0
-        for value in raw.values():
-            try:
-                info = json.loads(value)
-                ts, state = float(info.get("ts", 0)), info.get("state")
-            except (ValueError, TypeError, AttributeError):
-                continue
-            if state == "serving" and abs(now - ts) <= self.gateway.worker_fresh_s:
-                fresh += 1
+        beats = await heartbeats.aread(self.client.redis, self.client.keys)
+        fresh = heartbeats.serving(beats, now, self.gateway.worker_fresh_s)
         self._workers_checked, self._workers_fresh = now, fresh
         return fresh
 

@@ -14,9 +14,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from pipeline.errors import UNKNOWN_MODEL, InputError
-from producer.gateway.auth import require_key
-from producer.gateway.schemas import ModelList, SpeechVoices, error_responses
-from producer.gateway.state import state_of
+from gateway.auth import require_key
+from gateway.schemas import ModelList, SpeechVoices, error_responses
+from gateway.state import state_of
 
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "ttsfarm")
 INSTRUCTIONS_NOTE = "instructions are accepted and ignored: the farm's voices take no style prompt"

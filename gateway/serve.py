@@ -1,6 +1,6 @@
 """Serving the gateway inside another program: uvicorn on a thread, for tests, demos and benchmarks.
 
-Production runs ``ttsfarm gateway`` (``producer.gateway.app.main``) as its own process.
+Production runs ``ttsfarm gateway`` (``gateway.app.main``) as its own process.
 """
 
 from __future__ import annotations
@@ -9,20 +9,19 @@ import threading
 import time
 from typing import Any, Self
 
-from producer.local import free_port
-
 
 class BackgroundServer:
     """``with BackgroundServer(app) as server: httpx.get(server.url + "/healthz")``."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning") -> None:
+        """``port``: default a free one, chosen by the system when the server binds (known once started)."""
         import uvicorn
 
         self.host = host
-        self.port = port or free_port()
+        self.port = port or 0
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port, log_level=log_level, lifespan="on",
                                                     ws_ping_interval=20.0))
-        self.thread = threading.Thread(target=self.server.run, name=f"gateway-{self.port}", daemon=True)
+        self.thread = threading.Thread(target=self.server.run, name="gateway-background", daemon=True)
 
     @property
     def url(self) -> str:
@@ -39,6 +38,8 @@ class BackgroundServer:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"the gateway did not start on {self.url}")
             time.sleep(0.02)
+        if not self.port:
+            self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
         return self
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -17,17 +17,20 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import redis
 from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from pipeline.errors import TTSFarmError
-from producer.gateway import errors, jobs, openai_compat, speech
-from producer.gateway.auth import require_key
-from producer.gateway.schemas import Health, VoiceList, error_responses
-from producer.gateway.state import GatewayState, state_of
+import gateway.errors as errors
+import gateway.jobs as jobs
+import gateway.openai_compat as openai_compat
+import gateway.speech as speech
+from gateway.auth import require_key
+from gateway.schemas import Health, VoiceList, error_responses
+from gateway.state import GatewayState, state_of
+from producer.wire.errors import BrokerError
 from producer.wire.settings import GatewaySettings, Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -100,7 +103,7 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
         farm = state_of(request)
         try:
             return {"ok": True, "redis": True, "workers": await farm.fresh_workers()}
-        except redis.RedisError:
+        except BrokerError:
             return {"ok": False, "redis": False, "workers": 0}
 
     @app.get("/", include_in_schema=False)
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     host, port = args.host or gateway.host, args.port or gateway.port
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.workers > 1:  # uvicorn's worker processes each build the app from their environment: hand it over
-        os.execvpe(sys.executable, [sys.executable, "-m", "uvicorn", "producer.gateway.app:app_from_env", "--factory",
+        os.execvpe(sys.executable, [sys.executable, "-m", "uvicorn", "gateway.app:app_from_env", "--factory",
                                     "--host", host, "--port", str(port), "--workers", str(args.workers),
                                     "--log-level", args.log_level], env)
     uvicorn.run(create_app(settings, gateway), host=host, port=port, log_level=args.log_level)
@@ -151,5 +154,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def app_from_env() -> FastAPI:
-    """An app from ``os.environ``: for ``uvicorn --factory producer.gateway.app:app_from_env``."""
+    """An app from ``os.environ``: for ``uvicorn --factory gateway.app:app_from_env``."""
     return create_app(load_settings(env=dict(os.environ)))
