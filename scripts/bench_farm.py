@@ -308,6 +308,8 @@ def stage_longrun(settings: Settings, args: argparse.Namespace) -> dict[str, Any
             "jobs_submitted": summ["jobs"]["submitted"], "jobs": summ["jobs"], "seconds": summ["submit_s"],
             "throughput": summ["throughput"], "first_chunk_ms": summ["first_chunk_ms"]["all"], "ttl_s": ttl,
             "workers": {p: {k: v for k, v in w.items() if k != "series"} for p, w in summ["workers"].items()},
+            "rss_series": {p: w["series"][:: max(1, len(w["series"]) // 100)] + w["series"][-1:] for p, w in summ["workers"].items()},
+            "env": {k: v for k, v in os.environ.items() if k.startswith(("TTSFARM_", "MALLOC_"))},
             "redis": redis_verdict(redis_sampler.samples, ended_at, ttl)}
 
 
