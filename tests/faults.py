@@ -1,11 +1,54 @@
-"""Fault injection for the reliability suite: a TCP proxy that can cut a service off and bring it back."""
+"""Fault injection for the reliability suite: a TCP proxy that can cut a service off and bring it back, and faults
+inside a worker's inference loop, installed through its hooks (``worker.hooks``; ``workers/context.py``).
+
+A worker started with ``TTSFARM_WORKER_HOOKS=tests.faults:install`` and ``TTSFARM_TEST_FAULT=<action>:<marker>``
+(``worker_faults`` builds both) fails so: ``raise:<marker>`` raises in any segment whose text contains the marker;
+``exit:<marker>`` kills the process there (a crash mid-batch); ``exitwindow:<marker>`` kills it once a segment
+holding the marker has published a window and has more to make (a crash mid-segment).
+"""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
+from typing import Any
 
 from producer.local import free_port
+
+FAULT_ENV = "TTSFARM_TEST_FAULT"
+
+
+def worker_faults(spec: str) -> dict[str, str]:
+    """The environment of a worker that injects the fault ``spec`` (``<action>:<marker>``)."""
+    return {"TTSFARM_WORKER_HOOKS": "tests.faults:install", FAULT_ENV: spec}
+
+
+class LoopFaults:
+    """The fault ``<action>:<marker>``, as the loop's hooks call it."""
+
+    def __init__(self, spec: str) -> None:
+        self.action, _, self.marker = spec.partition(":")
+
+    def before_segment(self, job: Any) -> None:
+        if not self.marker or self.marker not in job.text or self.action == "exitwindow":
+            return
+        if self.action == "exit":
+            os._exit(70)
+        raise RuntimeError(f"injected fault on {self.marker!r}")
+
+    def after_window(self, live: list[Any]) -> None:
+        if self.action != "exitwindow" or not self.marker:
+            return
+        if any(self.marker in (s.entry.job.text if s.entry.job else "") and s.progress.pieces for s in live):
+            os._exit(70)
+
+
+def install(hooks: Any) -> None:
+    """``worker.hooks`` entry: the fault named by ``TTSFARM_TEST_FAULT`` in this worker's environment."""
+    faults = LoopFaults(os.environ.get(FAULT_ENV, ""))
+    hooks.before_segment.append(faults.before_segment)
+    hooks.after_window.append(faults.after_window)
 
 
 class TcpProxy:

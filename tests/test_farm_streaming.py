@@ -21,6 +21,7 @@ import redis
 from producer.local import free_port
 from producer.wire.keys import Keys
 from tests.conftest import Farm
+from tests.faults import worker_faults
 
 pytestmark = pytest.mark.slow
 NOISELESS = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -53,7 +54,7 @@ def windows_made(port: int) -> float:
 
 def test_worker_killed_mid_segment_first_chunk_out_then_one_clean_redo(redis_url: str, tmp_path: Path) -> None:
     farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_CLAIM_IDLE_MS="1500", TTSFARM_STREAMING_WINDOW_MS="400",
-                TTSFARM_WORKER_FAULT_INJECT="exitwindow:zebra")
+                **worker_faults("exitwindow:zebra"))
     try:
         victim = farm.start_worker()
         client = farm.client()
@@ -64,7 +65,8 @@ def test_worker_killed_mid_segment_first_chunk_out_then_one_clean_redo(redis_url
         before = chunk_entries(client.redis, keys, job.id)
         # the first window is out, and the segment's last window was never made by that worker
         assert before and all(e["last"] == "0" for e in before), [(e["part"], e["last"]) for e in before]
-        farm.env.pop("TTSFARM_WORKER_FAULT_INJECT")
+        for name in worker_faults(""):
+            farm.env.pop(name)
         farm.start_worker()
         chunks = list(client.job(job.id).stream(timeout=120))
         result = client.job(job.id).wait(timeout=120)

@@ -237,8 +237,6 @@ def test_no_import_circles() -> None:
     assert not cycles, "import circles (module-level imports):\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 4, not done here: workers.loop and workers.streaming take the "
-                   "FarmWorker (and the loop) as typed arguments, so their annotations import each other")
 def test_no_import_circles_even_in_annotations() -> None:
     cycles = _cycles(_graph(type_checking=True))
     assert not cycles, "import circles (with TYPE_CHECKING imports):\n" + "\n".join(" <-> ".join(c) for c in cycles)
@@ -294,11 +292,6 @@ def _string_constants(tree: ast.AST) -> Iterator[tuple[str, int]]:
             yield node.value, node.lineno
 
 
-# workers/loop.py is being changed by the deadline-scheduling work (h17); its JOB_CANCELLED, DEADLINE_EXCEEDED and
-# SEGMENT_FAILED literals move to producer.wire.errors' constants after that lands (see the xfail below).
-PENDING = {"workers.loop"}
-
-
 def _code_literals(modules: dict[str, Path]) -> dict[str, list[str]]:
     codes = _code_registry()
     where: dict[str, list[str]] = {}
@@ -312,7 +305,7 @@ def _code_literals(modules: dict[str, Path]) -> dict[str, list[str]]:
 def test_each_error_code_is_defined_once() -> None:
     codes = _code_registry()
     assert {"BAD_INPUT", "MALFORMED_JOB", "JOB_FAILED", "OVERLOADED", "BAD_KEY", "BAD_BOOK", "NO_WORKERS"} <= codes
-    where = _code_literals({n: p for n, p in MODULES.items() if n not in PENDING})
+    where = _code_literals(MODULES)
     twice = {code: places for code, places in where.items() if len(places) > 1}
     assert not twice, f"error codes spelled out more than once (use the constant): {twice}"
     homes = {"pipeline/errors.py", "producer/wire/errors.py"}
@@ -322,9 +315,3 @@ def test_each_error_code_is_defined_once() -> None:
     assert not missing, f"codes the registry names but no module defines as a literal: {missing}"
 
 
-@pytest.mark.xfail(strict=True, reason="workers/loop.py still spells JOB_CANCELLED, DEADLINE_EXCEEDED and SEGMENT_FAILED: "
-                   "left for after h17's deadline-scheduling change to loop.py (only its imports and dead-letter record "
-                   "were edited here)")
-def test_the_loop_spells_no_error_code() -> None:
-    where = _code_literals({n: MODULES[n] for n in PENDING})
-    assert not where, f"error codes spelled out in {sorted(PENDING)}: {where}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from producer.wire import heartbeats
+from producer.wire.keys import Keys
 
 
 def test_decode_keeps_json_objects_by_worker_and_skips_the_rest() -> None:
@@ -21,3 +22,20 @@ def test_serving_counts_fresh_serving_workers_only() -> None:
     assert heartbeats.serving(beats, now=101.0, fresh_s=5.0) == 2
     assert heartbeats.serving(beats, now=101.0, fresh_s=30.0) == 3
     assert heartbeats.serving({}, now=101.0, fresh_s=5.0) == 0
+
+
+class _Hash:
+    """The one call ``heartbeats.write`` makes, recorded."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, str]] = {}
+
+    def hset(self, key: str, field: str, value: str) -> None:
+        self.data.setdefault(key, {})[field] = value
+
+
+def test_a_written_heartbeat_reads_back_under_host_and_pid() -> None:
+    keys, conn = Keys("hb-test"), _Hash()
+    heartbeats.write(conn, keys, "w1@h", 4321, {"state": "serving", "ts": 5.0, "voices": ["joe"]})
+    assert list(conn.data) == [keys.workers()]
+    assert heartbeats.decode(conn.data[keys.workers()]) == {"w1@h:4321": {"state": "serving", "ts": 5.0, "voices": ["joe"]}}

@@ -6,7 +6,6 @@ heartbeat. ``inference_threads`` loops share the bank, each with its own consume
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import threading
@@ -17,11 +16,13 @@ import redis
 
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
+from producer.wire import heartbeats
 from producer.wire.keys import Keys
 from producer.wire.settings import Settings
 from workers.events import JobEvents
 from workers.layout import resolve_loops
-from workers.loop import Faults, InferenceLoop
+from workers.context import LoopContext, LoopHooks
+from workers.loop import InferenceLoop
 from workers.metrics import WorkerMetrics
 from workers.publisher import Publisher
 
@@ -64,7 +65,7 @@ class FarmWorker:
         self.publisher = Publisher(self.r, self.keys, storage, chunk_ms=settings.queue.chunk_ms,
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
         self.events = events or JobEvents(None, hostname, enabled=False)
-        self.faults = Faults(settings.worker.fault_inject)
+        self.hooks = LoopHooks.install(settings.worker.hooks)  # tests step in here (tests/faults.py); none in production
         self.metrics = metrics or WorkerMetrics(enabled=False)
         self.last_beat = 0.0
         self.stopping = threading.Event()
@@ -94,6 +95,14 @@ class FarmWorker:
     def shared_loop_serving_interactive(self) -> bool:
         """Whether a loop that is not reserved is inside an urgent batch (a caller's first segment)."""
         return any(not loop.reserved and loop.running == "urgent" for loop in self.loops)
+
+    def context(self) -> LoopContext:
+        """What the loops use of this process (built when they start: ``events`` may be replaced before)."""
+        return LoopContext(settings=self.settings, hostname=self.hostname, r=self.r, keys=self.keys, bank=self.bank,
+                           interactive_bank=self.interactive_bank, publisher=self.publisher, events=self.events,
+                           metrics=self.metrics, stopping=self.stopping, hooks=self.hooks,
+                           device_max_batch=lambda: self.device_max_batch, reserved_loop_free=self.reserved_loop_free,
+                           shared_loop_serving_interactive=self.shared_loop_serving_interactive)
 
     def banks(self) -> list[VoiceBank]:
         """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""
@@ -128,7 +137,8 @@ class FarmWorker:
         q = self.settings.queue
         reserved = max(0, q.interactive_loops)
         n = max(1, q.inference_threads, reserved + 1)  # at least one loop serves every lane
-        self.loops = [InferenceLoop(self, i, lanes=("interactive",) if i < reserved else None) for i in range(n)]
+        ctx = self.context()
+        self.loops = [InferenceLoop(ctx, i, lanes=("interactive",) if i < reserved else None) for i in range(n)]
         log.info("%d inference loops (%d reserved for the interactive lane); intra-op threads %d, reserved loops %d", n,
                  reserved, self.bank.runtime.intra_op_threads, self.interactive_bank.runtime.intra_op_threads)
         for loop in self.loops:
@@ -161,7 +171,7 @@ class FarmWorker:
         info["voice_info"] = self.bank.describe()
         info["loops"] = [loop.describe() for loop in self.loops]
         try:
-            self.r.hset(self.keys.workers(), f"{self.hostname}:{os.getpid()}", json.dumps(info))
+            heartbeats.write(self.r, self.keys, self.hostname, os.getpid(), info)
         except redis.RedisError as exc:
             log.warning("heartbeat failed: %s", exc)
 

@@ -8,7 +8,7 @@ waiting interactive work run between two steps, and a cancelled job stops at the
 
 How the next unit is chosen (``scheduling.mode``): ``deadline`` (default) runs one unit per step — the acoustic pass
 of a new batch, claimed by the batching rules below, or one window step of a segment the loop holds — whichever is
-due first by its job's playback clock (``workers/schedule.py``); ``fifo`` picks a batch by lane in arrival order
+due first by its job's playback clock (``workers/deadline.py``, ``workers/schedule.py``); ``fifo`` picks a batch by lane in arrival order
 (``workers/batcher.py``) and runs it to its last window.
 
 Errors are caught per batch: a bad entry fails its job with a code, an unexpected error leaves the
@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
@@ -38,20 +38,20 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowPlan
-from producer.wire.errors import TOO_MANY_DELIVERIES, TOO_MANY_FAILURES, TransientError
+from producer.wire.errors import (DEADLINE_EXCEEDED, JOB_CANCELLED, SEGMENT_FAILED, TOO_MANY_DELIVERIES, TOO_MANY_FAILURES,
+                                  TransientError)
 from producer.wire.keys import LANES
 from producer.wire.records import SegmentJob, dead_letter_fields
 from workers import schedule
 from workers.batcher import Candidate, Head, LaneState, choose_head, padding_waste, select_batch
+from workers.context import LoopContext
+from workers.deadline import DeadlineSteps, work_of
 from workers.layout import lower_thread_priority, urgency
 from workers.publisher import SegmentOutcome
 from workers.queue import Entry, StreamQueue
-from workers.schedule import ACOUSTIC, CARRIED, WINDOW, Clock, Unit, Work
+from workers.schedule import Clock
 from workers.streaming import StreamingBatch
 from workers.timings import segment_words
-
-if TYPE_CHECKING:
-    from workers.farm import FarmWorker
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +65,18 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class InferenceLoop:
+class InferenceLoop(DeadlineSteps):
     """One consuming loop. ``lanes`` limits it to some lanes: a loop reserved for the interactive lane
     keeps a caller's first chunk from waiting behind a long bulk (book) segment."""
 
-    def __init__(self, farm: FarmWorker, index: int, *, lanes: tuple[str, ...] | None = None) -> None:
-        self.farm = farm
-        self.settings = farm.settings
-        self.q = farm.settings.queue
-        self.consumer = f"{farm.hostname}:{os.getpid()}:{index}:{secrets.token_hex(3)}"
+    def __init__(self, ctx: LoopContext, index: int, *, lanes: tuple[str, ...] | None = None) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.q = ctx.settings.queue
+        self.consumer = f"{ctx.hostname}:{os.getpid()}:{index}:{secrets.token_hex(3)}"
         # a reserved loop reads only its lanes' streams: peeking the others would return at once while they
         # hold work it may not take, and the loop would spin instead of blocking
-        self.queue = StreamQueue(farm.r, farm.keys, self.q.n_buckets, self.consumer, lanes or LANES)
+        self.queue = StreamQueue(ctx.r, ctx.keys, self.q.n_buckets, self.consumer, lanes or LANES)
         self.lane_filter = lanes
         self.reserved = lanes == ("interactive",)
         self.lanes = LaneState()
@@ -94,7 +94,7 @@ class InferenceLoop:
         self._bulk_tid: int | None = None
         self._bulk_nice: int | None = None
         self.waiting = 0  # entries of its lanes still waiting when it took its last batch
-        self.sched = farm.settings.scheduling
+        self.sched = ctx.settings.scheduling
         self.open: list[StreamingBatch] = []  # deadline mode: batches past their acoustic pass, windows still to make
 
     def voice_bank(self) -> VoiceBank:
@@ -103,9 +103,9 @@ class InferenceLoop:
         and those the background work yields. When more interactive jobs wait, one thread per job does
         more work per core, and while a shared loop runs another caller's first segment the extra threads
         would take its core: then it runs on the shared single-threaded session too."""
-        if self.reserved and not self.waiting and not self.farm.shared_loop_serving_interactive():
-            return self.farm.interactive_bank
-        return self.farm.bank
+        if self.reserved and not self.waiting and not self.ctx.shared_loop_serving_interactive():
+            return self.ctx.interactive_bank
+        return self.ctx.bank
 
     def describe(self) -> dict[str, Any]:
         """For the heartbeat: which lanes it serves, and its OS thread and nice once it runs."""
@@ -117,24 +117,24 @@ class InferenceLoop:
                 pass
         return {"consumer": self.consumer, "lanes": list(self.lane_filter) if self.lane_filter else "all",
                 "tid": self.native_id, "nice": nice, "bulk_tid": self._bulk_tid, "bulk_nice": self._bulk_nice,
-                "intra_op_threads": (self.farm.interactive_bank if self.reserved else self.farm.bank).runtime.intra_op_threads}
+                "intra_op_threads": (self.ctx.interactive_bank if self.reserved else self.ctx.bank).runtime.intra_op_threads}
 
     def run(self) -> None:
         self.queue.ensure_groups()
         self.native_id = threading.get_native_id()
         backoff = 0.1
-        while not self.farm.stopping.is_set():
+        while not self.ctx.stopping.is_set():
             try:
                 self.step()
                 backoff = 0.1
             except redis.RedisError as exc:
                 log.warning("redis error in %s: %s; retrying in %.1f s", self.consumer, exc, backoff)
-                self.farm.stopping.wait(backoff)
+                self.ctx.stopping.wait(backoff)
                 backoff = min(5.0, backoff * 2)
             except Exception:
                 log.exception("unexpected error in %s; entries stay pending and will be retried", self.consumer)
                 self.carry, self.open = [], []
-                self.farm.stopping.wait(0.5)
+                self.ctx.stopping.wait(0.5)
         self._drain_open()
         if self._bulk_runner is not None:
             self._bulk_runner.shutdown(wait=True)
@@ -213,7 +213,7 @@ class InferenceLoop:
             return
         held, self.carry = self.carry, claimed
         try:
-            while self.carry and not self.farm.stopping.is_set():
+            while self.carry and not self.ctx.stopping.is_set():
                 self._run_carried()
         finally:
             self.carry = held + self.carry
@@ -227,9 +227,9 @@ class InferenceLoop:
         except InputError as exc:  # the request itself is wrong (say, a voice this worker lacks): fail it now
             for e in entries:
                 assert e.job is not None
-                if self.farm.publisher.fail(e.job.job_id, exc.code, exc.message):
-                    self.farm.events.failed(e.job.job_id, exc.code, exc.message)
-                    self.farm.metrics.error(exc.code, job_id=e.job.job_id, message=exc.message)
+                if self.ctx.publisher.fail(e.job.job_id, exc.code, exc.message):
+                    self.ctx.events.failed(e.job.job_id, exc.code, exc.message)
+                    self.ctx.metrics.error(exc.code, job_id=e.job.job_id, message=exc.message)
             self.queue.ack(entries)
         except Exception as exc:
             if len(entries) > 1:
@@ -242,23 +242,23 @@ class InferenceLoop:
     def _count_failure(self, e: Entry, exc: Exception) -> None:
         job = e.job
         assert job is not None
-        failures = int(self.farm.r.hincrby(self.farm.keys.status(job.job_id), f"failures:{job.seg}", 1))
+        failures = int(self.ctx.r.hincrby(self.ctx.keys.status(job.job_id), f"failures:{job.seg}", 1))
         e.deliveries = max(e.deliveries, failures)
         message = f"{type(exc).__name__}: {exc}"
         if failures >= self.q.max_deliveries:
             self.dead_letter(e, TOO_MANY_FAILURES, message)
             return
-        self.farm.metrics.error(str(getattr(exc, "code", "SEGMENT_FAILED")), stage="attempt", job_id=job.job_id, message=message)
+        self.ctx.metrics.error(str(getattr(exc, "code", SEGMENT_FAILED)), stage="attempt", job_id=job.job_id, message=message)
         delay = min(5.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
         log.warning("segment %s/%d failed (%d of %d): %s; retrying in %.1f s", job.job_id, job.seg, failures,
                     self.q.max_deliveries, message, delay)
-        self.farm.stopping.wait(delay)
+        self.ctx.stopping.wait(delay)
         self.carry.insert(0, e)
 
     def _limit(self, entry: Entry) -> int:
         voice = entry.job.voice if entry.job else ""
-        spec = self.farm.bank.catalogue.voices.get(voice)  # the bank's: a hot reload may change max_batch
-        return max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
+        spec = self.ctx.bank.catalogue.voices.get(voice)  # the bank's: a hot reload may change max_batch
+        return max(1, min(spec.max_batch if spec else 1, self.ctx.device_max_batch()))
 
     def _gather(self, interactive_only: bool = False) -> list[Entry]:
         heads = self._heads(0 if interactive_only else 250, interactive_only=interactive_only, handover_wait=not interactive_only)
@@ -274,13 +274,13 @@ class InferenceLoop:
             heads = [h for h in heads if h.lane == "interactive"]
             if not heads:
                 return []
-        if self.lane_filter is None and self.farm.reserved_loop_free():
+        if self.lane_filter is None and self.ctx.reserved_loop_free():
             # a reserved loop of this process is free: it takes the callers' first segments, on its own
             # session with a thread per core, while this loop keeps to the rest
             others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0)]
             if heads and not others:
                 if handover_wait:
-                    self.farm.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
+                    self.ctx.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
                 return []
             heads = others
         return heads
@@ -288,8 +288,8 @@ class InferenceLoop:
     def _claim(self, head: Head, held_dues: list[float] | None = None) -> list[Entry]:
         """Claim a batch from ``head``'s stream: up to the voice's batch cap, joiners gathered until the window
         closes (sooner when a unit this loop holds falls due: ``schedule.window_end_ms``)."""
-        spec = self.farm.bank.catalogue.voices.get(head.voice)
-        limit = max(1, min(spec.max_batch if spec else 1, self.farm.device_max_batch))
+        spec = self.ctx.bank.catalogue.voices.get(head.voice)
+        limit = max(1, min(spec.max_batch if spec else 1, self.ctx.device_max_batch()))
         window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.q.window_ms, held_dues or [])
         undelivered = self.queue.undelivered
         claimed = self.queue.claim(head.stream, limit)
@@ -297,7 +297,7 @@ class InferenceLoop:
             return []
         self.lanes.record(head.lane)
         key = _batch_key(claimed[0]) if claimed[0].job else None
-        while limit > 1 and not self.farm.stopping.is_set():
+        while limit > 1 and not self.ctx.stopping.is_set():
             same = sum(1 for e in claimed if e.job and _batch_key(e) == key)
             left = window_end - now_ms()
             if same >= limit or left <= 0:
@@ -306,7 +306,7 @@ class InferenceLoop:
             # default), which would stretch the window by up to that. Poll, and keep the time here.
             more = self.queue.claim(head.stream, limit - same)
             if not more:
-                self.farm.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
+                self.ctx.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
             claimed += more
         self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
         return claimed
@@ -324,31 +324,31 @@ class InferenceLoop:
 
     def dead_letter(self, e: Entry, code: str, message: str) -> None:
         record = dead_letter_fields(e.stream, e.entry_id, code, message, e.deliveries, e.fields)
-        self.farm.r.xadd(self.farm.keys.dead_letters(), record, maxlen=100_000, approximate=True)
-        if e.job is not None and self.farm.publisher.fail(e.job.job_id, code, message):
-            self.farm.events.failed(e.job.job_id, code, message)
-        self.farm.metrics.error(code, stage="dead_letter", job_id=e.job.job_id if e.job else "", message=message)
+        self.ctx.r.xadd(self.ctx.keys.dead_letters(), record, maxlen=100_000, approximate=True)
+        if e.job is not None and self.ctx.publisher.fail(e.job.job_id, code, message):
+            self.ctx.events.failed(e.job.job_id, code, message)
+        self.ctx.metrics.error(code, stage="dead_letter", job_id=e.job.job_id if e.job else "", message=message)
         self.queue.ack([e])
         log.warning("dead-lettered %s %s: [%s] %s", e.stream, e.entry_id, code, message)
 
     # -- running a batch -------------------------------------------------------------------------
     def run_batch(self, entries: list[Entry]) -> None:
-        pub, events = self.farm.publisher, self.farm.events
+        pub, events = self.ctx.publisher, self.ctx.events
         live: list[Entry] = []
         for e in entries:
             job = e.job
             assert job is not None
             state = pub.job_state(job.job_id)
             if state == "cancelled":  # skipped: a cancelled job stops here, between its segments
-                if pub.finish(job.job_id, "cancelled", {"code": "JOB_CANCELLED", "message": "cancelled by the client"}):
+                if pub.finish(job.job_id, "cancelled", {"code": JOB_CANCELLED, "message": "cancelled by the client"}):
                     self._revoked(job)
                 self.queue.ack([e])
             elif pub.is_final(state):
                 self.queue.ack([e])
             elif job.deadline and time.time() > job.deadline:
-                if pub.fail(job.job_id, "DEADLINE_EXCEEDED", "the job's deadline passed before it ran", state="expired"):
-                    events.failed(job.job_id, "DEADLINE_EXCEEDED", "deadline passed")
-                    self.farm.metrics.error("DEADLINE_EXCEEDED", job_id=job.job_id)
+                if pub.fail(job.job_id, DEADLINE_EXCEEDED, "the job's deadline passed before it ran", state="expired"):
+                    events.failed(job.job_id, DEADLINE_EXCEEDED, "deadline passed")
+                    self.ctx.metrics.error(DEADLINE_EXCEEDED, job_id=job.job_id)
                 self.queue.ack([e])
             else:
                 live.append(e)
@@ -361,13 +361,13 @@ class InferenceLoop:
             assert job is not None
             if pub.mark_started(job, self.consumer):
                 events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
-            self.farm.faults.check(job.text)
+            self.ctx.hooks.segment(job)
             try:
                 ready.append((e, voice.phonemize(job.text, job.lang)))
             except InputError as exc:
                 if pub.fail(job.job_id, exc.code, exc.message):
                     events.failed(job.job_id, exc.code, exc.message)
-                    self.farm.metrics.error(exc.code, job_id=job.job_id, message=exc.message)
+                    self.ctx.metrics.error(exc.code, job_id=job.job_id, message=exc.message)
                 self.queue.ack([e])
         if not ready:
             return
@@ -415,9 +415,9 @@ class InferenceLoop:
             self.open.append(batch)
             return None
         while self.compute(batch.step):
-            self.farm.faults.check_window(batch)
+            self.ctx.hooks.window(batch.live)
             self.serve_waiting_interactive()
-        self.farm.faults.check_window(batch)
+        self.ctx.hooks.window(batch.live)
         return batch.stats()
 
     def drop_ended(self, entries: list[Entry], items: list[Any]) -> list[Any]:
@@ -425,17 +425,17 @@ class InferenceLoop:
         here (it stops at this window), one that ended otherwise is let go; their entries are acked."""
         if not entries:
             return []
-        pub = self.farm.publisher
-        pipe = self.farm.r.pipeline(transaction=False)
+        pub = self.ctx.publisher
+        pipe = self.ctx.r.pipeline(transaction=False)
         for e in entries:
-            pipe.hget(self.farm.keys.status(e.job.job_id), "state")  # type: ignore[union-attr]
+            pipe.hget(self.ctx.keys.status(e.job.job_id), "state")  # type: ignore[union-attr]
         kept = []
         for e, item, raw in zip(entries, items, pipe.execute()):
             state = raw.decode() if raw else ""
             job = e.job
             assert job is not None
             if state == "cancelled":
-                if pub.finish(job.job_id, "cancelled", {"code": "JOB_CANCELLED", "message": "cancelled by the client"}):
+                if pub.finish(job.job_id, "cancelled", {"code": JOB_CANCELLED, "message": "cancelled by the client"}):
                     self._revoked(job)
                 self.queue.ack([e])
             elif pub.is_final(state):
@@ -446,7 +446,7 @@ class InferenceLoop:
 
     def _revoked(self, job: SegmentJob) -> None:
         """Tell Flower the job was cancelled (REVOKED); the caller ended it as cancelled, so this runs once."""
-        self.farm.events.revoked(job.job_id, running=self.farm.publisher.has_started(job.job_id), voice=job.request_voice,
+        self.ctx.events.revoked(job.job_id, running=self.ctx.publisher.has_started(job.job_id), voice=job.request_voice,
                                  lane=job.lane, total=job.total, text=job.text)
 
     def _retry_transient(self, fn: Callable[[], Any], what: str) -> Any:
@@ -458,11 +458,11 @@ class InferenceLoop:
             try:
                 return fn()
             except TransientError as exc:
-                if self.farm.stopping.is_set() or time.monotonic() > deadline:
+                if self.ctx.stopping.is_set() or time.monotonic() > deadline:
                     raise
                 wait = delay * random.uniform(0.5, 1.0)
                 log.warning("%s failed transiently (%s); retrying in %.1f s", what, exc, wait)
-                self.farm.stopping.wait(wait)
+                self.ctx.stopping.wait(wait)
                 delay = min(10.0, delay * 2)
 
     def _publish(self, e: Entry, audio: Any, voice_rate: int, batch_id: str, words: list[Any] | None = None) -> None:
@@ -472,7 +472,7 @@ class InferenceLoop:
         job = e.job
         assert job is not None
         pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
-        outcome = self.farm.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
+        outcome = self.ctx.publisher.publish_segment(job, pcm, attempt=f"{self.consumer}/{e.deliveries}",
                                                       batch_id=batch_id, worker=self.consumer, words=words or [])
         self.unit_published(job, "segment", outcome.started, outcome.delivered_before_s)
         self.segment_published(e, outcome, len(pcm) / 2 / job.sample_rate, whole=True)
@@ -480,109 +480,14 @@ class InferenceLoop:
     def unit_published(self, job: SegmentJob, unit: str, started: float, delivered_before_s: float) -> None:
         """Slack of a unit of audio just published, from its job's clock as the publisher found it (metrics)."""
         clock = Clock(started or None, delivered_before_s) if delivered_before_s > 0 else Clock()
-        self.farm.metrics.published_slack(job.lane, unit, schedule.publish_slack(_work(job), clock, time.time(), self.sched))
-
-    # -- deadline scheduling (workers/schedule.py) --------------------------------------------------
-    def _step_deadline(self) -> None:
-        """Run one unit, the one due first: a window step of a held batch, or the acoustic pass of a new batch
-        (from what this loop holds, or a stream head, claimed now by the batching rules)."""
-        self.carry = self._drop_malformed(self.carry)
-        s = self.sched
-        heads: list[Head] = []
-        if len(self.open) < s.max_open:  # what a loop claims it must be able to serve in time
-            busy = bool(self.open or self.carry)
-            heads = self._heads(0 if busy else 250, handover_wait=not busy)
-        live = [x.entry for b in self.open for x in b.live]
-        clocks = self._clocks([e.job.job_id for e in (*live, *self.carry) if e.job and e.job.lane == "interactive"]
-                              + [h.job_id for h in heads if h.lane == "interactive"])
-
-        def playing(job_id: str) -> bool:
-            return clocks.get(job_id, Clock()).started is not None
-
-        units: list[Unit[Any]] = []
-        for b in self.open:
-            entries = [x.entry for x in b.live]
-            units.append(Unit(WINDOW, min(self._due(e, clocks) for e in entries),
-                              min((e.arrived_ms, e.job.seg) for e in entries if e.job), b,
-                              any(playing(e.job.job_id) for e in entries if e.job)))
-        for e in self.carry:
-            assert e.job is not None
-            units.append(Unit(CARRIED, self._due(e, clocks), (e.arrived_ms, e.job.seg), e, playing(e.job.job_id)))
-        for h in heads:
-            work = Work(h.lane, h.created, h.seg, h.est_s, h.deadline)
-            units.append(Unit(ACOUSTIC, schedule.due(work, clocks.get(h.job_id, Clock()), s), h.order, h, playing(h.job_id)))
-        now = time.time()
-        self.farm.metrics.underrun_risk(self.index, schedule.at_risk([u.due for u in units], now, s))
-        unit = schedule.choose(units, now)
-        if unit is None:
-            return
-        running = schedule.urgency(_lane_of(unit), unit.due, now, s)
-        if unit.kind == WINDOW:
-            self._run_window(unit.ref, running)
-        elif unit.kind == CARRIED:
-            self._run_carried(running)
-        else:
-            claimed = self._claim(unit.ref, [u.due for u in units if u.kind == WINDOW])
-            held, self.carry = self.carry, claimed
-            try:
-                while self.carry and not self.farm.stopping.is_set():
-                    self._run_carried(running)
-            finally:
-                self.carry = held + self.carry
-
-    def _due(self, e: Entry, clocks: dict[str, Clock]) -> float:
-        assert e.job is not None
-        return schedule.due(_work(e.job), clocks.get(e.job.job_id, Clock()), self.sched)
-
-    def _clocks(self, job_ids: list[str]) -> dict[str, Clock]:
-        """The playback clocks of these jobs, from their status hashes (one round trip)."""
-        ids = sorted(set(job_ids))
-        if not ids:
-            return {}
-        pipe = self.farm.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(self.farm.keys.status(job_id), "first_chunk", "delivered_s")
-        return {job_id: Clock.from_status(*reply) for job_id, reply in zip(ids, pipe.execute())}
-
-    def _run_window(self, batch: StreamingBatch, running: str) -> None:
-        """One window step of a held batch; the batch is let go (and reported) after its last window. If the step
-        fails the batch is let go too: on a backend error its entries stay pending (reclaimed and continued from
-        their claimed frames, as in FIFO mode); on another error each segment is retried (``_count_failure``)."""
-        outer, self.running = self.running, running
-        try:
-            more = self.compute(batch.step)
-            self.farm.faults.check_window(batch)
-        except (redis.RedisError, TransientError):
-            self.open.remove(batch)
-            raise
-        except Exception as exc:
-            self.open.remove(batch)
-            log.warning("window step of batch %s failed (%s); retrying its segments", batch.batch_id, exc)
-            for x in batch.live:
-                self._count_failure(x.entry, exc)
-            return
-        finally:
-            self.running = outer
-        if not more:
-            self.open.remove(batch)
-            if self.on_batch and batch.base_stats:
-                self.on_batch({**batch.base_stats, **batch.stats()})
-
-    def _drain_open(self) -> None:
-        """On shutdown, the held batches are finished (warm shutdown: what was started ends and is acked)."""
-        while self.open:
-            try:
-                self._run_window(self.open[0], "urgent")
-            except (redis.RedisError, TransientError) as exc:
-                log.warning("could not finish held segments (they will be reclaimed): %s", exc)
-                self.open = []
+        self.ctx.metrics.published_slack(job.lane, unit, schedule.publish_slack(work_of(job), clock, time.time(), self.sched))
 
     def segment_already_published(self, e: Entry) -> None:
         """A redo of a segment an earlier attempt published whole: finish the job if that is what was left."""
         job = e.job
         assert job is not None
-        done = int(self.farm.r.scard(self.farm.keys.done(job.job_id)))
-        self.segment_published(e, SegmentOutcome(done, job.total, self.farm.publisher.job_state(job.job_id)), None)
+        done = int(self.ctx.r.scard(self.ctx.keys.done(job.job_id)))
+        self.segment_published(e, SegmentOutcome(done, job.total, self.ctx.publisher.job_state(job.job_id)), None)
 
     def segment_published(self, e: Entry, outcome: SegmentOutcome, audio_s: float | None, *, whole: bool = False) -> None:
         """After a segment's last chunk (``whole``: it was published in one piece): count it, store and finish
@@ -591,26 +496,14 @@ class InferenceLoop:
         assert job is not None
         if audio_s is not None:
             self.segments += 1
-            self.farm.metrics.segment_published(job, audio_s, first_chunk=whole)
-        if outcome.done >= job.total and not self.farm.publisher.is_final(outcome.state):
-            url, cancelled = self._retry_transient(lambda: self.farm.publisher.store_and_finish(job), f"storing job {job.job_id}")
+            self.ctx.metrics.segment_published(job, audio_s, first_chunk=whole)
+        if outcome.done >= job.total and not self.ctx.publisher.is_final(outcome.state):
+            url, cancelled = self._retry_transient(lambda: self.ctx.publisher.store_and_finish(job), f"storing job {job.job_id}")
             if url:
-                self.farm.events.succeeded(job.job_id, url)
+                self.ctx.events.succeeded(job.job_id, url)
             elif cancelled:
                 self._revoked(job)
         self.queue.ack([e])
-
-
-def _work(job: SegmentJob) -> Work:
-    return Work(job.lane, job.created, job.seg, job.est_s, job.deadline)
-
-
-def _lane_of(unit: Unit[Any]) -> str:
-    """The most urgent lane of a unit: interactive if any of its segments is."""
-    if unit.kind == ACOUSTIC:
-        return str(unit.ref.lane)
-    entries = [x.entry for x in unit.ref.live] if unit.kind == WINDOW else [unit.ref]
-    return "interactive" if any(e.job is not None and e.job.lane == "interactive" for e in entries) else "bulk"
 
 
 def _batch_key(e: Entry) -> tuple[object, ...]:
@@ -618,27 +511,3 @@ def _batch_key(e: Entry) -> tuple[object, ...]:
     assert job is not None
     return (job.voice, tuple(sorted(job.options.items())))
 
-
-class Faults:
-    """Fault injection for the reliability suite, off unless ``worker.fault_inject`` is set:
-    ``raise:<marker>`` raises in any segment whose text contains the marker; ``exit:<marker>`` kills
-    the process there (a crash mid-batch); ``exitwindow:<marker>`` kills it after the segment's first
-    streamed window (a crash mid-segment)."""
-
-    def __init__(self, spec: str) -> None:
-        self.action, _, self.marker = spec.partition(":")
-
-    def check(self, text: str) -> None:
-        if not self.marker or self.marker not in text or self.action == "exitwindow":
-            return
-        if self.action == "exit":
-            os._exit(70)
-        raise RuntimeError(f"injected fault on {self.marker!r}")
-
-    def check_window(self, batch: StreamingBatch) -> None:
-        """``exitwindow:<marker>``: the process dies once a segment holding the marker has published a window
-        and has more to make (a crash mid-segment)."""
-        if self.action != "exitwindow" or not self.marker:
-            return
-        if any(self.marker in (s.entry.job.text if s.entry.job else "") and s.progress.pieces for s in batch.live):
-            os._exit(70)

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,12 +33,11 @@ from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
-from workers.publisher import SegmentProgress
+from producer.wire.records import SegmentJob
+from workers.context import LoopContext
+from workers.publisher import SegmentOutcome, SegmentProgress
 from workers.queue import Entry
 from workers.timings import segment_words
-
-if TYPE_CHECKING:
-    from workers.loop import InferenceLoop
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +91,23 @@ class Streamed:
     samples: int = 0
 
 
+class BatchOwner(Protocol):
+    """What a streamed batch asks of the loop that runs it (``workers.loop.InferenceLoop``)."""
+
+    ctx: LoopContext
+    consumer: str
+
+    def drop_ended(self, entries: list[Entry], items: list[Any]) -> list[Any]: ...
+
+    def segment_already_published(self, e: Entry) -> None: ...
+
+    def unit_published(self, job: SegmentJob, unit: str, started: float, delivered_before_s: float) -> None: ...
+
+    def segment_published(self, e: Entry, outcome: SegmentOutcome, audio_s: float | None, *, whole: bool = False) -> None: ...
+
+
 class StreamingBatch:
-    def __init__(self, loop: InferenceLoop, voice: TwoStageVoice, ready: Sequence[tuple[Entry, Phonemized]],
+    def __init__(self, loop: BatchOwner, voice: TwoStageVoice, ready: Sequence[tuple[Entry, Phonemized]],
                  opts: SynthesisOptions, batch_id: str, plan: WindowPlan, *, small_first: bool = True) -> None:
         self.loop = loop
         self.voice = voice
@@ -113,7 +127,7 @@ class StreamingBatch:
         start = time.perf_counter()
         outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts)
         self.infer_s += time.perf_counter() - start
-        pub = self.loop.farm.publisher
+        pub = self.loop.ctx.publisher
         for (e, ph), out in zip(self.ready, outs):
             job = e.job
             assert job is not None
@@ -143,20 +157,20 @@ class StreamingBatch:
         made = vocode_next(self.voice.vocoder, [s.item for s in self.live])
         self.infer_s += time.perf_counter() - start
         self.windows += len(made)
-        self.loop.farm.metrics.windows(self.voice.name, len(made))
+        self.loop.ctx.metrics.windows(self.voice.name, len(made))
         by_item = {id(s.item): s for s in self.live}
         for item, window, audio in made:
             s = by_item[id(item)]
             pcm = s.finish(audio, window.last)
             s.samples += len(pcm) // 2
-            outcome = self.loop.farm.publisher.publish_piece(s.progress, pcm, last=window.last, batch_id=self.batch_id,
+            outcome = self.loop.ctx.publisher.publish_piece(s.progress, pcm, last=window.last, batch_id=self.batch_id,
                                                              worker=self.loop.consumer, publish=window.index >= s.skip)
             job = s.entry.job
             assert job is not None
             if window.index >= s.skip:
                 self.loop.unit_published(job, "window", s.progress.started, s.progress.delivered_before_s)
             if window.index == 0 and window.index >= s.skip:
-                self.loop.farm.metrics.first_chunk(job)
+                self.loop.ctx.metrics.first_chunk(job)
             if outcome is not None:
                 audio_s = s.samples / job.sample_rate
                 self.audio_s += len(item.whole()) / self.voice.sample_rate

@@ -2,8 +2,8 @@
 ``host:pid``), rewritten every 2 s by ``workers/farm.py``: ``state`` (``serving``, ``stopped``, ...), ``ts``,
 the voices loaded and their versions, batches and segments done, the last reload and recent errors.
 
-Read here, and nowhere else, for ``ttsfarm status``, ``ttsfarm voices reload`` (which waits for each worker's
-reload report) and a front end's "is any worker serving?" (the gateway's 503 NO_WORKERS).
+Written (``write``) and read here, and nowhere else: for ``ttsfarm status``, ``ttsfarm voices reload`` (which
+waits for each worker's reload report) and a front end's "is any worker serving?" (the gateway's 503 NO_WORKERS).
 """
 
 from __future__ import annotations
@@ -13,6 +13,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from producer.wire.keys import Keys
+
+
+def field(hostname: str, pid: int) -> str:
+    """A worker process's field in the hash."""
+    return f"{hostname}:{pid}"
+
+
+def write(connection: Any, keys: Keys, hostname: str, pid: int, info: Mapping[str, Any]) -> None:
+    """Store one worker's record (a redis-py ``Redis``; its errors reach the caller)."""
+    connection.hset(keys.workers(), field(hostname, pid), json.dumps(info))
 
 
 def decode(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:

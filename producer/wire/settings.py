@@ -81,7 +81,7 @@ class WorkerSettings:
     name: str = ""
     metrics_port: int = 0
     metrics_host: str = "0.0.0.0"  # the metrics endpoint's bind address
-    fault_inject: str = ""  # the reliability suite's fault injection (workers/loop.py Faults); empty in production
+    hooks: str = ""  # "module:function" called once at worker start with the loop's hooks (workers/context.py); tests only
 
 
 @dataclass(frozen=True)

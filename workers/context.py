@@ -1,0 +1,74 @@
+"""What an inference loop uses of its worker process, and nothing more: ``LoopContext``, built by
+``FarmWorker.context()`` and handed to each ``InferenceLoop`` (``workers/loop.py``). The loop never sees the
+worker object, so ``workers.loop`` and ``workers.farm`` do not import each other.
+
+``LoopHooks`` are the points where a test may step into the loop's path (``worker.hooks``: a ``module:function``
+that the worker imports once at start and calls with the hooks; ``tests/faults.py`` installs its fault injection
+so). With nothing installed each call is a no-op.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from pipeline.voices.bank import VoiceBank
+from producer.wire.keys import Keys
+from producer.wire.records import SegmentJob
+from producer.wire.settings import Settings
+from workers.events import JobEvents
+from workers.metrics import WorkerMetrics
+from workers.publisher import Publisher
+
+
+@dataclass
+class LoopHooks:
+    """Callbacks the loop calls: ``before_segment(job)`` before a segment is phonemized, ``after_window(live)``
+    after a window step of a streamed batch (``live``: its segments still running, ``workers.streaming.Streamed``)."""
+
+    before_segment: list[Callable[[SegmentJob], None]] = field(default_factory=list)
+    after_window: list[Callable[[list[Any]], None]] = field(default_factory=list)
+
+    def segment(self, job: SegmentJob) -> None:
+        for fn in self.before_segment:
+            fn(job)
+
+    def window(self, live: list[Any]) -> None:
+        for fn in self.after_window:
+            fn(live)
+
+    @classmethod
+    def install(cls, spec: str) -> LoopHooks:
+        """The hooks ``spec`` (``module:function``, the setting ``worker.hooks``) installs; none when it is empty."""
+        hooks = cls()
+        if spec:
+            module, _, name = spec.partition(":")
+            getattr(importlib.import_module(module), name or "install")(hooks)
+        return hooks
+
+
+@dataclass(frozen=True)
+class LoopContext:
+    """The members of a worker process its loops share. The three callables ask the process about its other
+    loops (``FarmWorker``): the device's batch cap, and whether a reserved loop is free or a shared loop is
+    running a caller's first segment."""
+
+    settings: Settings
+    hostname: str
+    r: redis.Redis
+    keys: Keys
+    bank: VoiceBank
+    interactive_bank: VoiceBank
+    publisher: Publisher
+    events: JobEvents
+    metrics: WorkerMetrics
+    stopping: threading.Event
+    hooks: LoopHooks
+    device_max_batch: Callable[[], int]
+    reserved_loop_free: Callable[[], bool]
+    shared_loop_serving_interactive: Callable[[], bool]
