@@ -8,7 +8,6 @@ Recent errors are the dead-letter stream's tail and the failures the workers' he
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ import redis
 
 from producer.wire import heartbeats
 from producer.wire.keys import GROUP, LANES, Keys
+from producer.wire.records import parse_dead_letter
 
 STALE_S = 10.0  # a heartbeat older than this: the worker is gone or stuck (workers beat every 2 s)
 
@@ -80,14 +80,8 @@ def snapshot(r: redis.Redis, keys: Keys, n_buckets: int, *, dead_letters: int = 
     dlq_len, dlq = rest[-2], rest[-1]
     snap.dead_letter_count = 0 if isinstance(dlq_len, Exception) else int(dlq_len)
     for entry_id, fields in [] if isinstance(dlq, Exception) else dlq:
-        f = {_s(k): _s(v) for k, v in fields.items()}
-        job_id = ""
-        try:
-            job_id = str(json.loads(json.loads(f.get("fields", "{}")).get("job", "{}")).get("job_id", ""))
-        except (ValueError, AttributeError):
-            pass
-        snap.dead_letters.append({"id": _s(entry_id), "ts": int(_s(entry_id).split("-")[0]) / 1000, "code": f.get("code", ""),
-                                  "job": job_id, "message": f.get("message", "")})
+        d = parse_dead_letter(entry_id, fields)
+        snap.dead_letters.append({"id": d.id, "ts": d.ts, "code": d.code, "job": d.job_id, "message": d.message})
     return snap
 
 

@@ -46,3 +46,11 @@ def test_the_dead_letter_record_round_trips(r: redis.Redis) -> None:
     dl = parse_dead_letter(entry_id, f)
     assert (dl.stream, dl.entry_id, dl.code, dl.deliveries, dl.job_id) == ("q:1", "1-0", "TOO_MANY_FAILURES", 6, "abcdefgh")
     assert dl.fields == {"v": "1", "job": '{"job_id": "abcdefgh"}'} and len(dl.message) == 2000
+    assert dl.ts == int(entry_id.decode().split("-")[0]) / 1000
+
+
+def test_a_damaged_dead_letter_reads_as_empty_fields_not_an_error() -> None:
+    dl = parse_dead_letter(b"1700000000123-0", {b"code": b"X", b"deliveries": b"many", b"fields": b"{not json"})
+    assert (dl.code, dl.deliveries, dl.fields, dl.job_id, dl.ts) == ("X", 0, {}, "", 1700000000.123)
+    dl = parse_dead_letter("junk", {"fields": '{"job": "[1, 2]"}'})
+    assert (dl.fields, dl.job_id, dl.ts) == ({"job": "[1, 2]"}, "", 0.0)

@@ -217,15 +217,32 @@ class DeadLetter:
     def job_id(self) -> str:
         try:
             return str(json.loads(self.fields.get("job", "{}")).get("job_id", ""))
-        except ValueError:
+        except (ValueError, TypeError, AttributeError):
             return ""
+
+    @property
+    def ts(self) -> float:
+        """When it was dead-lettered (seconds since the epoch, from its stream entry id)."""
+        try:
+            return int(self.id.split("-")[0]) / 1000
+        except ValueError:
+            return 0.0
 
 
 def parse_dead_letter(entry_id: Any, f: Mapping[Any, Any]) -> DeadLetter:
+    """A dead-letter entry as written by ``dead_letter_fields``; a damaged field reads as empty, never raises."""
     g = {_s(k): _s(v) for k, v in f.items()}
+    try:
+        deliveries = int(g.get("deliveries", "0") or 0)
+    except ValueError:
+        deliveries = 0
+    try:
+        fields = json.loads(g.get("fields", "{}"))
+    except ValueError:
+        fields = {}
     return DeadLetter(id=_s(entry_id), stream=g.get("stream", ""), entry_id=g.get("entry_id", ""), code=g.get("code", ""),
-                      message=g.get("message", ""), deliveries=int(g.get("deliveries", "0") or 0),
-                      fields=json.loads(g.get("fields", "{}")))
+                      message=g.get("message", ""), deliveries=deliveries,
+                      fields={_s(k): _s(v) for k, v in fields.items()} if isinstance(fields, dict) else {})
 
 
 @dataclass(frozen=True)
