@@ -81,7 +81,9 @@ class Client(ClientCore):
         """Segment ``text`` and queue its segments. Keywords: voice, format, sample_rate, lane,
         options ({"speed", "noise_scale", "noise_w"}), deadline_s, chunk_ms. Bad input of any type or value
         raises ``InputError`` with a stable code (checked in ``prepare_submission``); a full
-        lane raises ``OverloadedError`` (code OVERLOADED, retryable)."""
+        lane raises ``OverloadedError`` (code OVERLOADED, retryable). ``job_id`` (optional, your own) makes a
+        resubmit safe: an id that exists is not queued again. Redis out of reach for ~3 s raises
+        ``TransientError`` with ``detail["job_id"]`` (the job may have been queued)."""
         sub = self._run(self._submit(text, request))
         return Job(self, sub.job_id, sub.total)
 

@@ -24,8 +24,10 @@ Errors, the same on both faces:
 - Redis (the broker) refusing the credentials is ``TTSFarmError`` BACKEND_AUTH_FAILED from any call, never retried;
 - a lost connection (Redis restarting or failing over) is retried where the call can wait: ``stream``
   backs off up to 20 times, then ``TransientError``; ``wait`` keeps polling until its deadline, then
-  raises the connection error. ``submit`` raises ``TransientError`` at once (the caller decides whether
-  to resubmit); ``job``, ``status`` and ``cancel`` raise the connection error.
+  raises the connection error. ``submit`` retries the same job (same id: admission is idempotent, so a try
+  whose reply was lost is not queued twice) for about 3 s, then raises ``TransientError`` whose
+  ``detail["job_id"]`` names the job: it may have been queued (``client.job(id)`` tells); ``job``,
+  ``status`` and ``cancel`` raise the connection error.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from producer.wire.settings import Settings, settings_from_environment
 log = logging.getLogger(__name__)
 
 STREAM_RETRIES = 20  # reads a stream retries in a row before TransientError
+SUBMIT_RETRIES = 5  # a submit's retries of the same job after a lost connection (0.1 s doubling: 3.1 s in all)
 WAIT_RETRY_S = 0.5  # wait's pause after a failed status read
 
 
@@ -118,11 +121,16 @@ class ClientCore:
     def _submit(self, text: Any, request: dict[str, Any]) -> Call[Submission]:
         """Segment ``text`` and queue its segments (see ``Client.submit``)."""
         sub: Submission = yield Compute(functools.partial(prepare_submission, self.settings, text, **request))
-        try:
-            yield from self._ensure_groups()
-            yield from self.broker.admit(sub, self.settings.queue)
-        except self.broker.lost as exc:
-            raise TransientError(f"cannot reach Redis to submit: {exc}") from exc
+        for attempt in range(SUBMIT_RETRIES + 1):
+            try:
+                yield from self._ensure_groups()
+                yield from self.broker.admit(sub, self.settings.queue)  # idempotent per job id: a retry never doubles it
+                break
+            except self.broker.lost as exc:
+                if attempt == SUBMIT_RETRIES:
+                    raise TransientError(f"cannot reach Redis to submit job {sub.job_id}: {exc}",
+                                         job_id=sub.job_id) from exc
+                yield Pause(0.1 * 2**attempt)
         log.debug("job %s: %d segment(s) queued", sub.job_id, sub.total)
         return sub
 

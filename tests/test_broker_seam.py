@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 import redis.asyncio as aredis
 
 from producer.aio import AsyncClient
 from producer.client import Client
-from producer.wire.broker import Broker, Op, RedisBroker, run_blocking
-from producer.wire.errors import JobError
+from producer.wire.broker import Broker, Op, RedisBroker, Script, run_blocking
+from producer.wire.errors import JobError, TransientError
 from producer.wire.keys import Keys
+from producer.wire.lua import ADMIT
 from producer.wire.records import final_fields
 from producer.wire.settings import Settings
 
@@ -137,3 +140,50 @@ def test_the_core_names_no_redis_command_or_script() -> None:
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m == "redis" or m.startswith("redis.")}, "producer.core imports redis"
     assert "producer.wire.lua" not in modules and "producer.wire.backlog" not in modules
+
+
+class ReplyLostOnce(RedisBroker):
+    """A broker whose first admission runs in Redis but whose reply is lost (the connection drops on the way
+    back), as when Redis stops right after executing the script."""
+
+    def __init__(self, r: Any, keys: Keys) -> None:
+        super().__init__(r, keys)
+        self.admits = 0
+
+    def send(self, step: Any) -> Any:
+        reply = super().send(step)
+        if isinstance(step, Script) and step.source == ADMIT:
+            self.admits += 1
+            if self.admits == 1:
+                raise redis.ConnectionError("connection lost reading the reply")
+        return reply
+
+
+def test_a_submit_whose_reply_was_lost_is_queued_once(settings: Settings, r: redis.Redis) -> None:
+    keys = Keys(settings.redis.key_prefix)
+    broker = ReplyLostOnce(redis.Redis.from_url(settings.redis.url), keys)
+    with Client(broker.r, settings, broker=broker) as client:
+        job = client.submit("Hello there. A second sentence.", lane="bulk")
+        assert broker.admits == 2  # the submit retried the same job after the lost reply
+        queued = sum(r.xlen(s) for s in keys.queues(settings.queue.n_buckets) if r.exists(s))
+        assert queued == job.total >= 1  # not twice
+        assert int(r.hget(keys.backlog("bulk"), "n") or 0) == job.total
+        again = client.submit("Something else entirely.", job_id=job.id, lane="bulk")  # an id that exists
+        assert again.id == job.id
+        assert sum(r.xlen(s) for s in keys.queues(settings.queue.n_buckets) if r.exists(s)) == job.total
+
+
+class NeverReachable(RedisBroker):
+    def send(self, step: Any) -> Any:
+        raise redis.ConnectionError("Connection refused")
+
+
+def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis.Redis) -> None:
+    keys = Keys(settings.redis.key_prefix)
+    broker = NeverReachable(r, keys)
+    with Client(r, settings, broker=broker) as client:
+        started = time.monotonic()
+        with pytest.raises(TransientError) as err:
+            client.submit("Hello there.", job_id="given-up-0001")
+        assert 2.5 < time.monotonic() - started < 10  # it retried for about 3 s first
+    assert err.value.code == "BACKEND_UNAVAILABLE" and err.value.detail["job_id"] == "given-up-0001"

@@ -39,7 +39,7 @@ def admit_args(sub: Submission, keys: Keys, q: QueueSettings) -> tuple[list[str]
 
 
 def check_admitted(reply: list[Any], sub: Submission, q: QueueSettings) -> None:
-    if int(reply[0]) == 1:
+    if int(reply[0]) in (1, 2):  # 2: admitted by an earlier try whose reply was lost
         return
     lane = sub.segments[0].lane
     max_n, max_s = limits(q, lane)

@@ -70,7 +70,8 @@ class Broker(Protocol):
 
     def admit(self, sub: Submission, queue: QueueSettings) -> Op[None]:
         """Check the lane's backlog limit and write the job's status and every segment at once, or raise
-        ``OverloadedError`` and write nothing."""
+        ``OverloadedError`` and write nothing. Idempotent per job id: a job that exists is left as it is (so a
+        retry after a lost reply never queues it twice)."""
         ...
 
     def cancel(self, job_id: str) -> Op[int]:

@@ -49,9 +49,11 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 
 # KEYS: status, backlog hash, then one stream key per segment.
 # ARGV: max_n, max_s, add_s, ttl, status json, then one job-fields json per segment.
+# Idempotent per job id: a job whose status exists was admitted already (a retry after a lost reply) and answers 2.
 ADMIT = """
 local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
 local s = tonumber(redis.call('HGET', KEYS[2], 's') or '0')
+if redis.call('EXISTS', KEYS[1]) == 1 then return {2, n, tostring(s)} end
 local max_n, max_s, add_s = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local add_n = #KEYS - 2
 if n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and s + add_s > max_s)) then
