@@ -158,3 +158,17 @@ def test_the_scheduling_section_is_loaded_and_checked() -> None:
     with pytest.raises(InputError) as err:
         load_settings(env={"TTSFARM_SCHEDULING_MODE": "lifo"})
     assert err.value.code == "BAD_OPTION"
+
+
+def test_with_the_shipped_settings_a_callers_second_window_follows_its_first_at_once() -> None:
+    """Measured (docs/BENCHMARKS.md): a listener holding only the small first window ran dry in 7-10 % of short jobs
+    when a new caller's pass could go between its first two windows. The shipped margin exceeds the first window, so
+    the second is due the moment the first is out and goes before a caller already waiting too long."""
+    s = load_settings()
+    first_s = s.streaming.first_window_ms / 1000
+    just_started = Unit(WINDOW, due(Work("interactive", created=NOW - 0.3), Clock(NOW, first_s), s.scheduling),
+                        (NOW * 1000 - 300, 0), "second window", playing=True)
+    assert just_started.due <= NOW
+    waiting = Unit(ACOUSTIC, due(Work("interactive", created=NOW - 0.5), Clock(), s.scheduling), (NOW * 1000 - 500, 0),
+                   "caller")
+    assert choose([waiting, just_started], NOW) is just_started

@@ -403,8 +403,9 @@ class InferenceLoop(DeadlineSteps):
 
     def _small_first(self) -> bool:
         """Whether a job's first segment gets the small first window now: when nothing else waits for this loop
-        (or the setting says always). Under a backlog its extra model time would delay the jobs queued behind."""
-        return self.settings.streaming.first_window_when_queued or not (self.waiting or self.carry)
+        and it holds no other segment between windows (or the setting says always). Under a backlog its extra model
+        time would delay the jobs queued behind; a loop holding segments (deadline scheduling) is busy the same way."""
+        return self.settings.streaming.first_window_when_queued or not (self.waiting or self.carry or self.open)
 
     def run_streaming(self, batch: StreamingBatch) -> dict[str, Any] | None:
         """The acoustic pass of the batch, then its window steps; a background batch lets waiting interactive

@@ -93,8 +93,9 @@ class SchedulingSettings:
     mode: str = "deadline"  # deadline | fifo
     first_chunk_target_ms: int = 100  # a new interactive job's first window is due this long after its arrival
     bulk_deadline_s: float = 20.0  # bulk (book) work is due this long after its arrival (or at the job's deadline)
-    play_margin_ms: int = 200  # a playing job's next unit is due this long before its listener runs dry (its own time)
-    max_open: int = 4  # segments a loop holds with windows still to make; past it, it claims nothing new
+    play_margin_ms: int = 400  # a playing job's next unit is due this long before its listener runs dry (its own time);
+    # more than streaming.first_window_ms, so a caller's second window follows its small first one at once
+    max_open: int = 8  # segments a loop holds with windows still to make; past it, it claims nothing new
     risk_slack_ms: int = 500  # a held job whose listener runs dry within this counts as at risk of an underrun
 
     def __post_init__(self) -> None:
