@@ -207,6 +207,11 @@ def test_killed_worker_and_runner_then_a_rerun_redoes_only_what_was_in_flight(fa
             pipe.hget(client.keys.status(j), "state")
         return {j: (s or b"absent").decode() for j, s in zip(ids, pipe.execute())}
 
+    def entries_added() -> int:  # finished entries leave their stream: count what was ever added
+        return sum(int(client.redis.xinfo_stream(stream)["entries-added"])
+                   for stream in client.keys.queues(farm.settings.queue.n_buckets) if client.redis.exists(stream))
+
+    added_before = entries_added()  # the module's farm: earlier tests queued jobs on these streams too
     env = {**os.environ, **farm.env, "PYTHONPATH": str(ROOT), "TTSFARM_QUEUE_MAX_BACKLOG_BULK_SEGMENTS": "6"}
     runner = subprocess.Popen([sys.executable, "-m", "producer.book", str(book), "--out", str(out), "--book-id", "kill-book",
                                "--quiet"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -235,9 +240,7 @@ def test_killed_worker_and_runner_then_a_rerun_redoes_only_what_was_in_flight(fa
     assert (result.reused, result.synthesized, result.skipped) == (len(ids) - len(in_flight), len(in_flight), ())
     finished = {j: float(client.redis.hget(client.keys.status(j), "finished") or 0) for j in ids}
     assert sorted(j for j in ids if finished[j] > rerun_at) == in_flight  # only those were made again
-    # no job was queued twice: finished entries leave their stream, so count what was ever added (one per job)
-    added = sum(int(client.redis.xinfo_stream(stream)["entries-added"])
-                for stream in client.keys.queues(farm.settings.queue.n_buckets) if client.redis.exists(stream))
+    added = entries_added() - added_before  # no job was queued twice: one entry per job, runner and rerun together
     assert added == len(ids), (added, len(ids))
     numbers = _check_chapters(farm, plan, result, lambda f: sf.read(out / f, dtype="float32"))
     print(f"\nkilled and rerun: {len(in_flight)} of {len(ids)} redone, {numbers}, rerun {result.wall_s:.1f} s")
