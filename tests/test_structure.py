@@ -16,7 +16,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("producer", "gateway", "workers", "pipeline")
@@ -313,5 +312,3 @@ def test_each_error_code_is_defined_once() -> None:
     assert not elsewhere, f"error codes defined outside pipeline/errors.py and producer/wire/errors.py: {elsewhere}"
     missing = codes - set(where)
     assert not missing, f"codes the registry names but no module defines as a literal: {missing}"
-
-

@@ -142,7 +142,6 @@ class DeadlineSteps:
                 self.open = []
 
 
-
 def work_of(job: SegmentJob) -> Work:
     return Work(job.lane, job.created, job.seg, job.est_s, job.deadline)
 
