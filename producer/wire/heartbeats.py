@@ -15,14 +15,9 @@ from typing import Any
 from producer.wire.keys import Keys
 
 
-def field(hostname: str, pid: int) -> str:
-    """A worker process's field in the hash."""
-    return f"{hostname}:{pid}"
-
-
 def write(connection: Any, keys: Keys, hostname: str, pid: int, info: Mapping[str, Any]) -> None:
-    """Store one worker's record (a redis-py ``Redis``; its errors reach the caller)."""
-    connection.hset(keys.workers(), field(hostname, pid), json.dumps(info))
+    """Store one worker's record under ``host:pid`` (a redis-py ``Redis``; its errors reach the caller)."""
+    connection.hset(keys.workers(), f"{hostname}:{pid}", json.dumps(info))
 
 
 def decode(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
