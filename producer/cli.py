@@ -139,7 +139,7 @@ def cmd_voices(args: argparse.Namespace) -> int:
 
 
 def cmd_book(args: argparse.Namespace) -> int:
-    from producer.book import cmd_book as book_main
+    from books import cmd_book as book_main
 
     return int(book_main(_settings(args), args))
 
@@ -166,7 +166,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from producer.bench import main as bench_main
+    from bench.run import main as bench_main
 
     args.argv = sys.argv[1:]
     return bench_main(args)
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", default=None)
     p.set_defaults(func=cmd_demo)
 
-    from producer.book import add_arguments as add_book_arguments
+    from books import add_arguments as add_book_arguments
 
     p = sub.add_parser("book", help="make an audiobook on the farm: a file per chapter, a manifest, a playlist")
     add_book_arguments(p)

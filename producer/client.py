@@ -19,7 +19,7 @@ from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, St
 from producer.wire.records import Chunk, JobResult
 
 if TYPE_CHECKING:
-    from producer.book_handle import BookHandle
+    from books.handle import BookHandle
 
 T = TypeVar("T")
 
@@ -88,10 +88,10 @@ class Client(ClientCore):
         return Job(self, sub.job_id, sub.total)
 
     def submit_book(self, path: str | Path, *, out: str, **kwargs: Any) -> BookHandle:
-        """Queue a book (.txt, .md, .epub) as per-segment bulk jobs; see ``producer.book_handle.submit_book``."""
+        """Queue a book (.txt, .md, .epub) as per-segment bulk jobs; see ``books.handle.submit_book``."""
         import inspect
 
-        from producer.book_handle import submit_book
+        from books.handle import submit_book
 
         unknown = sorted(set(kwargs) - set(inspect.signature(submit_book).parameters) - {"client", "path", "out"})
         if unknown:

@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from producer.bench import LoadSpec, LocalFarm, run_load, wait_quiet, worker_env
-from producer.bench_report import summarize
+from bench.run import LoadSpec, LocalFarm, run_load, wait_quiet, worker_env
+from bench.report import summarize
 from producer.wire.settings import load_settings
 
 PARAGRAPH = (
@@ -45,7 +45,7 @@ def phase(farm: LocalFarm, spec: LoadSpec, book: Path | None, out: Path) -> dict
     book_state: dict = {}
     thread = None
     if book is not None:
-        from producer.book import run_book
+        from books import run_book
 
         def make() -> None:
             start = time.monotonic()

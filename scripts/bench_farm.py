@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from producer.bench import (
+from bench.run import (
     PARAGRAPHS_EN,
     BenchConfig,
     ForeignLoad,
@@ -50,7 +50,7 @@ from producer.bench import (
     wait_quiet,
     worker_env,
 )
-from producer.bench_report import summarize, write_results
+from bench.report import summarize, write_results
 from producer.wire.settings import Settings, load_settings
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -279,8 +279,8 @@ def stage_longrun(settings: Settings, args: argparse.Namespace) -> dict[str, Any
     the run: worker RSS after warm-up must stay flat, per-job Redis keys must plateau and be gone once the last
     job has expired, and nothing without a TTL may grow with the job count. The bench reader leaves every key
     to the farm's own expiry (no clean-up of its own)."""
-    from producer.bench_local import RedisSampler
-    from producer.bench_report import summarize
+    from bench.local import RedisSampler
+    from bench.report import summarize
 
     ttl = args.longrun_ttl_s
     env = worker_env(threads=args.threads, precision="fp32", extra={"TTSFARM_QUEUE_JOB_TTL_S": str(ttl)})

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from producer.bench import LocalFarm, worker_env  # noqa: E402
+from bench.run import LocalFarm, worker_env  # noqa: E402
 from producer.client import Client  # noqa: E402
 from producer.wire.settings import load_settings  # noqa: E402
 

@@ -12,7 +12,7 @@ while a small English book is made in the bulk lane (submitted as the phase star
 
 Each run gives: first chunk P50/P95/P99 (interactive jobs, from their scheduled arrival), the share of jobs with
 any underrun and underrun seconds per audio minute (the bench client plays each job in real time from its first
-chunk: producer/bench_load.py ``underruns``), throughput, units published late (the workers' heartbeats). Writes
+chunk: bench/load.py ``underruns``), throughput, units published late (the workers' heartbeats). Writes
 ``<out>/scheduling.json`` (via bench_farm) and ``<out>/scheduling.md`` (the Markdown section for
 docs/BENCHMARKS.md); ``--report`` of bench_farm prints it again.
 
@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from producer.wire.settings import Settings  # noqa: E402
-from producer.bench import LoadSpec, LocalFarm, run_load, worker_env  # noqa: E402
-from producer.bench_report import summarize  # noqa: E402
+from bench.run import LoadSpec, LocalFarm, run_load, worker_env  # noqa: E402
+from bench.report import summarize  # noqa: E402
 from producer.wire.keys import Keys  # noqa: E402
 
 log = logging.getLogger("bench_scheduling")
@@ -104,7 +104,7 @@ def one_run(settings: Settings, farm: LocalFarm, mode: str, level: float, rate: 
     book_state: dict[str, Any] = {}
     thread = None
     if book is not None:
-        from producer.book import run_book
+        from books import run_book
 
         def make() -> None:
             start = time.monotonic()

@@ -6,7 +6,7 @@
 For each mix and each mode (``streaming.windowed`` false, then true; the same farm layout, the defaults):
 
 * idle first chunk: jobs one at a time on an idle farm of one worker (``bench_idle_first_chunk``);
-* saturation (closed loop) then Poisson arrivals at 70 % of it (``producer.bench.run_bench``): throughput,
+* saturation (closed loop) then Poisson arrivals at 70 % of it (``bench.run.run_bench``): throughput,
   first chunk P50/P95/P99 (``--repeats 2``: the pair twice, whole-windowed-windowed-whole, against drift);
 * first: the model time of the mix's texts in this process on one thread, whole vs windowed interleaved
   (what windowing costs the model, free of the farm's and the other tenants' noise).
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_idle_first_chunk import idle_first_chunk  # noqa: E402
 
-from producer.bench import KINDS, BenchConfig, LoadSpec, run_bench  # noqa: E402
+from bench.run import KINDS, BenchConfig, LoadSpec, run_bench  # noqa: E402
 from producer.wire.settings import load_settings  # noqa: E402
 
 MODES = {"whole": "false", "windowed": "true"}

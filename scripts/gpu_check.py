@@ -18,7 +18,7 @@ leaves what it measured) and summarised in ``DIR/gpu_check.txt``:
 3. ``transfer``: at batch 8, ``session.run`` with numpy against IO binding from pageable numpy buffers and
    IO binding from a reused pinned pool (torch pinned tensors), output left on the device and copied once;
    for vocoders a fixed-shape window also with a CUDA graph (kept only if it measures faster).
-4. ``farm``: redis-server and one worker on this device (``producer.bench``): saturation (closed loop),
+4. ``farm``: redis-server and one worker on this device (``bench.run``): saturation (closed loop),
    then Poisson arrivals at 70 % of it with the mixed load: throughput, mean batch, padding waste, first
    chunk P50/P99, and device memory sampled through the run (flat or not). The raw batched ceiling of the
    same voices in this process is measured beside it.
@@ -262,7 +262,7 @@ def farm_config_dir(settings: Any, work: Path) -> tuple[Path, bool]:
 
 def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_batch: int, work: Path,
                  loops: int = 0) -> dict[str, Any]:
-    from producer.bench import BenchConfig, LoadSpec, run_bench
+    from bench.run import BenchConfig, LoadSpec, run_bench
 
     config_dir, speaks_zh = farm_config_dir(settings, work)
     env = {"TTSFARM_RUNTIME_DEVICE": device, "TTSFARM_RUNTIME_CPU_FALLBACK": "false" if device == "cuda" else "true",

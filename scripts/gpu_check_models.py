@@ -1,7 +1,7 @@
 """The stage models the device check measures, with realistic inputs made by the project's own voices.
 
 Each served voice contributes its stage graphs (acoustic and vocoder of a two-stage voice; the whole graph
-of a one-graph voice). Inputs come from the workload texts of ``producer.bench`` run through the voice's
+of a one-graph voice). Inputs come from the workload texts of ``bench.run`` run through the voice's
 frontend (phoneme ids) and, for a vocoder, through its acoustic stage once (frames), so the check feeds
 each graph what the farm feeds it. Feeds are built from the graph's declared inputs, so the check needs
 no graph-specific code beyond the frame layout a vocoder declares.
@@ -119,7 +119,7 @@ def build_feeds(inputs: list[InputMeta], items: list[Any], layout: str = "") -> 
 
 
 def workload_texts(lang: str) -> list[str]:
-    from producer.bench import PARAGRAPHS_EN, SHORT_EN, SHORT_ZH
+    from bench.run import PARAGRAPHS_EN, SHORT_EN, SHORT_ZH
 
     return list(SHORT_ZH) if lang == "zh" else [*SHORT_EN, *PARAGRAPHS_EN]
 

@@ -30,8 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from producer.bench import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_quiet
-from producer.bench_report import write_results
+from bench.run import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_quiet
+from bench.report import write_results
 from producer.wire.settings import Settings, load_settings
 
 log = logging.getLogger("tune_cpu")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from producer.book_formats import Book
+from books.formats import Book
 
 DATA = Path(__file__).parent / "data" / "book"
 MD = DATA / "small_farm.md"

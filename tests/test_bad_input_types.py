@@ -30,7 +30,7 @@ from pipeline.errors import (
     InputError,
 )
 from producer.aio import AsyncClient, AsyncJob
-from producer.book import BookOptions, submit_book
+from books import BookOptions, submit_book
 from producer.cli import main as cli
 from producer.client import Client, Job
 from gateway import create_app

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.bench import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
-from producer.bench_report import batch_sizes, markdown_summary, pct, summarize, write_results
+from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
+from bench.report import batch_sizes, markdown_summary, pct, summarize, write_results
 from producer.cli import build_parser
 
 

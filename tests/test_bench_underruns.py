@@ -1,12 +1,12 @@
-"""The bench client's listener: underruns counted against synthetic streams (producer/bench_load.py ``underruns``,
-producer/bench_report.py ``underrun_summary``)."""
+"""The bench client's listener: underruns counted against synthetic streams (bench/load.py ``underruns``,
+bench/report.py ``underrun_summary``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from producer.bench_load import JobRecord, PlannedJob, underruns
-from producer.bench_report import summarize
+from bench.load import JobRecord, PlannedJob, underruns
+from bench.report import summarize
 
 
 def test_a_stream_ahead_of_its_listener_never_runs_dry() -> None:

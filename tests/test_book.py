@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from producer.book import BookOptions, BookPlan, BookResult, plan_book, run_book, segment_key, submit_book
-from producer.book_formats import load_book
+from books import BookOptions, BookPlan, BookResult, plan_book, run_book, segment_key, submit_book
+from books.formats import load_book
 from producer.client import Client
 from tests.book_files import BOOK_ID, MD, epub_of, join_steps, layout, typical_step
 from tests.conftest import Farm
@@ -213,7 +213,7 @@ def test_killed_worker_and_runner_then_a_rerun_redoes_only_what_was_in_flight(fa
 
     added_before = entries_added()  # the module's farm: earlier tests queued jobs on these streams too
     env = {**os.environ, **farm.env, "PYTHONPATH": str(ROOT), "TTSFARM_QUEUE_MAX_BACKLOG_BULK_SEGMENTS": "6"}
-    runner = subprocess.Popen([sys.executable, "-m", "producer.book", str(book), "--out", str(out), "--book-id", "kill-book",
+    runner = subprocess.Popen([sys.executable, "-m", "books", str(book), "--out", str(out), "--book-id", "kill-book",
                                "--quiet"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
     while sum(s == "done" for s in states().values()) < len(ids) // 3:

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from pipeline.errors import InputError
-from producer.book import BookOptions, book_gain, loudness_of
+from books import BookOptions, book_gain, loudness_of
 from tests.book_files import join_steps, layout, typical_step
 from workers.assembly import LoudnessMeter, join_chapter, limit_peaks
 
@@ -83,7 +83,7 @@ def test_stream_encoder_writes_each_format_with_tags() -> None:
 
 
 def test_workers_write_only_into_marked_folders(tmp_path: Path) -> None:
-    from producer.book import OUTPUT_MARKER, normalize_out
+    from books import OUTPUT_MARKER, normalize_out
     from producer.wire.settings import StorageSettings
     from workers.assembly import output_storage
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pipeline.errors import InputError
-from producer.book import BookOptions, default_book_id, main, plan_book
-from producer.book_formats import BAD_BOOK, apply_manifest, load_book, parse_epub, parse_markdown, parse_text
+from books import BookOptions, default_book_id, main, plan_book
+from books.formats import BAD_BOOK, apply_manifest, load_book, parse_epub, parse_markdown, parse_text
 from tests.book_files import BOOK_ID, DATA, MD, epub_of, make_epub
 
 

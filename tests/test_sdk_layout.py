@@ -1,7 +1,7 @@
 """The SDK's shape, read from its source: the two client faces hold no calls of their own (everything a
 call decides is in ``producer.core``), and the SDK and book modules import one way, lazy imports counted
 (``tests/test_structure.py`` checks module-level circles over the whole project): the book facade
-``producer.book`` is imported by no module it re-exports, and the client never imports the book CLI back."""
+``books`` is imported by no module it re-exports, and the client never imports the book CLI back."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FACES = ("producer/client.py", "producer/aio.py")
 # What a face may take from the rest of producer/: the core, argument checks, the record types
 # it returns, and (sync) the book runner it hands itself to.
-FACE_IMPORTS = {"producer.core", "producer.checks", "producer.wire.records", "producer.book_handle"}
+FACE_IMPORTS = {"producer.core", "producer.checks", "producer.wire.records", "books.handle"}
 RECORD_TYPES = {"Chunk", "JobResult"}
 
 
@@ -45,7 +45,7 @@ def test_the_faces_only_perform_steps() -> None:
         assert redis_calls <= {"close", "aclose"}, f"{face} sends Redis commands itself: {redis_calls}"
 
 
-SDK = ("producer.client", "producer.aio", "producer.core", "producer.book")  # producer.book_* too (prefix)
+SDK = ("producer.client", "producer.aio", "producer.core", "books")  # producer.book_* too (prefix)
 
 
 def test_the_sdk_and_book_modules_import_one_way() -> None:
@@ -53,7 +53,7 @@ def test_the_sdk_and_book_modules_import_one_way() -> None:
     for name, path in MODULES.items():
         deps = {_project_module(mod) for mod, _ in structure_imports(name, _tree(path), everywhere=True)}
         graph[name] = {d for d in deps if d and d != name}
-    assert "producer.book" in graph and "producer.book_handle" in graph["producer.client"]
+    assert "books" in graph and "books.handle" in graph["producer.client"]
     through_sdk = [c for c in _cycles(graph) if any(m.startswith(SDK) for m in c)]
     assert through_sdk == [], f"import circles through the SDK (lazy imports counted): {through_sdk}"
-    assert not any("producer.book" in graph[m] for m in graph if m.startswith(SDK)), "the book facade is imported back"
+    assert not any("books" in graph[m] for m in graph if m.startswith(SDK)), "the book facade is imported back"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("producer", "gateway", "workers", "pipeline")
+PACKAGES = ("producer", "books", "bench", "gateway", "workers", "pipeline")
 FRONT_ENDS = ("gateway",)  # packages that serve the farm to clients: they depend on the wire and the SDK only
 
 
@@ -245,7 +245,7 @@ def test_no_import_circles_even_in_annotations() -> None:
 ENVIRON_ALLOWED = {
     "producer.wire.settings": "the settings loader (settings_from_environment)",
     "producer.cli": "`ttsfarm` main",
-    "producer.book_cli": "`ttsfarm book` main",
+    "books.cli": "`ttsfarm book` main",
     "gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
     "workers.app": "the Celery app module (`celery -A workers.app worker`)",
     "producer.local": "starts worker processes: their environment is this one's plus the farm's overrides",

@@ -1,6 +1,6 @@
 """Audiobook chapters: a book's stored segment audio joined into one file per chapter, as Celery tasks.
 
-``producer.book`` sends three tasks (Flower shows them by these names):
+``books`` sends three tasks (Flower shows them by these names):
 
 - ``ttsfarm.measure_chapter``: are all of a chapter's segments stored? Its loudness histogram and peak.
 - ``ttsfarm.assemble_chapter``: the segments in order, each faded in and out over a few milliseconds

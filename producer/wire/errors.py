@@ -47,7 +47,7 @@ STORAGE_NO_CREDENTIALS = "STORAGE_NO_CREDENTIALS"
 STORAGE_REJECTED = "STORAGE_REJECTED"
 STORAGE_IO_ERROR = "STORAGE_IO_ERROR"
 
-# Books (``producer.book``, ``workers.assembly``).
+# Books (``books``, ``workers.assembly``).
 BAD_BOOK = "BAD_BOOK"  # the book file cannot be read (not UTF-8, a broken or DRM-protected EPUB)
 BOOK_OUTPUT_REFUSED = "BOOK_OUTPUT_REFUSED"
 BOOK_NOT_FINISHED = "BOOK_NOT_FINISHED"

@@ -1,6 +1,6 @@
 """The wire's Celery tasks: their names, and a sender that only sends them.
 
-The book runner (``producer.book_handle``) sends the assembly tasks; workers register them under these names
+The book runner (``books.handle``) sends the assembly tasks; workers register them under these names
 (``workers.assembly``, ``workers.book_file``) on the app ``workers.app`` configures. The sender is configured
 like that app (same broker, same key prefix); Celery is imported only when a sender is made.
 """

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError, TTSFarmError
-from producer.book_formats import Book, load_book
-from producer.book_plan import (
+from books.formats import Book, load_book
+from books.plan import (
     CHAPTER_FORMATS,
     BookOptions,
     BookPlan,

@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from pipeline.errors import TTSFarmError
-from producer.bench_local import ProcSampler
+from bench.local import ProcSampler
 from producer.reader import ResultsReader
 from producer.status import decode_status
 from producer.wire.errors import OverloadedError

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pipeline.errors import TTSFarmError
-from producer.book_formats import load_book
-from producer.book_handle import submit_book
-from producer.book_plan import (
+from books.formats import load_book
+from books.handle import submit_book
+from books.plan import (
     BookOptions,
     BookProgress,
     BookResult,
@@ -124,7 +124,7 @@ def cmd_book(settings: Settings, args: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m producer.book``: the same as ``ttsfarm book``."""
+    """``python -m books``: the same as ``ttsfarm book``."""
     import argparse
 
     from producer.wire.settings import load_settings

@@ -2,7 +2,7 @@
 the chapter splits and titles.
 
 Only the standard library. A chapter is a title and a list of paragraphs of plain text, one line each
-(``producer.book_model``); what is read aloud is decided later (``producer.book``).
+(``books.model``); what is read aloud is decided later (``books``).
 
 Chapters come from:
 
@@ -12,7 +12,7 @@ Chapters come from:
 - Markdown: the heading level used most often (ties: the higher level). A lone higher heading before
   the first chapter is the book's title; other higher headings (``# Part Two``) start a chapter of
   their own (as a part page does in an EPUB); deeper ones are read as paragraphs.
-- EPUB (``producer.epub``): the table of contents (EPUB 3 nav, else the EPUB 2 NCX) over the spine.
+- EPUB (``books.epub``): the table of contents (EPUB 3 nav, else the EPUB 2 NCX) over the spine.
   A nav entry that points into the same file as its parent (a section) stays inside its parent's
   chapter; spine files without an entry continue the chapter before them.
 """
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
-from producer.book_model import Book, Chapter, make_chapter, one_line
-from producer.epub import MAX_MEMBER_BYTES, parse_epub
+from books.model import Book, Chapter, make_chapter, one_line
+from books.epub import MAX_MEMBER_BYTES, parse_epub
 from producer.wire.errors import BAD_BOOK
 
 __all__ = [

@@ -1,5 +1,5 @@
 """What a parsed book is (a title and chapters of one-line paragraphs), and the text helpers every
-format's reader shares (``producer.book_formats``, ``producer.epub``)."""
+format's reader shares (``books.formats``, ``books.epub``)."""
 
 from __future__ import annotations
 

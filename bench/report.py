@@ -75,7 +75,7 @@ def worker_stats(samples: list[dict[str, Any]], t0: float) -> dict[str, Any]:
 
 
 def summarize(raw: dict[str, Any]) -> dict[str, Any]:
-    """The numbers of one load phase (``producer.bench.run_load``'s output)."""
+    """The numbers of one load phase (``bench.run.run_load``'s output)."""
     records = raw["records"]
     rows = [rec.summary() for rec in records]
     states = Counter(row["state"] for row in rows)

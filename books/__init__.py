@@ -2,7 +2,7 @@
 
     result = run_book(settings, "novel.epub", "default", "s3://bucket/books/novel")
 
-1. The book is parsed into chapters (``producer.book_formats``) and each chapter is cut by the farm's
+1. The book is parsed into chapters (``books.formats``) and each chapter is cut by the farm's
    ``Segmenter`` (with the short first segment of streaming switched off: a book need not start early).
 2. Every segment is one job in the bulk lane, ``format="pcm"``, ``pause_s=0``, with an id derived from
    the book id and what decides its audio (text, language, concrete voice, rate, options). Per-segment
@@ -20,11 +20,11 @@
    are never doubled), ``ttsfarm.assemble_book_file`` the whole book as one M4B with chapter marks
    (``workers.book_file``; unless ``single_file=False``) and ``ttsfarm.write_book_files`` writes
    ``manifest.json`` (which lists the M4B as ``book_file``) and ``playlist.m3u8``.
-   Tasks reply on Redis lists the runner owns (``producer.book_handle``); the Celery app needs no result backend.
+   Tasks reply on Redis lists the runner owns (``books.handle``); the Celery app needs no result backend.
 
-The modules, in the order a book goes through them: ``producer.book_formats`` (parsing, with
-``producer.epub``), ``producer.book_plan`` (options, segment jobs, the gain), ``producer.book_handle``
-(``submit_book`` and the ``BookHandle`` that drives a book on the farm) and ``producer.book_cli``
+The modules, in the order a book goes through them: ``books.formats`` (parsing, with
+``books.epub``), ``books.plan`` (options, segment jobs, the gain), ``books.handle``
+(``submit_book`` and the ``BookHandle`` that drives a book on the farm) and ``books.cli``
 (``run_book`` with its progress bar, and ``ttsfarm book``). Their public names are all importable
 from here.
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import sys
 
-from producer.book_cli import (
+from books.cli import (
     ProgressBar,
     add_arguments,
     cmd_book,
@@ -41,8 +41,8 @@ from producer.book_cli import (
     run_book,
     summary,
 )
-from producer.book_formats import Book, load_book
-from producer.book_handle import (
+from books.formats import Book, load_book
+from books.handle import (
     HELD_BATCH,
     OUTPUT_MARKER,
     REPLY_TTL_S,
@@ -52,7 +52,7 @@ from producer.book_handle import (
     normalize_out,
     submit_book,
 )
-from producer.book_plan import (
+from books.plan import (
     ID_VERSION,
     LOUDNESS_FLOOR_DB,
     LOUDNESS_STEP_DB,

@@ -8,7 +8,7 @@ After a job ends its status record gives the queue time (``started - created``) 
 segment (``batch:{seg}``); a sampler reads the workers' RSS and CPU time from /proc.
 
 The bench can start its own redis-server and N workers (``producer.local``) or use a running farm
-(``--redis URL``). Summaries, JSON and plots are made by ``producer.bench_report``.
+(``--redis URL``). Summaries, JSON and plots are made by ``bench.report``.
 
 Latency is measured from each job's *scheduled* arrival, not from when the submitter got round to it,
 so a slow submitter cannot hide queueing (no coordinated omission); the submit lag is reported too.
@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from producer.bench_load import (
+from bench.load import (
     KINDS,
     MIXES,
     PARAGRAPHS_EN,
@@ -41,7 +41,7 @@ from producer.bench_load import (
     make_jobs,
     run_load,
 )
-from producer.bench_local import (
+from bench.local import (
     ForeignLoad,
     LocalFarm,
     ProcSampler,
@@ -84,7 +84,7 @@ class BenchConfig:
 
 def run_bench(config: BenchConfig, *, base: Settings | None = None) -> dict[str, Any]:
     """One bench: optionally a farm of our own, a warm-up, an optional saturation phase, the load phase."""
-    from producer.bench_report import summarize
+    from bench.report import summarize
 
     base = base or settings_from_environment()
     farm: LocalFarm | None = None
@@ -141,7 +141,7 @@ def run_bench(config: BenchConfig, *, base: Settings | None = None) -> dict[str,
 
 def add_padding_waste(summary: dict[str, Any], settings: Settings) -> None:
     """Fill ``padding_waste`` when some batch held more than one segment (phonemizes those segments)."""
-    from producer.bench_report import padding_waste
+    from bench.report import padding_waste
 
     if not any(int(size) > 1 for size in summary["batch_sizes"]):
         summary["padding_waste"] = {"batches": 0, "mean": None, "note": "no batch held more than one segment"}
@@ -166,7 +166,7 @@ def add_padding_waste(summary: dict[str, Any], settings: Settings) -> None:
 
 def main(args: Any) -> int:
     """Entry of ``ttsfarm bench`` (producer/cli.py builds ``args``)."""
-    from producer.bench_report import markdown_summary, write_results
+    from bench.report import markdown_summary, write_results
 
     env = dict(kv.split("=", 1) for kv in args.set or [])
     load = LoadSpec(mix=args.mix, rate=args.rate, concurrency=args.concurrency, duration_s=args.duration,

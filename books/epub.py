@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urldefrag
 
 from pipeline.errors import InputError
-from producer.book_model import Book, Chapter, make_chapter, one_line
+from books.model import Book, Chapter, make_chapter, one_line
 from producer.wire.errors import BAD_BOOK
 
 MAX_MEMBER_BYTES = 64 * 1024 * 1024  # one file inside an EPUB, decompressed: a zip bomb stops here

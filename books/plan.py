@@ -1,6 +1,6 @@
 """A book's plan on the farm: its options, the segment jobs of each chapter and their ids, the progress
 and result types, and the one gain per book chosen from the chapters' loudness. Pure computation: no
-Redis or Celery here (``producer.book_handle`` drives the plan on the farm)."""
+Redis or Celery here (``books.handle`` drives the plan on the farm)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, NOTHING_TO_SPEAK, InputError
-from producer.book_formats import Book
+from books.formats import Book
 from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
 from producer.wire.settings import Settings
 from producer.wire.tasks import LOUDNESS_FLOOR_DB, LOUDNESS_STEP_DB
