@@ -21,7 +21,8 @@ import redis.asyncio as aredis
 
 from producer.aio import AsyncClient
 from producer.client import Client
-from producer.wire.broker import Broker, Op, RedisBroker, Script, run_blocking
+from producer.wire.broker import Broker, Op, Script, run_blocking
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.errors import JobError, TransientError
 from producer.wire.keys import Keys
 from producer.wire.lua import ADMIT

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from producer.wire.keys import STATES_FINAL, Keys
-from producer.wire.broker import RedisBroker
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.lua import CLAIM_FRAMES
 from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
 from producer.wire.storage import Storage

@@ -14,7 +14,8 @@ from typing import Any
 import redis
 
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.broker import RedisBroker, run_blocking
+from producer.wire.broker import run_blocking
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.records import SegmentJob
 from workers.batcher import Head
 

@@ -5,8 +5,9 @@
 ``records``        the job record (``SegmentJob``), chunk and final records, word timings, the dead-letter
                    record: each built and parsed here and nowhere else
 ``lua``            every Lua script (admission, cancel, reading results, the final record, ...)
-``broker``         ``Broker``, the seam where another backend goes (the SDK's sans-IO producing steps, the
-                   workers' blocking consuming ones), and ``RedisBroker``
+``broker``         ``Broker``, the seam where another backend goes: every step the farm takes (the SDK's
+                   sans-IO producing steps, the workers' blocking consuming and results steps, admin steps)
+``redis_broker``   ``RedisBroker``: those steps on Redis (the only code of the farm that speaks Redis)
 ``backlog``        the backpressure arithmetic around ``lua.ADMIT``
 ``tasks``          Celery task names and the sender the book runner uses
 ``storage``        where full outputs go (``storage_s3`` for S3): workers write, the SDK and front ends read

@@ -1,5 +1,5 @@
 """Every Lua script of the Redis wire, in one place. Each runs atomically on the server; the comment above
-each says its KEYS and ARGV. ``producer.wire.broker.RedisBroker`` runs the broker's steps with them (others,
+each says its KEYS and ARGV. ``producer.wire.redis_broker.RedisBroker`` runs the broker's steps with them (others,
 such as the book runner's, go through ``redis.Redis.register_script``); another broker implements the same
 steps its own way.
 """
