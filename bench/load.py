@@ -30,10 +30,10 @@ import redis
 from pipeline.errors import TTSFarmError
 from bench.local import ProcSampler
 from producer.reader import ResultsReader
-from producer.status import decode_status
 from producer.wire.errors import OverloadedError
 from producer.wire.keys import Keys
 from producer.wire.settings import Settings
+from producer.wire.status import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,8 @@ class StreamWatcher(threading.Thread):
         rec, _ = self.live.pop(key)
         rec.state, rec.error, rec.ended = state, error, now
         status_key = self.keys.status(rec.job_id)
-        rec.status = decode_status(self.r.hgetall(status_key))
+        st = JobStatus.from_fields(rec.job_id, self.r.hgetall(status_key))
+        rec.status = st.to_dict() if st else {}
         if self.cleanup:
             self.r.delete(key, status_key)
             if self.storage_dir is not None:

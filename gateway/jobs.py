@@ -112,7 +112,6 @@ async def job_captions(job_id: str, request: Request,
                        format: str = Query("vtt", description="vtt (WebVTT) or srt")) -> Response:  # noqa: A002
     """Captions from the job's word timings; 409 JOB_NOT_DONE until it is done. Cue text is the spoken words."""
     from producer.captions import caption_format, render
-    from producer.status import result_from_status
 
     fmt = caption_format(format)
     farm = state_of(request)
@@ -120,7 +119,7 @@ async def job_captions(job_id: str, request: Request,
     if st.get("state") != "done":
         raise GatewayError(409, f"job {job_id} is {st.get('state')}; its captions are there once it is done",
                            code=JOB_NOT_DONE, state=st.get("state"))
-    words = result_from_status(job_id, st).words
+    words = st.result().words
     media = "text/vtt; charset=utf-8" if fmt == "vtt" else "application/x-subrip; charset=utf-8"
     return Response(content=render(words, fmt), media_type=media,
                     headers={"Content-Disposition": f'inline; filename="{job_id}.{fmt}"'})

@@ -15,6 +15,7 @@ import redis.asyncio as aredis
 
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
+from producer.wire.status import JobStatus
 from producer.wire.records import Chunk, JobResult
 
 T = TypeVar("T")
@@ -86,7 +87,7 @@ class AsyncClient(ClientCore):
 class AsyncJob(JobCore):
     client: AsyncClient
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> JobStatus:
         return await self.client._run(self._status())
 
     async def cancel(self) -> bool:

@@ -16,6 +16,7 @@ import redis
 from pipeline.errors import BAD_OPTION, InputError
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
+from producer.wire.status import JobStatus
 from producer.wire.records import Chunk, JobResult
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class Client(ClientCore):
 class Job(JobCore):
     client: Client
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JobStatus:
         return self.client._run(self._status())
 
     def cancel(self) -> bool:

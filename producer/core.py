@@ -2,7 +2,7 @@
 
 Like httpx's shared base under ``Client`` and ``AsyncClient``, everything a call decides lives here:
 argument checks (``producer.checks``), building the records (``producer.submit``), reading the replies
-(``producer.reader``, ``producer.status``), error mapping and the retry policy. What it asks of the farm's
+(``producer.reader``; a job's status is the wire's ``JobStatus``), error mapping and the retry policy. What it asks of the farm's
 store goes through the broker (``producer.wire.broker``; ``RedisBroker`` unless one is handed in), whose
 producing steps are sans-IO. A call is a generator that yields the steps it needs done and is sent each
 step's reply (or has its error thrown in at the ``yield``):
@@ -42,13 +42,13 @@ from typing import Any, Self, TypeVar
 from pipeline.errors import TTSFarmError
 from producer.checks import job_id_arg
 from producer.reader import ResultsReader
-from producer.status import decode_status, result_from_status
 from producer.submit import Submission, prepare_submission
 from producer.wire.broker import Broker
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError, JobTimeoutError, TransientError
-from producer.wire.keys import STATES_FINAL, Keys
+from producer.wire.keys import Keys
 from producer.wire.records import Chunk, JobResult
+from producer.wire.status import JobStatus
 from producer.wire.settings import Settings, settings_from_environment
 
 log = logging.getLogger(__name__)
@@ -137,10 +137,10 @@ class ClientCore:
 
     def _total(self, job_id: Any) -> Call[int]:
         """The segment count of an existing job."""
-        raw = yield from self.broker.job_status(job_id_arg(job_id))
-        if not raw:
+        st = yield from self.broker.job_status(job_id_arg(job_id))
+        if st is None:
             raise JobNotFoundError(f"no job {job_id!r} (unknown or expired)")
-        return int(decode_status(raw)["total"])
+        return st.total
 
 
 class JobCore:
@@ -154,11 +154,11 @@ class JobCore:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r}, segments={self.total})"
 
-    def _status(self) -> Call[dict[str, Any]]:
-        raw = yield from self.client.broker.job_status(self.id)
-        if not raw:
+    def _status(self) -> Call[JobStatus]:
+        st = yield from self.client.broker.job_status(self.id)
+        if st is None:
             raise JobNotFoundError(f"no job {self.id!r} (unknown or expired)")
-        return decode_status(raw)
+        return st
 
     def _cancel(self) -> Call[bool]:
         outcome = yield from self.client.broker.cancel(self.id)
@@ -190,7 +190,7 @@ class JobCore:
             for entry_id, fields in entries or ():
                 yield from reader.feed(entry_id, fields)
             if not entries and not woke:
-                state = (yield from self._status())["state"]
+                state = (yield from self._status()).state
                 error = reader.idle_error(state, stream_exists=entries is not None)
                 if error:
                     raise error
@@ -208,10 +208,10 @@ class JobCore:
                     raise
                 yield Pause(WAIT_RETRY_S)
                 continue
-            if st["state"] in STATES_FINAL:
-                return result_from_status(self.id, st)
+            if st.ended:
+                return st.result()
             if deadline is not None and time.monotonic() > deadline:
-                raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s (state {st['state']})")
+                raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s (state {st.state})")
             yield Pause(poll_s)
             poll_s = min(poll_s * 1.5, 0.25)
 

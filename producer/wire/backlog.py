@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from producer.wire.errors import OverloadedError
 from producer.wire.keys import Keys
 from producer.wire.settings import QueueSettings
+from producer.wire.status import JobStatus
 
 if TYPE_CHECKING:
     from producer.submit import Submission
@@ -32,8 +33,7 @@ def admit_args(sub: Submission, keys: Keys, q: QueueSettings) -> tuple[list[str]
     max_n, max_s = limits(q, lane)
     add_s = round(sum(s.est_s for s in sub.segments), 3)
     script_keys = [keys.status(sub.job_id), keys.backlog(lane), *sub.streams]
-    status = {k: repr(v) if isinstance(v, float) else str(v) for k, v in sub.status.items()}
-    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(status)]
+    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(JobStatus.admitted(**sub.status))]
     argv += [json.dumps(seg.to_fields(), ensure_ascii=False) for seg in sub.segments]
     return script_keys, argv
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from producer.wire.keys import Keys
 
 if TYPE_CHECKING:
+    from producer.wire.status import JobStatus
     from producer.submit import Submission
     from producer.wire.settings import QueueSettings
 
@@ -72,8 +73,8 @@ class Broker(Protocol):
         """Mark a job cancelled unless it has ended: -1 no such job, 0 it had ended, 1 cancelled."""
         ...
 
-    def job_status(self, job_id: str) -> Op[Mapping[Any, Any]]:
-        """A job's status record as stored (``producer.status.decode_status`` reads it); empty: no such job."""
+    def job_status(self, job_id: str) -> Op[JobStatus | None]:
+        """A job's status record; None: no such job (unknown or expired)."""
         ...
 
     def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:

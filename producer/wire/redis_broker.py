@@ -18,6 +18,7 @@ from producer.wire.broker import Command, Op, Script
 from producer.wire.keys import GROUP, Keys
 from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, FINALIZE, MARK_STARTED, READ_RESULTS, RELEASE
 from producer.wire.records import CANCELLED_INFO, final_record
+from producer.wire.status import JobStatus
 
 if TYPE_CHECKING:
     from producer.submit import Submission
@@ -53,8 +54,8 @@ class RedisBroker:
     def cancel(self, job_id: str) -> Op[int]:
         return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time()])))
 
-    def job_status(self, job_id: str) -> Op[Mapping[Any, Any]]:
-        return (yield Command("hgetall", (self.keys.status(job_id),)))  # type: ignore[no-any-return]
+    def job_status(self, job_id: str) -> Op[JobStatus | None]:
+        return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
 
     def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
         return (yield Script(READ_RESULTS, [self.keys.results(job_id)], list(args)))
