@@ -10,7 +10,7 @@ from producer.wire.errors import OverloadedError
 from producer.wire.keys import GROUP, Keys
 from producer.wire.records import SegmentJob
 from producer.wire.settings import Settings
-from workers.queue import StreamQueue
+from producer.wire.redis_broker import RedisBroker
 
 
 def test_submit_beyond_the_lane_limit_is_refused_and_ack_drains(settings: Settings, r: redis.Redis) -> None:
@@ -25,7 +25,7 @@ def test_submit_beyond_the_lane_limit_is_refused_and_ack_drains(settings: Settin
     client.submit("The bulk lane has its own limit.", voice="joe", lane="bulk")
 
     keys = Keys(s.redis.key_prefix)
-    q = StreamQueue(r, keys, s.queue.n_buckets, "tester")
+    q = RedisBroker(r, keys).consumer("tester", keys.queues(s.queue.n_buckets))
     taken = [e for stream in q.streams if ":interactive:" in stream for e in q.claim(stream, 10)]
     assert len(taken) == 3
     q.ack(taken[:2])
@@ -41,7 +41,7 @@ def test_finished_entries_leave_their_stream_and_requeued_ones_are_replaced(sett
     for text in ("One sentence.", "Another one.", "A third."):
         client.submit(text, voice="joe")
     keys = Keys(settings.redis.key_prefix)
-    q = StreamQueue(r, keys, settings.queue.n_buckets, "tester")
+    q = RedisBroker(r, keys).consumer("tester", keys.queues(settings.queue.n_buckets))
     taken = [e for stream in q.streams for e in q.claim(stream, 10)]
     assert len(taken) == 3
     total = lambda: sum(int(r.xlen(stream)) for stream in q.streams)  # noqa: E731

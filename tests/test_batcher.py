@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from producer.wire.settings import QueueSettings
-from workers.batcher import Candidate, Head, LaneState, choose_head, padding_waste, select_batch, tolerance
+from producer.wire.queue import Head
+from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch, tolerance
 
 Q = QueueSettings(window_ms=200, tolerance=0.1, tolerance_max=0.35, bulk_aging_ms=3000, interactive_streak=4)
 

@@ -15,6 +15,7 @@ from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
 from producer.wire.errors import JobNotFoundError
 from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.records import SegmentJob
 from tests.conftest import Farm
 
@@ -194,7 +195,7 @@ def test_a_cancel_is_never_undone_by_a_segment_starting(farm: Farm, redis_url: s
     r.hset(keys.status(seg.job_id), mapping={"state": "queued", "total": 2, "created": time.time()})
     job = client.job(seg.job_id)
     assert job.cancel() is True
-    publisher = Publisher(r, keys, storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
+    publisher = Publisher(RedisBroker(r, keys), storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
     assert publisher.mark_started(seg, "w@test") is True  # the job's first start is still recorded...
     assert r.hget(keys.status(seg.job_id), "state") == b"cancelled"  # ...but does not make it running again
     assert job.cancel() is False

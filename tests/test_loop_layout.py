@@ -98,25 +98,25 @@ def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp
     reserved.native_id = shared.native_id = threading.get_native_id()
     assert farm.reserved_loop_free()
     for shared_runs, bank in ((None, farm.interactive_bank), ("background", farm.interactive_bank), ("urgent", farm.bank)):
-        shared.running = shared_runs
-        assert reserved.voice_bank() is bank, shared_runs
-        assert shared.voice_bank() is farm.bank
-    shared.running = None
-    reserved.waiting = 3  # more callers wait: one thread per job does more work per core
-    assert reserved.voice_bank() is farm.bank
-    reserved.running = "urgent"
+        shared.runner.running = shared_runs
+        assert reserved.runner.voice_bank() is bank, shared_runs
+        assert shared.runner.voice_bank() is farm.bank
+    shared.runner.running = None
+    reserved.claimer.waiting = 3  # more callers wait: one thread per job does more work per core
+    assert reserved.runner.voice_bank() is farm.bank
+    reserved.runner.running = "urgent"
     assert not farm.reserved_loop_free()
-    reserved.running = None
-    reserved.open = [object()]  # type: ignore[list-item]  # between two windows of a segment it holds (deadline mode)
+    reserved.runner.running = None
+    reserved.scheduler.held = [object()]  # type: ignore[list-item]  # between two windows of a segment it holds (deadline mode)
     assert not farm.reserved_loop_free()
-    reserved.open = []
+    reserved.scheduler.held = []
     assert farm.reserved_loop_free()
 
 
 def test_only_a_callers_first_segment_is_urgent() -> None:
     from producer.wire.records import SegmentJob
     from workers.layout import urgency
-    from workers.queue import Entry
+    from producer.wire.queue import Entry
 
     def entry(lane: str, seg: int) -> Entry:
         job = SegmentJob(job_id="abcdefgh12", seg=seg, total=3, text="Hello.", lang="en", voice="joe", request_voice="joe",

@@ -1,6 +1,6 @@
 """The playback clock the publisher keeps in a job's status hash (real Redis): ``first_chunk`` once, ``delivered_s``
 summed over every piece published (by any worker), and each piece told the clock as it found it; and the claim a
-deadline-scheduled loop keeps on the segments it holds between windows (``StreamQueue.touch``)."""
+deadline-scheduled loop keeps on the segments it holds between windows (``Consumer.touch``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.records import SegmentJob
 from workers.publisher import Publisher, SegmentProgress
 
@@ -27,8 +28,8 @@ def _pcm(seconds: float) -> bytes:
 
 def test_the_clock_starts_at_the_first_chunk_and_counts_audio_from_every_publisher(r: redis.Redis) -> None:
     keys = Keys("clock")
-    one = Publisher(r, keys, storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
-    other = Publisher(r, keys, storage=None, chunk_ms=500, maxlen=100, ttl_s=60)  # another worker
+    one = Publisher(RedisBroker(r, keys), storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
+    other = Publisher(RedisBroker(r, keys), storage=None, chunk_ms=500, maxlen=100, ttl_s=60)  # another worker
     before = time.time()
     seg0 = SegmentProgress(_job(0), "w1/1")
     assert one.publish_piece(seg0, _pcm(0.3), last=False, batch_id="b", worker="w1") is None
@@ -46,7 +47,7 @@ def test_the_clock_starts_at_the_first_chunk_and_counts_audio_from_every_publish
 
 def test_a_redo_of_a_published_window_does_not_count_twice(r: redis.Redis) -> None:
     keys = Keys("clock2")
-    pub = Publisher(r, keys, storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
+    pub = Publisher(RedisBroker(r, keys), storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
     seg = SegmentProgress(_job(0), "w1/1")
     pub.publish_piece(seg, _pcm(0.5), last=False, batch_id="b", worker="w1", publish=False)  # published by a dead attempt
     assert r.hget(keys.status("clockjob1234"), "delivered_s") is None
@@ -58,10 +59,10 @@ def test_touching_held_entries_keeps_them_ours_and_never_takes_one_back(r: redis
     """A segment held between its windows (deadline scheduling) is touched so that it does not look idle; one another
     consumer reclaimed meanwhile stays with that consumer."""
     from producer.wire.keys import GROUP
-    from workers.queue import StreamQueue
+    from producer.wire.redis_broker import RedisBroker
 
     keys = Keys("touch")
-    mine = StreamQueue(r, keys, 1, "mine", ("interactive",))
+    mine = RedisBroker(r, keys).consumer("mine", keys.queues(1, ("interactive",)))
     mine.ensure_groups()
     stream = keys.queue("interactive", 0)
     for seg in range(2):

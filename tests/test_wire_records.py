@@ -8,6 +8,7 @@ import redis
 
 from producer.wire.errors import JOB_CANCELLED
 from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.records import FINAL, dead_letter_fields, final_fields, parse_dead_letter, parse_final, record_type
 from workers.publisher import Publisher
 
@@ -18,7 +19,7 @@ def _by_name(f: dict) -> dict:
 
 def test_the_final_record_is_final_fields_and_parses_back(r: redis.Redis) -> None:
     keys = Keys("wire-test")
-    pub = Publisher(r, keys, None, chunk_ms=500, maxlen=100, ttl_s=100)  # type: ignore[arg-type]  # no storage needed
+    pub = Publisher(RedisBroker(r, keys), None, chunk_ms=500, maxlen=100, ttl_s=100)  # type: ignore[arg-type]  # no storage needed
     r.hset(keys.status("job-done"), "state", "running")
     assert pub.finish("job-done", "done", {"url": "u", "n": 1}, url="u", info='{"url": "u"}') == 1  # as publish_job
     assert pub.finish("job-done", "done", {"url": "u"}) == 0  # one final record per job
@@ -31,7 +32,7 @@ def test_the_final_record_is_final_fields_and_parses_back(r: redis.Redis) -> Non
 
 def test_a_cancel_that_won_the_race_writes_the_cancelled_record(r: redis.Redis) -> None:
     keys = Keys("wire-test")
-    pub = Publisher(r, keys, None, chunk_ms=500, maxlen=100, ttl_s=100)  # type: ignore[arg-type]
+    pub = Publisher(RedisBroker(r, keys), None, chunk_ms=500, maxlen=100, ttl_s=100)  # type: ignore[arg-type]
     r.hset(keys.status("job-cancelled"), "state", "cancelled")
     assert pub.finish("job-cancelled", "done", {"url": "u"}, url="u") == 2
     ((_, f),) = r.xrange(keys.results("job-cancelled"))

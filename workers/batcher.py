@@ -15,28 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from producer.wire.queue import Head
 from producer.wire.settings import QueueSettings
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Head:
-    """The oldest undelivered entry of one queue stream."""
-
-    stream: str
-    lane: str
-    arrived_ms: int
-    est_s: float
-    voice: str
-    seg: int = 0  # segments of one job arrive in the same millisecond: the earlier segment goes first
-    job_id: str = ""  # for its playback clock (workers/schedule.py)
-    created: float = 0.0
-    deadline: float = 0.0
-
-    @property
-    def order(self) -> tuple[int, int]:
-        return (self.arrived_ms, self.seg)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from pipeline.voices.bank import VoiceBank
-from producer.wire.keys import Keys
+from producer.wire.broker import Broker
 from producer.wire.records import SegmentJob
 from producer.wire.settings import Settings
 from workers.events import JobEvents
@@ -60,8 +58,7 @@ class LoopContext:
 
     settings: Settings
     hostname: str
-    r: redis.Redis
-    keys: Keys
+    broker: Broker
     bank: VoiceBank
     interactive_bank: VoiceBank
     publisher: Publisher

@@ -18,6 +18,7 @@ from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
 from producer.wire import heartbeats
 from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.settings import Settings
 from workers.events import JobEvents
 from workers.layout import resolve_loops
@@ -62,7 +63,8 @@ class FarmWorker:
             from producer.wire.storage import storage_from_settings
 
             storage = storage_from_settings(settings.storage)
-        self.publisher = Publisher(self.r, self.keys, storage, chunk_ms=settings.queue.chunk_ms,
+        self.broker = RedisBroker(self.r, self.keys)
+        self.publisher = Publisher(self.broker, storage, chunk_ms=settings.queue.chunk_ms,
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
         self.events = events or JobEvents(None, hostname, enabled=False)
         self.hooks = LoopHooks.install(settings.worker.hooks)  # tests step in here (tests/faults.py); none in production
@@ -89,7 +91,7 @@ class FarmWorker:
     def reserved_loop_free(self) -> bool:
         """Whether a loop reserved for the interactive lane is running, not inside a batch and holds no segment
         between its windows (deadline scheduling)."""
-        return any(loop.reserved and loop.native_id is not None and loop.running is None and not loop.open
+        return any(loop.reserved and loop.native_id is not None and loop.running is None and not loop.holding
                    for loop in self.loops)
 
     def shared_loop_serving_interactive(self) -> bool:
@@ -98,7 +100,7 @@ class FarmWorker:
 
     def context(self) -> LoopContext:
         """What the loops use of this process (built when they start: ``events`` may be replaced before)."""
-        return LoopContext(settings=self.settings, hostname=self.hostname, r=self.r, keys=self.keys, bank=self.bank,
+        return LoopContext(settings=self.settings, hostname=self.hostname, broker=self.broker, bank=self.bank,
                            interactive_bank=self.interactive_bank, publisher=self.publisher, events=self.events,
                            metrics=self.metrics, stopping=self.stopping, hooks=self.hooks,
                            device_max_batch=lambda: self.device_max_batch, reserved_loop_free=self.reserved_loop_free,
@@ -151,7 +153,7 @@ class FarmWorker:
         for t in threads:
             t.join()
         for loop in self.loops:
-            loop.queue.forget_consumer()
+            loop.queue.leave()
 
     def _heartbeat_until_stopped(self) -> None:
         while not self.stopping.is_set():

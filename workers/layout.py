@@ -16,7 +16,7 @@ from pipeline.voices.runtime import cuda_wanted
 from producer.wire.settings import Settings
 
 if TYPE_CHECKING:
-    from workers.queue import Entry
+    from producer.wire.queue import Entry
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def lower_thread_priority(nice: int) -> int | None:
 
     On Linux the nice value belongs to the thread. An unprivileged process may lower a thread's priority
     but never raise it back, so each loop runs its bulk batches on a helper thread that lowered its own
-    once (``InferenceLoop.compute``). Elsewhere (or if refused) it logs and leaves the priority alone.
+    once (``BatchRunner.compute``, ``workers/runner.py``). Elsewhere (or if refused) it logs and leaves the priority alone.
     """
     try:
         tid = threading.get_native_id()

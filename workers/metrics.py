@@ -1,6 +1,6 @@
 """Prometheus metrics of a worker process, and the small HTTP endpoint that serves them.
 
-The inference loop reports through ``WorkerMetrics``: ``batch`` (the ``InferenceLoop.on_batch`` stats
+The inference loop reports through ``WorkerMetrics``: ``batch`` (the ``BatchRunner.on_batch`` stats
 dict), ``first_chunk``, ``windows``, ``segment_published`` and ``error`` at the publish and fail points, ``voices_loaded`` after a
 (re)load. Every one of these catches and logs its own errors: metrics never break the work.
 
@@ -252,7 +252,7 @@ class WorkerMetrics:
     # -- hooks the loop calls ----------------------------------------------------------------------
     @_safe
     def batch(self, stats: Mapping[str, Any]) -> None:
-        """``InferenceLoop.on_batch``: one model call and the queue waits of its items."""
+        """``BatchRunner.on_batch``: one model call and the queue waits of its items."""
         if not self.enabled:
             return
         voice = str(stats["voice"])

@@ -1,7 +1,7 @@
 """A batch of segments of a two-stage voice, streamed a vocoder window at a time.
 
-Two units of work, run by the loop one after the other (``InferenceLoop.run_streaming``), so a scheduler can
-choose between them: ``acoustic()`` is the acoustic pass of the whole batch (batched as the voice batches);
+Two units of work, run one after the other (``workers.runner.BatchRunner``), so a scheduler can choose between
+them: ``acoustic()`` is the acoustic pass of the whole batch (batched as the voice batches);
 ``step()`` vocodes the next window of every job still live in the batch (one batched vocoder call), and
 publishes each window to its job's results stream at once. Every job thus gets its first window before any
 job gets its second, and a job's first chunk is out after the acoustic pass and one small window.
@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -33,10 +33,9 @@ from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
-from producer.wire.records import SegmentJob
-from workers.context import LoopContext
-from workers.publisher import SegmentOutcome, SegmentProgress
-from workers.queue import Entry
+from producer.wire.queue import Entry
+from workers.outcomes import Outcomes
+from workers.publisher import SegmentProgress
 from workers.timings import segment_words
 
 log = logging.getLogger(__name__)
@@ -91,25 +90,10 @@ class Streamed:
     samples: int = 0
 
 
-class BatchOwner(Protocol):
-    """What a streamed batch asks of the loop that runs it (``workers.loop.InferenceLoop``)."""
-
-    ctx: LoopContext
-    consumer: str
-
-    def drop_ended(self, entries: list[Entry], items: list[Any]) -> list[Any]: ...
-
-    def segment_already_published(self, e: Entry) -> None: ...
-
-    def unit_published(self, job: SegmentJob, unit: str, started: float, delivered_before_s: float) -> None: ...
-
-    def segment_published(self, e: Entry, outcome: SegmentOutcome, audio_s: float | None, *, whole: bool = False) -> None: ...
-
-
 class StreamingBatch:
-    def __init__(self, loop: BatchOwner, voice: TwoStageVoice, ready: Sequence[tuple[Entry, Phonemized]],
+    def __init__(self, outcomes: Outcomes, voice: TwoStageVoice, ready: Sequence[tuple[Entry, Phonemized]],
                  opts: SynthesisOptions, batch_id: str, plan: WindowPlan, *, small_first: bool = True) -> None:
-        self.loop = loop
+        self.outcomes = outcomes
         self.voice = voice
         self.ready = list(ready)
         self.opts = opts
@@ -127,16 +111,16 @@ class StreamingBatch:
         start = time.perf_counter()
         outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts)
         self.infer_s += time.perf_counter() - start
-        pub = self.loop.ctx.publisher
+        pub = self.outcomes.publisher
         for (e, ph), out in zip(self.ready, outs):
             job = e.job
             assert job is not None
-            attempt = f"{self.loop.consumer}/{e.deliveries}"
+            attempt = self.outcomes.attempt(e)
             # a job's later segments are not awaited (earlier audio is playing): no small first window for them
             plan = self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first()
             won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out, plan))
             if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
-                self.loop.segment_already_published(e)
+                self.outcomes.already_published(e)
                 continue
             if not won:
                 out, plan = unpack_frames(stored)
@@ -150,31 +134,31 @@ class StreamingBatch:
     # -- unit 2: the next window of every live job --------------------------------------------------
     def step(self) -> bool:
         """Vocode and publish the next window of each live job; False once none is left."""
-        self.live = self.loop.drop_ended([s.entry for s in self.live], self.live)
+        self.live = self.outcomes.still_running([s.entry for s in self.live], self.live)
         if not self.live:
             return False
         start = time.perf_counter()
         made = vocode_next(self.voice.vocoder, [s.item for s in self.live])
         self.infer_s += time.perf_counter() - start
         self.windows += len(made)
-        self.loop.ctx.metrics.windows(self.voice.name, len(made))
+        self.outcomes.metrics.windows(self.voice.name, len(made))
         by_item = {id(s.item): s for s in self.live}
         for item, window, audio in made:
             s = by_item[id(item)]
             pcm = s.finish(audio, window.last)
             s.samples += len(pcm) // 2
-            outcome = self.loop.ctx.publisher.publish_piece(s.progress, pcm, last=window.last, batch_id=self.batch_id,
-                                                             worker=self.loop.consumer, publish=window.index >= s.skip)
+            outcome = self.outcomes.publisher.publish_piece(s.progress, pcm, last=window.last, batch_id=self.batch_id,
+                                                            worker=self.outcomes.name, publish=window.index >= s.skip)
             job = s.entry.job
             assert job is not None
             if window.index >= s.skip:
-                self.loop.unit_published(job, "window", s.progress.started, s.progress.delivered_before_s)
+                self.outcomes.unit_published(job, "window", s.progress.started, s.progress.delivered_before_s)
             if window.index == 0 and window.index >= s.skip:
-                self.loop.ctx.metrics.first_chunk(job)
+                self.outcomes.metrics.first_chunk(job)
             if outcome is not None:
                 audio_s = s.samples / job.sample_rate
                 self.audio_s += len(item.whole()) / self.voice.sample_rate
-                self.loop.segment_published(s.entry, outcome, audio_s)
+                self.outcomes.published(s.entry, outcome, audio_s)
         self.live = [s for s in self.live if not s.item.done]
         return bool(self.live)
 

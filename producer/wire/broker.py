@@ -22,9 +22,9 @@ Adding another broker (NATS JetStream, SQS + DynamoDB, an in-memory stub for tes
    your client library's errors for a lost connection (retried where a call can wait) and refused credentials.
 2. Store and return the records of ``producer.wire.records`` unchanged (``SegmentJob.to_fields``,
    ``chunk_fields``, ``final_fields``, ``dead_letter_fields``): readers parse them with the same functions.
-3. Hand it to what builds the farm's connections (``Publisher``, ``StreamQueue``, and the SDK client:
-   ``Client(connection, settings, broker=...)``) in place of ``RedisBroker``; the queue reading itself
-   (consumer groups, claiming, reclaiming) is Redis Streams' today and lives in ``workers.queue``.
+3. Implement ``Consumer`` for the queue reading (heads, claim, ack, reclaim, touch, requeue), returned by
+   ``consumer``; hand your broker to what builds the farm's connections (the workers' ``FarmWorker`` and the SDK
+   client: ``Client(connection, settings, broker=...)``) in place of ``RedisBroker``.
 
 ``tests/test_broker_seam.py`` drives the SDK through a recording broker: a starting point for a stub.
 """
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from producer.wire.keys import Keys
+from producer.wire.queue import Entry, Head
 
 if TYPE_CHECKING:
     from producer.wire.status import JobStatus
@@ -44,6 +45,73 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Op = Generator[Any, Any, T]  # a producing step: yields the broker's IO steps, is sent their replies, returns T
+
+
+@dataclass(frozen=True)
+class SegmentEnd:
+    """What a segment's last piece writes besides its chunks: the segment's whole PCM (its part for assembly), its
+    words (JSON), and which batch and worker made it."""
+
+    pcm: bytes
+    words_json: str
+    batch_id: str
+    worker: str
+
+
+@dataclass(frozen=True)
+class PieceReply:
+    """What the store said after a piece: the job's playback clock (its first chunk's time, 0.0 before; the audio
+    seconds delivered including this piece) and, after a segment's end, the segments done and the job's state."""
+
+    first_chunk: float = 0.0
+    delivered_s: float = 0.0
+    done: int = 0
+    state: str = ""
+
+
+@runtime_checkable
+class Consumer(Protocol):
+    """One consumer of the workers' group on some queue streams: how a worker reads the queue."""
+
+    name: str
+    streams: list[str]
+    undelivered: int  # entries no consumer had taken, over these streams, at the last ``heads``
+
+    def ensure_groups(self) -> None:
+        """Create the group on these streams unless it is there."""
+        ...
+
+    def heads(self, block_ms: int) -> list[Head]:
+        """Each stream's oldest undelivered entry, unclaimed; waits up to ``block_ms`` while all are empty."""
+        ...
+
+    def claim(self, stream: str, count: int) -> list[Entry]:
+        """Claim up to ``count`` undelivered entries of one stream for this consumer."""
+        ...
+
+    def ack(self, entries: Sequence[Entry]) -> None:
+        """Done with entries: acked, deleted, and off their lane's backlog (each once, even if redelivered)."""
+        ...
+
+    def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
+        """Take over entries other consumers left idle that long (a dead worker's), with delivery counts."""
+        ...
+
+    def touch(self, entries: Sequence[Entry]) -> None:
+        """Reset the idle time of entries this consumer still holds (not taken back if another took them)."""
+        ...
+
+    def requeue(self, entries: Sequence[Entry]) -> None:
+        """Give claimed entries back to their streams at once (the backlog counts them still)."""
+        ...
+
+    def prune(self, min_idle_ms: int) -> int:
+        """Remove other consumers with nothing pending, idle that long; how many."""
+        ...
+
+    def leave(self) -> None:
+        """Leave the group unless something is still pending for this consumer."""
+        ...
 
 
 @runtime_checkable
@@ -88,12 +156,56 @@ class Broker(Protocol):
         ...
 
     # -- consuming side: workers (blocking) ------------------------------------------------------------------
-    def release(self, lane: str, segments: int, seconds: float) -> None:
-        """Take acked segments off a lane's backlog counters (never below zero)."""
+    def consumer(self, name: str, streams: Sequence[str]) -> Consumer:
+        """The consumer ``name`` of the workers' group on these queue streams (one per inference loop)."""
         ...
 
+    # -- results: the workers' writes to a job's results stream and status (blocking) --------------------------
     def mark_started(self, job_id: str, worker: str) -> bool:
         """Mark a job started by ``worker``; True for its first start, never over a state written meanwhile."""
+        ...
+
+    def job_states(self, job_ids: Sequence[str]) -> list[str]:
+        """Each job's state ('' for none), in one round trip."""
+        ...
+
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        """Each job's playback clock as stored: its first chunk's time and the audio seconds delivered (raw
+        values, None where unset), in one round trip."""
+        ...
+
+    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
+        """Fix a streamed segment's attempt before any of its windows is published, atomically: the first
+        attempt stores its tag and frames and gets ``(True, its tag, b"", 0)``; a later one gets ``(False, that
+        tag, those frames, windows published so far)``; frames are b"" once the segment was published whole."""
+        ...
+
+    def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
+                      end: SegmentEnd | None, maxlen: int, ttl_s: int) -> PieceReply:
+        """Publish chunk records (``records.chunk_fields``) of a segment's piece number ``piece`` and move the job's
+        playback clock by ``seconds``, all at once; with ``end``, also the segment's part for assembly, its words
+        and bookkeeping, counted done. No chunks and no end: nothing is written."""
+        ...
+
+    def segments_done(self, job_id: str) -> int:
+        """How many of a job's segments are done (published whole)."""
+        ...
+
+    def count_failure(self, job_id: str, seg: int) -> int:
+        """Count one more failed attempt at a segment; the count so far."""
+        ...
+
+    def dead_letter(self, record: Mapping[str, Any]) -> None:
+        """Append a dead-letter record (``records.dead_letter_fields``) to the farm's dead letters."""
+        ...
+
+    def job_parts(self, job_id: str) -> dict[int, bytes]:
+        """The PCM parts of a job's done segments, by segment."""
+        ...
+
+    def job_words(self, job_id: str, total: int) -> tuple[dict[int, Any], list[int]]:
+        """A job's words by segment (as published, JSON-decoded) and each segment's part length in bytes (0 if
+        missing), in one round trip."""
         ...
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
@@ -103,8 +215,9 @@ class Broker(Protocol):
         (any names: ``info`` too)."""
         ...
 
-    # -- results: the workers' writes to a job's results stream and status (blocking) --------------------------
-    # (steps added here: publish a piece, claim frames, playback clocks, failure counts, dead-letter, ...)
+    def drop_job_work(self, job_id: str) -> None:
+        """Delete what a job keeps only while it runs (parts, done set, words, streamed frames)."""
+        ...
 
     # -- admin: dead letters, queue snapshot, heartbeats, books, control (blocking) ----------------------------
     # (steps added here, one per verb)

@@ -35,6 +35,10 @@ class Keys:
     def parts(self, job_id: str) -> str:
         return f"{self.prefix}:pcm:{job_id}"
 
+    def frames(self, job_id: str) -> str:
+        """Hash: a streamed segment's attempt tag and acoustic frames (``<seg>:attempt``, ``<seg>:frames``)."""
+        return f"{self.prefix}:job:{job_id}:frames"
+
     def done(self, job_id: str) -> str:
         return f"{self.prefix}:done:{job_id}"
 

@@ -1,0 +1,138 @@
+"""What a loop takes off the queue: the stream heads it may take, batches claimed inside the batching window,
+and what it holds claimed but has not run yet (``carry``); and the housekeeping that keeps what it holds its own
+and takes over what a dead worker left.
+
+The batching rules themselves are pure (``workers/batcher.py``); this is where they meet the queue (the wire's
+``Consumer``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from producer.wire.broker import Consumer
+from producer.wire.errors import BrokerError
+from producer.wire.queue import Entry, Head
+from workers import schedule
+from workers.batcher import Candidate, LaneState, choose_head, select_batch
+from workers.context import LoopContext
+
+log = logging.getLogger(__name__)
+
+RECLAIM_EVERY_S = 2.0
+WINDOW_POLL_MS = 10
+RESERVED_HANDOVER_S = 0.005  # a shared loop that leaves an interactive head to a free reserved loop waits this
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def batch_key(e: Entry) -> tuple[object, ...]:
+    """Entries with equal keys may share a model call: same voice, same options."""
+    assert e.job is not None
+    return (e.job.voice, tuple(sorted(e.job.options.items())))
+
+
+class Claimer:
+    """One loop's claims. ``lanes``: the lanes it may take (None: all); a loop reserved for the interactive lane
+    leaves reclaiming to the shared loops."""
+
+    def __init__(self, ctx: LoopContext, consumer: Consumer, lanes: tuple[str, ...] | None) -> None:
+        self.ctx = ctx
+        self.queue = consumer
+        self.q = ctx.settings.queue
+        self.lane_filter = lanes
+        self.lanes = LaneState()
+        self.carry: list[Entry] = []
+        self.waiting = 0  # entries of its lanes still waiting when it took its last batch
+        self._last_reclaim = 0.0
+        self._last_touch = 0.0
+
+    def housekeeping(self, held: list[Entry]) -> None:
+        """Segments held between windows wait for their deadlines: keep them ours, well inside the idle time after
+        which any loop (this one too) would reclaim them as a dead worker's, and before reclaiming. A shared loop
+        takes over what dead workers left (never what it holds itself) and forgets dead consumers."""
+        if held and time.monotonic() - self._last_touch > min(RECLAIM_EVERY_S, self.q.claim_idle_ms / 4000):
+            self._last_touch = time.monotonic()
+            self.queue.touch(held)
+        if self.lane_filter is None and time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
+            self._last_reclaim = time.monotonic()
+            mine = {(e.stream, e.entry_id) for e in held}
+            self.carry += [e for e in self.queue.reclaim(self.q.claim_idle_ms) if (e.stream, e.entry_id) not in mine]
+            self.queue.prune(min_idle_ms=10 * self.q.claim_idle_ms)
+
+    def heads(self, block_ms: int, *, interactive_only: bool = False, handover_wait: bool = True) -> list[Head]:
+        """The stream heads this loop may take now."""
+        heads = self.queue.heads(block_ms)
+        if interactive_only:
+            heads = [h for h in heads if h.lane == "interactive"]
+            if not heads:
+                return []
+        if self.lane_filter is None and self.ctx.reserved_loop_free():
+            # a reserved loop of this process is free: it takes the callers' first segments, on its own
+            # session with a thread per core, while this loop keeps to the rest
+            others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0)]
+            if heads and not others:
+                if handover_wait:
+                    self.ctx.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin
+                return []
+            heads = others
+        return heads
+
+    def gather(self, interactive_only: bool = False) -> list[Entry]:
+        """A batch by the lane rules (``batcher.choose_head``): waits up to 250 ms for work unless ``interactive_only``."""
+        heads = self.heads(0 if interactive_only else 250, interactive_only=interactive_only, handover_wait=not interactive_only)
+        head = choose_head(heads, now_ms(), self.lanes, self.q)
+        return self.claim(head) if head is not None else []
+
+    def limit(self, voice: str) -> int:
+        """The batch cap for ``voice``: its catalogue entry's (a hot reload may change it) and the device's."""
+        spec = self.ctx.bank.catalogue.voices.get(voice)
+        return max(1, min(spec.max_batch if spec else 1, self.ctx.device_max_batch()))
+
+    def claim(self, head: Head, held_dues: list[float] | None = None) -> list[Entry]:
+        """Claim a batch from ``head``'s stream: up to the voice's batch cap, joiners gathered until the window
+        closes (sooner when a unit this loop holds falls due: ``schedule.window_end_ms``)."""
+        limit = self.limit(head.voice)
+        window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.q.window_ms, held_dues or [])
+        undelivered = self.queue.undelivered
+        claimed = self.queue.claim(head.stream, limit)
+        if not claimed:
+            return []
+        self.lanes.record(head.lane)
+        key = batch_key(claimed[0]) if claimed[0].job else None
+        while limit > 1 and not self.ctx.stopping.is_set():
+            same = sum(1 for e in claimed if e.job and batch_key(e) == key)
+            left = window_end - now_ms()
+            if same >= limit or left <= 0:
+                break
+            # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
+            # default), which would stretch the window by up to that. Poll, and keep the time here.
+            more = self.queue.claim(head.stream, limit - same)
+            if not more:
+                self.ctx.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
+            claimed += more
+        self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
+        return claimed
+
+    def next_batch(self) -> list[Entry]:
+        """One batch of what this loop carries, by the batching rules; the rest stays carried."""
+        if not self.carry:
+            return []
+        cands = [Candidate(e, e.arrived_ms, e.job.est_s, batch_key(e)) for e in self.carry if e.job]
+        batch, rest = select_batch(cands, now_ms(), self.limit(self.carry[0].job.voice if self.carry[0].job else ""), self.q)
+        self.carry = [c.item for c in rest]
+        return [c.item for c in batch]
+
+    def give_back(self) -> None:
+        """On shutdown, entries claimed but not started go back on their queues at once (no idle wait)."""
+        if not self.carry:
+            return
+        try:
+            self.queue.requeue(self.carry)
+            log.info("%s: %d claimed entries returned to their queues", self.queue.name, len(self.carry))
+        except BrokerError as exc:
+            log.warning("could not return claimed entries (they will be reclaimed): %s", exc)
+        self.carry = []

@@ -1,0 +1,212 @@
+"""What becomes of the entries a loop claimed: published, failed, retried, dead-lettered, and in every case acked
+once their job no longer needs them.
+
+``Outcomes`` is the one place a loop (and a streamed batch, ``workers/streaming.py``) ends an entry's life. Each
+verb writes through the publisher and the broker, tells Flower (``events``) and the metrics, and acks. A job that
+ended meanwhile (a client's cancel, an earlier failure, its deadline) is ended here too, between its segments or
+between two windows of one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from pipeline.errors import MALFORMED_JOB, InputError
+from producer.wire.broker import Consumer
+from producer.wire.errors import (DEADLINE_EXCEEDED, JOB_CANCELLED, SEGMENT_FAILED, TOO_MANY_DELIVERIES, TOO_MANY_FAILURES,
+                                  TransientError)
+from producer.wire.queue import Entry
+from producer.wire.records import SegmentJob, dead_letter_fields
+from workers import schedule
+from workers.context import LoopContext
+from workers.publisher import SegmentOutcome
+from workers.schedule import Clock, Work
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TRANSIENT_RETRY_S = 900.0  # a storage or backend outage is waited out this long before giving up
+CANCELLED = {"code": JOB_CANCELLED, "message": "cancelled by the client"}
+
+
+def work_of(job: SegmentJob) -> Work:
+    return Work(job.lane, job.created, job.seg, job.est_s, job.deadline)
+
+
+class Outcomes:
+    """The ends of one loop's entries. ``consumer``: the loop's queue consumer (acks go through it); ``name``: the
+    consumer's name, which tags each attempt (``<name>/<deliveries>``) and the worker that made a segment."""
+
+    def __init__(self, ctx: LoopContext, consumer: Consumer) -> None:
+        self.ctx = ctx
+        self.consumer = consumer
+        self.name = consumer.name
+        self.publisher = ctx.publisher
+        self.metrics = ctx.metrics
+        self.segments = 0  # segments this loop published
+
+    def attempt(self, e: Entry) -> str:
+        return f"{self.name}/{e.deliveries}"
+
+    def ack(self, entries: Sequence[Entry]) -> None:
+        self.consumer.ack(entries)
+
+    # -- before a batch runs -------------------------------------------------------------------------------------
+    def drop_malformed(self, entries: list[Entry]) -> list[Entry]:
+        """``entries`` without those that cannot run: unparseable, or delivered too often (dead-lettered)."""
+        good = []
+        for e in entries:
+            if e.job is None:
+                self.dead_letter(e, MALFORMED_JOB, str(e.error))
+            elif e.deliveries > self.ctx.settings.queue.max_deliveries:
+                self.dead_letter(e, TOO_MANY_DELIVERIES, f"delivered {e.deliveries} times without finishing")
+            else:
+                good.append(e)
+        return good
+
+    def live(self, entries: Sequence[Entry]) -> list[Entry]:
+        """The entries whose jobs still want them (one round trip for their states). A cancelled job ends here,
+        between its segments; one whose deadline passed ends expired; one that ended otherwise is let go."""
+        kept = []
+        for e, state in zip(entries, self.ctx.broker.job_states([_job(e).job_id for e in entries])):
+            job = _job(e)
+            if self._ended(e, state):
+                continue
+            if job.deadline and time.time() > job.deadline:
+                if self.publisher.fail(job.job_id, DEADLINE_EXCEEDED, "the job's deadline passed before it ran", state="expired"):
+                    self.ctx.events.failed(job.job_id, DEADLINE_EXCEEDED, "deadline passed")
+                    self.metrics.error(DEADLINE_EXCEEDED, job_id=job.job_id)
+                self.ack([e])
+            else:
+                kept.append(e)
+        return kept
+
+    def started(self, job: SegmentJob) -> None:
+        """A segment is about to run: the job's start, if it is its first anywhere."""
+        if self.publisher.mark_started(job, self.name):
+            self.ctx.events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
+
+    def still_running(self, entries: Sequence[Entry], items: Sequence[T]) -> list[T]:
+        """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs; a cancelled job is ended here
+        (it stops at this window), one that ended otherwise is let go."""
+        if not entries:
+            return []
+        states = self.ctx.broker.job_states([_job(e).job_id for e in entries])
+        return [item for e, item, state in zip(entries, items, states) if not self._ended(e, state)]
+
+    def _ended(self, e: Entry, state: str) -> bool:
+        job = _job(e)
+        if state == "cancelled":
+            if self.publisher.finish(job.job_id, "cancelled", CANCELLED):
+                self.revoked(job)
+        elif not self.publisher.is_final(state):
+            return False
+        self.ack([e])
+        return True
+
+    # -- a batch that could not run ------------------------------------------------------------------------------
+    def fail(self, entries: Sequence[Entry], exc: InputError) -> None:
+        """The request itself is wrong (say, a voice this worker lacks): its jobs fail now with its code."""
+        for e in entries:
+            job = _job(e)
+            if self.publisher.fail(job.job_id, exc.code, exc.message):
+                self.ctx.events.failed(job.job_id, exc.code, exc.message)
+                self.metrics.error(exc.code, job_id=job.job_id, message=exc.message)
+        self.ack(entries)
+
+    def retry(self, e: Entry, exc: Exception) -> bool:
+        """A segment's attempt failed unexpectedly: counted; dead-lettered at ``max_deliveries`` (False), else
+        True after a backoff with jitter (the caller runs it again)."""
+        job = _job(e)
+        failures = self.ctx.broker.count_failure(job.job_id, job.seg)
+        e.deliveries = max(e.deliveries, failures)
+        message = f"{type(exc).__name__}: {exc}"
+        max_deliveries = self.ctx.settings.queue.max_deliveries
+        if failures >= max_deliveries:
+            self.dead_letter(e, TOO_MANY_FAILURES, message)
+            return False
+        self.metrics.error(str(getattr(exc, "code", SEGMENT_FAILED)), stage="attempt", job_id=job.job_id, message=message)
+        delay = min(5.0, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
+        log.warning("segment %s/%d failed (%d of %d): %s; retrying in %.1f s", job.job_id, job.seg, failures,
+                    max_deliveries, message, delay)
+        self.ctx.stopping.wait(delay)
+        return True
+
+    def dead_letter(self, e: Entry, code: str, message: str) -> None:
+        self.ctx.broker.dead_letter(dead_letter_fields(e.stream, e.entry_id, code, message, e.deliveries, e.fields))
+        if e.job is not None and self.publisher.fail(e.job.job_id, code, message):
+            self.ctx.events.failed(e.job.job_id, code, message)
+        self.metrics.error(code, stage="dead_letter", job_id=e.job.job_id if e.job else "", message=message)
+        self.ack([e])
+        log.warning("dead-lettered %s %s: [%s] %s", e.stream, e.entry_id, code, message)
+
+    # -- audio out -----------------------------------------------------------------------------------------------
+    def publish(self, e: Entry, audio: Any, voice_rate: int, batch_id: str, words: list[Any] | None = None) -> None:
+        """A segment made whole (a one-graph voice): its chunks, then its end."""
+        from pipeline.audio import to_pcm16
+        from pipeline.synth import finish_segment
+
+        job = _job(e)
+        pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
+        outcome = self.publisher.publish_segment(job, pcm, attempt=self.attempt(e), batch_id=batch_id, worker=self.name,
+                                                 words=words or [])
+        self.unit_published(job, "segment", outcome.started, outcome.delivered_before_s)
+        self.published(e, outcome, len(pcm) / 2 / job.sample_rate, whole=True)
+
+    def unit_published(self, job: SegmentJob, unit: str, started: float, delivered_before_s: float) -> None:
+        """Slack of a unit of audio just published, from its job's clock as the publisher found it (metrics)."""
+        clock = Clock(started or None, delivered_before_s) if delivered_before_s > 0 else Clock()
+        sched = self.ctx.settings.scheduling
+        self.metrics.published_slack(job.lane, unit, schedule.publish_slack(work_of(job), clock, time.time(), sched))
+
+    def already_published(self, e: Entry) -> None:
+        """A redo of a segment an earlier attempt published whole: finish the job if that is what was left."""
+        job = _job(e)
+        done = self.ctx.broker.segments_done(job.job_id)
+        self.published(e, SegmentOutcome(done, job.total, self.publisher.job_state(job.job_id)), None)
+
+    def published(self, e: Entry, outcome: SegmentOutcome, audio_s: float | None, *, whole: bool = False) -> None:
+        """After a segment's last chunk (``whole``: it was published in one piece): count it, store and finish
+        the job if it was the last, ack."""
+        job = _job(e)
+        if audio_s is not None:
+            self.segments += 1
+            self.metrics.segment_published(job, audio_s, first_chunk=whole)
+        if outcome.done >= job.total and not self.publisher.is_final(outcome.state):
+            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(job), f"storing job {job.job_id}")
+            if url:
+                self.ctx.events.succeeded(job.job_id, url)
+            elif cancelled:
+                self.revoked(job)
+        self.ack([e])
+
+    def revoked(self, job: SegmentJob) -> None:
+        """Tell Flower the job was cancelled (REVOKED); the caller ended it as cancelled, so this runs once."""
+        self.ctx.events.revoked(job.job_id, running=self.publisher.has_started(job.job_id), voice=job.request_voice,
+                                lane=job.lane, total=job.total, text=job.text)
+
+    def retry_transient(self, fn: Callable[[], T], what: str) -> T:
+        """Retry ``fn`` while it fails transiently (storage 5xx or unreachable), with backoff and jitter.
+        The loop waits here: the jobs behind it wait too, and nothing is lost or failed for an outage."""
+        deadline = time.monotonic() + TRANSIENT_RETRY_S
+        delay = 0.5
+        while True:
+            try:
+                return fn()
+            except TransientError as exc:
+                if self.ctx.stopping.is_set() or time.monotonic() > deadline:
+                    raise
+                wait = delay * random.uniform(0.5, 1.0)
+                log.warning("%s failed transiently (%s); retrying in %.1f s", what, exc, wait)
+                self.ctx.stopping.wait(wait)
+                delay = min(10.0, delay * 2)
+
+
+def _job(e: Entry) -> SegmentJob:
+    """The job of an entry that parsed (``drop_malformed`` let only those through)."""
+    assert e.job is not None
+    return e.job
