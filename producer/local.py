@@ -83,7 +83,8 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def worker_command(name: str, *, loglevel: str = "INFO", extra: list[str] | None = None, app: str = "workers.app") -> list[str]:
+def worker_command(name: str, *, loglevel: str = "INFO", extra: list[str] | None = None,
+                   app: str = "workers.app") -> list[str]:
     """The plain Celery command that starts one farm worker (``app``: the Celery app module; tests start their
     fault-injected workers with their own)."""
     return [sys.executable, "-m", "celery", "-A", app, "worker", "--pool=solo", "-E",

@@ -22,7 +22,7 @@ FAULT_APP = "tests.fault_worker"  # the Celery app module of a worker that injec
 
 
 def worker_faults(spec: str) -> dict[str, str]:
-    """The environment of a worker (started from ``FAULT_APP``) that injects the fault ``spec`` (``<action>:<marker>``)."""
+    """The environment of a worker started from ``FAULT_APP`` that injects the fault ``spec`` (``<action>:<marker>``)."""
     return {FAULT_ENV: spec}
 
 

@@ -2,8 +2,9 @@
 ``host:pid``), rewritten every 2 s by ``workers/farm.py``: ``state`` (``serving``, ``stopped``, ...), ``ts``,
 the voices loaded and their versions, batches and segments done, the last reload and recent errors.
 
-Written (``write``) and read here, and nowhere else: for ``ttsfarm status``, ``ttsfarm voices reload`` (which
-waits for each worker's reload report) and a front end's "is any worker serving?" (the gateway's 503 NO_WORKERS).
+The record's layout lives here: the worker writes it (``write``), and ``ttsfarm status``, ``ttsfarm voices reload``
+(which waits for each worker's reload report) and a front end's "is any worker serving?" (the gateway's 503
+NO_WORKERS) read it (``read``, ``aread``, ``decode``).
 """
 
 from __future__ import annotations
