@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from producer.wire.errors import error_from_dict
-from producer.wire.records import JobResult, Word
+from producer.wire.records import JobResult, Word, text_of
 
 _NUMBERS = {"total": int, "done": int, "sample_rate": int, "created": float, "started": float, "first_chunk": float,
             "finished": float, "duration": float, "deadline": float, "est_seconds": float}
@@ -16,8 +16,7 @@ _NUMBERS = {"total": int, "done": int, "sample_rate": int, "created": float, "st
 def decode_status(raw: Mapping[Any, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in raw.items():
-        key = k.decode() if isinstance(k, bytes) else str(k)
-        val = v.decode() if isinstance(v, bytes) else v
+        key, val = text_of(k), text_of(v)
         conv = _NUMBERS.get(key)
         out[key] = conv(val) if conv and val not in ("", None) else val
     return out

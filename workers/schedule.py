@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from producer.wire.records import text_of
 from producer.wire.settings import SchedulingSettings
 
 T = TypeVar("T")
@@ -137,6 +138,6 @@ def _float(v: object) -> float | None:
     if v is None:
         return None
     try:
-        return float(v.decode() if isinstance(v, bytes) else v)  # type: ignore[arg-type]
+        return float(text_of(v))
     except (TypeError, ValueError):
         return None

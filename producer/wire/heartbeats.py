@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from producer.wire.keys import Keys
+from producer.wire.records import text_of
 
 
 def write(connection: Any, keys: Keys, hostname: str, pid: int, info: Mapping[str, Any]) -> None:
@@ -30,7 +31,7 @@ def decode(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
         except (ValueError, TypeError):
             continue
         if isinstance(info, dict):
-            beats[name.decode(errors="replace") if isinstance(name, bytes) else str(name)] = info
+            beats[text_of(name)] = info
     return beats
 
 

@@ -54,13 +54,13 @@ class SegmentJob:
     @classmethod
     def from_fields(cls, fields: Mapping[Any, Any]) -> SegmentJob:
         """Parse a stream entry; anything off raises ``InputError`` with code MALFORMED_JOB."""
-        f = {_s(k): v for k, v in fields.items()}
+        f = {text_of(k): v for k, v in fields.items()}
         if "v" not in f or "job" not in f:
             raise InputError("stream entry lacks the 'v' or 'job' field", code=MALFORMED_JOB)
-        if _s(f["v"]) != str(SCHEMA_VERSION):
-            raise InputError(f"unknown job schema version {_s(f['v'])!r}", code=MALFORMED_JOB)
+        if text_of(f["v"]) != str(SCHEMA_VERSION):
+            raise InputError(f"unknown job schema version {text_of(f['v'])!r}", code=MALFORMED_JOB)
         try:
-            data = json.loads(_s(f["job"]))
+            data = json.loads(text_of(f["job"]))
             job = cls(**data)
         except (ValueError, TypeError) as exc:
             raise InputError(f"job record is not valid: {exc}", code=MALFORMED_JOB) from None
@@ -89,7 +89,9 @@ def _is_word_ref(w: Any, n: int) -> bool:
             and 0 <= w[0] <= w[1] <= n and 0 <= w[2] <= w[3] and isinstance(w[4], str))
 
 
-def _s(value: Any) -> str:
+def text_of(value: Any) -> str:
+    """A reply's field or value as text: redis-py gives ``bytes`` (``str`` with ``decode_responses``), UTF-8 on the
+    wire; a byte that is not UTF-8 reads as U+FFFD instead of failing the reader."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
@@ -184,12 +186,12 @@ CANCELLED_INFO = {"code": JOB_CANCELLED, "message": "cancelled by the client"}
 
 def record_type(fields: Mapping[Any, Any]) -> str:
     """CHUNK or FINAL (or whatever else a newer writer sent) of a results-stream entry."""
-    return _s(fields.get("type", fields.get(b"type", "")))
+    return text_of(fields.get("type", fields.get(b"type", "")))
 
 
 def parse_final(fields: Mapping[str, Any]) -> dict[str, Any]:
     """A final record (fields by name) -> ``{"state": ..., **info}``."""
-    return {"state": _s(fields.get("state", "")), **json.loads(_s(fields.get("info", "{}")))}
+    return {"state": text_of(fields.get("state", "")), **json.loads(text_of(fields.get("info", "{}")))}
 
 
 # -- dead letters: segments a worker could not run (malformed, or failing ``max_deliveries`` times) ---------
@@ -198,7 +200,7 @@ def parse_final(fields: Mapping[str, Any]) -> dict[str, Any]:
 def dead_letter_fields(stream: str, entry_id: str, code: str, message: str, deliveries: int,
                        fields: Mapping[Any, Any]) -> dict[str, Any]:
     """The dead-letter record of a queue entry: where it was, why it left, and its fields as they were."""
-    raw = {_s(k): _s(v) for k, v in fields.items()}
+    raw = {text_of(k): text_of(v) for k, v in fields.items()}
     return {"stream": stream, "entry_id": entry_id, "code": code, "message": message[:2000], "deliveries": deliveries,
             "fields": json.dumps(raw, ensure_ascii=False)[:100_000]}
 
@@ -231,7 +233,7 @@ class DeadLetter:
 
 def parse_dead_letter(entry_id: Any, f: Mapping[Any, Any]) -> DeadLetter:
     """A dead-letter entry as written by ``dead_letter_fields``; a damaged field reads as empty, never raises."""
-    g = {_s(k): _s(v) for k, v in f.items()}
+    g = {text_of(k): text_of(v) for k, v in f.items()}
     try:
         deliveries = int(g.get("deliveries", "0") or 0)
     except ValueError:
@@ -240,9 +242,9 @@ def parse_dead_letter(entry_id: Any, f: Mapping[Any, Any]) -> DeadLetter:
         fields = json.loads(g.get("fields", "{}"))
     except ValueError:
         fields = {}
-    return DeadLetter(id=_s(entry_id), stream=g.get("stream", ""), entry_id=g.get("entry_id", ""), code=g.get("code", ""),
+    return DeadLetter(id=text_of(entry_id), stream=g.get("stream", ""), entry_id=g.get("entry_id", ""), code=g.get("code", ""),
                       message=g.get("message", ""), deliveries=deliveries,
-                      fields={_s(k): _s(v) for k, v in fields.items()} if isinstance(fields, dict) else {})
+                      fields={text_of(k): text_of(v) for k, v in fields.items()} if isinstance(fields, dict) else {})
 
 
 @dataclass(frozen=True)
