@@ -32,6 +32,7 @@ from bench.local import ProcSampler
 from producer.reader import ResultsReader
 from producer.wire.errors import OverloadedError
 from producer.wire.keys import Keys
+from producer.wire.records import text_of
 from producer.wire.settings import Settings
 from producer.wire.status import JobStatus
 
@@ -238,7 +239,7 @@ class StreamWatcher(threading.Thread):
         reply: Any = self.r.xread({k: rd.last_id for k, (_, rd) in self.live.items()}, count=256, block=50)
         now = time.time()
         for raw_key, entries in reply or []:
-            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            key = text_of(raw_key)
             rec, rd = self.live[key]
             for entry_id, fields in entries:
                 for chunk in rd.feed(entry_id, fields):

@@ -1,10 +1,13 @@
-"""The compute package's typed settings: text processing, the model runtime, the quality gate, windowed
-streaming and the voice catalogue.
+"""The compute package's typed settings: text processing, the model runtime, the quality gate and the voice
+catalogue.
 
 They are read with the farm's other sections by the one loader, ``producer.wire.settings.load_settings``
 (``configs/settings.toml``, ``configs/voices.toml``, ``TTSFARM_<SECTION>_<KEY>`` overrides), once, in an
 entry point, and passed down. Code here takes a ``PipelineSettings`` (or one of its parts) as an argument
 and never reads the environment.
+
+Each setting's meaning is the string under its field (an attribute docstring, as Sphinx reads them); the
+README's settings table is made from them by ``scripts/settings_table.py``, and a test fails when a field has none.
 """
 
 from __future__ import annotations
@@ -36,34 +39,65 @@ CONFIG_DIR = _config_dir()
 
 @dataclass(frozen=True)
 class FrontendSettings:
+    """Text processing: how a text is cut into segments, and the silence between them."""
+
     max_text_chars: int = 200_000
+    """The longest text one request may hold (characters); a longer one is refused before any work."""
     max_segment_chars: int = 220
+    """The longest English segment (characters): sentences, then phrases, are packed into segments up to this."""
     max_segment_chars_zh: int = 60
+    """The longest Chinese segment (each Han character counts one)."""
     first_segment_chars: int = 60
+    """The longest first segment of an English text: one short phrase, so audio starts early."""
     first_segment_chars_zh: int = 16
+    """The longest first segment of a Chinese text."""
     sentence_pause_s: float = 0.30
+    """Silence after a sentence (seconds)."""
     phrase_pause_s: float = 0.12
+    """Silence after a comma-level break inside a sentence (seconds)."""
     paragraph_pause_s: float = 0.60
+    """Silence after a paragraph (seconds)."""
 
 
 @dataclass(frozen=True)
 class RuntimeSettings:
+    """The model runtime: where and how onnxruntime runs the voices' sessions."""
+
     device: str = "auto"
+    """Where the models run: ``auto`` (CUDA when onnxruntime has it, else CPU), ``cpu`` or ``cuda``."""
     cpu_fallback: bool = True
+    """When CUDA fails to start, serve on CPU instead of stopping."""
     intra_op_threads: int = 0
+    """Threads inside one model call (onnxruntime's intra-op pool); 0: onnxruntime decides, and the worker's
+    automatic loop layout (``queue.inference_threads`` 0) makes it 1 on CPU."""
     inter_op_threads: int = 1
+    """Threads that run independent graph nodes at once (onnxruntime's inter-op pool)."""
     graph_optimization: str = "all"
+    """onnxruntime's graph optimization level: ``disable``, ``basic``, ``extended`` or ``all``."""
     cpu_mem_arena: bool = True
+    """onnxruntime's CPU memory arena: faster allocation; off, memory is given back after large batches
+    (docs/BENCHMARKS.md, the soak)."""
     allow_spinning: bool = True
+    """Intra-op threads spin while they wait for work: lower latency, busier cores."""
     cuda_device_id: int = 0
+    """The CUDA device the sessions run on."""
     cuda_mem_limit_mb: int = 4096
+    """The cap of the CUDA memory arena (MiB)."""
     cuda_arena_extend_strategy: str = "kSameAsRequested"
-    cuda_io_binding: bool = True  # Piper on CUDA: IO binding from reused host staging buffers (pipeline/voices/gpu.py)
-    cuda_width_multiple: int = 32  # ... padded phoneme width rounded up to a multiple of this
-    cuda_batch_sizes: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)  # ... and the batch up to the next of these
+    """How the CUDA arena grows: ``kSameAsRequested`` or ``kNextPowerOfTwo``."""
+    cuda_io_binding: bool = True
+    """Piper on CUDA: inputs from reused (pinned) host buffers, outputs bound on the device (pipeline/voices/gpu.py)."""
+    cuda_width_multiple: int = 32
+    """Piper on CUDA: the padded phoneme width is rounded up to a multiple of this, so few input shapes occur."""
+    cuda_batch_sizes: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
+    """Piper on CUDA: a batch is padded up to the next of these sizes, so device memory stays flat."""
     warmup: bool = True
+    """Run each voice once when it loads, so the first request does not pay for the session's start."""
     model_cache_dir: str = "~/.cache/ttsfarm"
+    """Where prepared and assembled models are kept (``ttsfarm voices prepare`` writes there)."""
     precision: str = "auto"
+    """``auto``: on CPU the catalogue's precision (INT8 where its quality gate passed), on CUDA FP16 vocoders and
+    FP32 acoustic stages; ``fp32``, ``fp16`` or ``int8`` asks for that one everywhere."""
 
     @property
     def cache_dir(self) -> Path:
@@ -72,22 +106,21 @@ class RuntimeSettings:
 
 @dataclass(frozen=True)
 class QualityGateSettings:
+    """The quality gates a prepared model must pass to be served: INT8 against FP32, and the listening gate."""
+
     max_logmel_l1_db: float = 2.5
+    """The highest log-mel L1 distance (dB) between INT8 and FP32 audio on 12 held-out sentences (not the
+    calibration set); above it the INT8 model is not served."""
     max_length_mismatch: float = 0.0
+    """The fraction of those sentences whose INT8 audio may differ in length from FP32."""
     require_batch_solo_identical: bool = True
-    max_wer_en: float = 0.15  # listening gate (pipeline/listening.py): recognizer round trip on held-out sentences
+    """The quantized model must make the same audio for an item in a batch as alone."""
+    max_wer_en: float = 0.15
+    """The listening gate (pipeline/listening.py): the highest word error rate of whisper tiny.en on
+    configs/heldout_en.txt read by an English voice; a voice above it is not routed to by a blend."""
     max_cer_zh: float = 0.08
-
-
-@dataclass(frozen=True)
-class StreamingSettings:
-    """Windowed vocoding of two-stage voices (pipeline/voices/windows.py): a segment's audio streams a window
-    at a time. Sizes in milliseconds of audio; measured defaults in docs/BENCHMARKS.md."""
-
-    windowed: bool = True  # false: each segment is vocoded whole and published when it is done
-    first_window_ms: int = 300
-    window_ms: int = 4000
-    first_window_when_queued: bool = False  # the small first window also while other work waits (costs throughput)
+    """The listening gate for Chinese voices: whisper base's character error rate on configs/heldout_zh.txt
+    (above the recognizer's own noise, 4.8 to 6.6 %; below Kokoro's 10 to 12 %)."""
 
 
 @dataclass(frozen=True)
@@ -149,12 +182,12 @@ def parse_catalogue(data: Mapping[str, Any]) -> Catalogue:
 @dataclass(frozen=True)
 class PipelineSettings:
     """The compute package's sections: what text processing and the voices need. The farm's settings
-    (``producer.wire.settings.Settings``) extend these with Redis, queues, storage, workers and front ends."""
+    (``producer.wire.settings.Settings``) extend these with Redis, queues, storage, the workers' streaming and
+    scheduling policy, and front ends."""
 
     frontend: FrontendSettings = field(default_factory=FrontendSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     quality_gate: QualityGateSettings = field(default_factory=QualityGateSettings)
-    streaming: StreamingSettings = field(default_factory=StreamingSettings)
     catalogue: Catalogue = field(default_factory=lambda: Catalogue({}, "default"))
 
     def replace(self, **sections: Any) -> Self:
@@ -168,5 +201,4 @@ PIPELINE_SECTIONS: dict[str, type] = {
     "frontend": FrontendSettings,
     "runtime": RuntimeSettings,
     "quality_gate": QualityGateSettings,
-    "streaming": StreamingSettings,
 }

@@ -83,9 +83,11 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def worker_command(name: str, *, loglevel: str = "INFO", extra: list[str] | None = None) -> list[str]:
-    """The plain Celery command that starts one farm worker."""
-    return [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "--pool=solo", "-E",
+def worker_command(name: str, *, loglevel: str = "INFO", extra: list[str] | None = None,
+                   app: str = "workers.app") -> list[str]:
+    """The plain Celery command that starts one farm worker (``app``: the Celery app module; tests start their
+    fault-injected workers with their own)."""
+    return [sys.executable, "-m", "celery", "-A", app, "worker", "--pool=solo", "-E",
             "--without-mingle", "--without-gossip", f"--hostname={name}", f"--loglevel={loglevel}", *(extra or [])]
 
 
@@ -97,13 +99,14 @@ class WorkerProcess:
     env: Mapping[str, str]
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    app: str = "workers.app"
 
     def start(self) -> WorkerProcess:
         env = {**os.environ, **self.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         root = Path(__file__).resolve().parent.parent
-        self.proc = subprocess.Popen(worker_command(self.name), env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root)
+        self.proc = subprocess.Popen(worker_command(self.name, app=self.app), env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root)
         return self
 
     def wait_ready(self, url: str, prefix: str = "ttsfarm", timeout: float = 120.0) -> None:

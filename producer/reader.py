@@ -23,13 +23,9 @@ from typing import Any
 
 from producer.wire.errors import STREAM_TRIMMED, JobError
 from producer.wire.keys import STATES_FINAL
-from producer.wire.records import CHUNK, FINAL, Chunk, Word, parse_final, record_type, words_from_wire
+from producer.wire.records import CHUNK, FINAL, Chunk, Word, parse_final, record_type, text_of, words_from_wire
 
 READ_COUNT = 256  # entries per read
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _complete(parts: Mapping[int, tuple[bytes, int, bool, list[Any]]]) -> bool:
@@ -79,20 +75,20 @@ class ResultsReader:
         return None
 
     def feed(self, entry_id: Any, fields: Mapping[Any, Any]) -> list[Chunk]:
-        self.last_id = _s(entry_id)
+        self.last_id = text_of(entry_id)
         self.entries += 1
-        f = {_s(k): v for k, v in fields.items()}
+        f = {text_of(k): v for k, v in fields.items()}
         kind = record_type(f)
         if kind == FINAL:
             self.final = parse_final(f)
             return []
         if kind != CHUNK:
             return []
-        seg, part, attempt = int(_s(f["seg"])), int(_s(f["part"])), _s(f["attempt"])
+        seg, part, attempt = int(text_of(f["seg"])), int(text_of(f["part"])), text_of(f["attempt"])
         if seg < self.next_seg:
             return []
-        words = json.loads(_s(f["words"])) if f.get("words") else []
-        self._parts.setdefault((seg, attempt), {}).setdefault(part, (f["pcm"], int(_s(f["rate"])), _s(f["last"]) == "1", words))
+        words = json.loads(text_of(f["words"])) if f.get("words") else []
+        self._parts.setdefault((seg, attempt), {}).setdefault(part, (f["pcm"], int(text_of(f["rate"])), text_of(f["last"]) == "1", words))
         return self._release()
 
     def _choose(self, seg: int) -> str | None:

@@ -1,7 +1,8 @@
 """What submitting a job means, apart from any Redis client: validation and the records to write.
 
-``producer.core`` (both SDK faces) calls ``prepare_submission`` and then writes its records with one
-script (``producer.backlog``), so the two faces cannot drift apart.
+``producer.core`` (both SDK faces) calls ``prepare_submission`` and then admits the records with the broker's one
+step (``Broker.admit``: for Redis the Lua script ``lua.ADMIT``, its arguments built by ``producer.wire.backlog``), so
+the two faces cannot drift apart.
 """
 
 from __future__ import annotations

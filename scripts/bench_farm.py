@@ -1,4 +1,4 @@
-"""The farm against its baselines, on the same texts and the same cores (issue 5).
+"""The farm against its baselines, on the same texts and the same cores: the numbers of docs/BENCHMARKS.md.
 
     python scripts/bench_farm.py --stages ceiling,piper,farm,latency,scaling,length,longrun [--out bench-results/farm]
 

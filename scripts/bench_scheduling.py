@@ -1,4 +1,4 @@
-"""FIFO vs deadline scheduling side by side in one run (issue 17): the ``scheduling`` stage of scripts/bench_farm.py.
+"""FIFO vs deadline scheduling side by side in one run: the ``scheduling`` stage of scripts/bench_farm.py.
 
     python scripts/bench_farm.py --stages scheduling --out bench-results/scheduling \
         [--sched-mixes en_short,zh_short,book] [--sched-loads 0.5,0.7,0.9,1.0] [--sched-saturate-s 20] [--sched-load-s 30]

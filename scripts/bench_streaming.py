@@ -1,4 +1,4 @@
-"""Whole-segment vs windowed vocoding, side by side in one run (issue 12).
+"""Whole-segment vs windowed vocoding, side by side in one run: what ``streaming.windowed`` buys.
 
     .venv/bin/python scripts/bench_streaming.py [--mixes en_short,zh_short] [--saturate-s 20] [--latency-s 30]
         [--idle-jobs 20] [--out bench-results/streaming]

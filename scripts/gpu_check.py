@@ -1,4 +1,4 @@
-"""The one-call device check (issue 14): what a GPU host really runs, per voice stage, and the farm on it.
+"""The one-call device check: what a GPU host really runs, per voice stage, and the farm on it.
 
     python scripts/gpu_check.py --device cuda --out DIR [--budget-s 330] [--farm-s 90]
     python scripts/gpu_check.py --device cpu --quick --out DIR          # the same code on CPU (a test)

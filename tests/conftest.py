@@ -64,11 +64,12 @@ class Farm:
         self.workers: list[object] = []
         self.settings = load_settings(env=self.env)
 
-    def start_worker(self, name: str | None = None, wait: bool = True):  # type: ignore[no-untyped-def]
+    def start_worker(self, name: str | None = None, wait: bool = True, app: str = "workers.app"):  # type: ignore[no-untyped-def]
+        """``app``: the Celery app module (``tests.faults.FAULT_APP`` for a worker that injects faults)."""
         from producer.local import WorkerProcess
 
         name = name or f"w{len(self.workers)}-{self.prefix}@test"
-        w = WorkerProcess(name, self.env, log_path=self.root / f"{name}.log").start()
+        w = WorkerProcess(name, self.env, log_path=self.root / f"{name}.log", app=app).start()
         self.workers.append(w)
         if wait:
             w.wait_ready(self.redis_url, self.prefix)

@@ -1,10 +1,11 @@
 """Fault injection for the reliability suite: a TCP proxy that can cut a service off and bring it back, and faults
-inside a worker's inference loop, installed through its hooks (``worker.hooks``; ``workers/context.py``).
+inside a worker's inference loop, installed in its hooks (``workers/context.py`` ``LoopHooks``).
 
-A worker started with ``TTSFARM_WORKER_HOOKS=tests.faults:install`` and ``TTSFARM_TEST_FAULT=<action>:<marker>``
-(``worker_faults`` builds both) fails so: ``raise:<marker>`` raises in any segment whose text contains the marker;
-``exit:<marker>`` kills the process there (a crash mid-batch); ``exitwindow:<marker>`` kills it once a segment
-holding the marker has published a window and has more to make (a crash mid-segment).
+A worker started from the tests' Celery app module (``FAULT_APP``: ``celery -A tests.fault_worker worker``, which
+production never imports) with ``TTSFARM_TEST_FAULT=<action>:<marker>`` in its environment (``worker_faults``)
+fails so: ``raise:<marker>`` raises in any segment whose text contains the marker; ``exit:<marker>`` kills the
+process there (a crash mid-batch); ``exitwindow:<marker>`` kills it once a segment holding the marker has
+published a window and has more to make (a crash mid-segment).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any
 from producer.local import free_port
 
 FAULT_ENV = "TTSFARM_TEST_FAULT"
+FAULT_APP = "tests.fault_worker"  # the Celery app module of a worker that injects faults
 
 
 def worker_faults(spec: str) -> dict[str, str]:
-    """The environment of a worker that injects the fault ``spec`` (``<action>:<marker>``)."""
-    return {"TTSFARM_WORKER_HOOKS": "tests.faults:install", FAULT_ENV: spec}
+    """The environment of a worker started from ``FAULT_APP`` that injects the fault ``spec`` (``<action>:<marker>``)."""
+    return {FAULT_ENV: spec}
 
 
 class LoopFaults:
@@ -45,7 +47,7 @@ class LoopFaults:
 
 
 def install(hooks: Any) -> None:
-    """``worker.hooks`` entry: the fault named by ``TTSFARM_TEST_FAULT`` in this worker's environment."""
+    """Add the fault named by ``TTSFARM_TEST_FAULT`` in this worker's environment to a loop's ``hooks``."""
     faults = LoopFaults(os.environ.get(FAULT_ENV, ""))
     hooks.before_segment.append(faults.before_segment)
     hooks.after_window.append(faults.after_window)

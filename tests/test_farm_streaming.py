@@ -21,7 +21,7 @@ import redis
 from producer.local import free_port
 from producer.wire.keys import Keys
 from tests.conftest import Farm
-from tests.faults import worker_faults
+from tests.faults import FAULT_APP, worker_faults
 
 pytestmark = pytest.mark.slow
 NOISELESS = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -56,7 +56,7 @@ def test_worker_killed_mid_segment_first_chunk_out_then_one_clean_redo(redis_url
     farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_CLAIM_IDLE_MS="1500", TTSFARM_STREAMING_WINDOW_MS="400",
                 **worker_faults("exitwindow:zebra"))
     try:
-        victim = farm.start_worker()
+        victim = farm.start_worker(app=FAULT_APP)
         client = farm.client()
         keys = Keys(farm.prefix)
         job = client.submit(LONG, voice="joe", lane="bulk", format="pcm", options=NOISELESS, chunk_ms=ONE_PIECE)

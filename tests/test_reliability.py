@@ -20,7 +20,7 @@ from producer.local import RedisServer
 from producer.wire.errors import TransientError
 from producer.wire.keys import Keys
 from tests.conftest import Farm
-from tests.faults import worker_faults
+from tests.faults import FAULT_APP, worker_faults
 
 pytestmark = pytest.mark.slow
 NOISELESS = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -202,7 +202,7 @@ def _ok(fn: Callable[[], object]) -> bool:
 def test_poison_job_is_dead_lettered_while_its_bucket_flows(redis_url: str, tmp_path: Path) -> None:
     farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_MAX_DELIVERIES="3", **worker_faults("raise:xylopoison"))
     try:
-        farm.start_worker()
+        farm.start_worker(app=FAULT_APP)
         client = farm.client()
         keys = Keys(farm.prefix)
         good = [client.submit(f"Healthy job {i} in the same bucket.", voice="joe").id for i in range(5)]

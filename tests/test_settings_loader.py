@@ -4,6 +4,8 @@ gateway's, from configs/ and TTSFARM_* overrides; the SDK's from_url honours the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from pipeline.errors import InputError
 from pipeline.settings import PipelineSettings
 from producer.aio import AsyncClient
 from producer.client import Client
-from producer.wire.settings import GatewaySettings, Settings, load_settings
+from producer.wire.settings import SECTIONS, GatewaySettings, SchedulingSettings, Settings, load_settings
 
 
 def test_from_url_honours_the_environment_like_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,4 +51,47 @@ def test_the_gateway_is_a_section_of_the_one_loader(tmp_path: Path) -> None:
 def test_farm_settings_extend_the_compute_packages_own() -> None:
     s = load_settings()
     assert isinstance(s, PipelineSettings)
-    assert not {"redis", "queue", "storage", "worker", "gateway"} & {f for f in PipelineSettings.__dataclass_fields__}
+    assert not {"redis", "queue", "storage", "worker", "streaming", "scheduling", "gateway"} & {f for f in PipelineSettings.__dataclass_fields__}
+
+
+# -- the settings' documentation: the README's table and configs/settings.toml --------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_readme_settings_table_is_made_from_the_classes() -> None:
+    from scripts.settings_table import rewrite
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert rewrite(readme) == readme, "README.md's settings table is stale: run .venv/bin/python scripts/settings_table.py"
+    assert "| `streaming.window_ms` | `4000` |" in readme and "| `gateway.port` | `8000` |" in readme
+
+
+def test_every_setting_has_a_meaning() -> None:
+    from scripts.settings_table import meanings, table, undocumented
+
+    assert {name: undocumented(cls) for name, cls in SECTIONS.items() if undocumented(cls)} == {}
+    rows = table().splitlines()[2:]
+    assert len(rows) == sum(len(dataclasses.fields(cls)) for cls in SECTIONS.values())
+    assert meanings(SchedulingSettings)["max_open"].startswith("Segments a loop holds")
+
+    @dataclasses.dataclass(frozen=True)
+    class Half:
+        said: int = 1
+        """What it is."""
+        unsaid: int = 2
+
+    assert undocumented(Half) == ["unsaid"]
+    with pytest.raises(ValueError, match="half.unsaid"):
+        table({"half": Half})
+
+
+def test_configs_settings_toml_holds_every_section_and_key_at_its_default() -> None:
+    """configs/settings.toml is the deploy-time file a reader edits: it shows every key the classes have, each at
+    the classes' default (so the README's defaults are what a fresh checkout runs with)."""
+    data = tomllib.loads((ROOT / "configs" / "settings.toml").read_text(encoding="utf-8"))
+    assert set(data) == set(SECTIONS), f"sections in the file but not the classes, or the other way: {set(data) ^ set(SECTIONS)}"
+    loaded, defaults = load_settings(ROOT / "configs"), Settings()
+    for name, cls in SECTIONS.items():
+        keys = {f.name for f in dataclasses.fields(cls)}
+        assert set(data[name]) == keys, f"[{name}]: missing {keys - set(data[name])}, unknown {set(data[name]) - keys}"
+        assert getattr(loaded, name) == getattr(defaults, name), f"[{name}] differs from the classes' defaults"

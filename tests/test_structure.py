@@ -5,8 +5,10 @@
   circle even counting lazy imports and the package ``__init__`` that ``from gateway import x`` runs;
 - the CLI is a thin dispatcher: short, and no Redis connection of its own;
 - pipeline/ imports none of redis, celery, boto3, kombu, and defines no farm settings;
-- no import circles among the project's modules (module-level imports, as they run);
+- no import circles among the project's modules (module-level imports, as they run; and every import counted);
+- only producer/wire imports redis (bench/ aside; tests and scripts/ are not scanned);
 - os.environ appears only in entry points and the settings loader;
+- logging is configured (level, format, handlers) only in an entry point's ``main``;
 - each error code string is defined once (producer/wire/errors.py or pipeline/errors.py).
 """
 
@@ -171,7 +173,7 @@ def test_pipeline_imports_no_broker_or_storage_client() -> None:
 
 def test_pipeline_defines_no_farm_settings() -> None:
     farm = {"RedisSettings", "QueueSettings", "StorageSettings", "WorkerSettings", "GatewaySettings", "SchedulingSettings",
-            "Settings", "load_settings"}
+            "StreamingSettings", "Settings", "load_settings"}
     found = [f"{path.relative_to(ROOT)}: {node.name}"
              for name, path in MODULES.items() if name.split(".")[0] == "pipeline"
              for node in ast.walk(_tree(path)) if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in farm]
@@ -241,6 +243,26 @@ def test_no_import_circles_even_in_annotations() -> None:
     assert not cycles, "import circles (with TYPE_CHECKING imports):\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
+def test_no_import_circles_anywhere_lazy_imports_counted() -> None:
+    """Across the whole project: every import counts, in a function or under ``if TYPE_CHECKING`` too (a lazy import
+    hides a circle from import time, not from the reader), and so do the package ``__init__``s an import runs."""
+    cycles = _cycles(_graph_through_packages())
+    assert not cycles, "import circles (every import counted):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+# Who may import the broker's client library: the wire (its Broker implementation). Tests, bench/ and scripts/
+# drive a real Redis themselves and stay outside this rule.
+REDIS_OUTSIDE_THE_WIRE_EXEMPT = ("bench",)
+
+
+def test_only_the_wire_imports_redis() -> None:
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+           for name, path in MODULES.items()
+           if not name.startswith("producer.wire") and name.split(".")[0] not in REDIS_OUTSIDE_THE_WIRE_EXEMPT
+           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "redis"]
+    assert not bad, "only producer/wire imports redis; go through the Broker or another wire module:\n" + "\n".join(bad)
+
+
 # Entry points (a command's main, the Celery app module, the gateway's app factory) and the settings loader.
 ENVIRON_ALLOWED = {
     "producer.wire.settings": "the settings loader (settings_from_environment)",
@@ -266,6 +288,22 @@ def test_os_environ_only_in_entry_points_and_the_loader() -> None:
     assert not bad, f"os.environ outside entry points and the settings loader: {bad}"
     stale = set(ENVIRON_ALLOWED) - set(found)
     assert not stale, f"allowed modules that no longer read the environment (drop them from the list): {stale}"
+
+
+LOGGING_SETUP = {"basicConfig", "dictConfig", "fileConfig", "setLevel", "addHandler", "captureWarnings"}
+
+
+def test_logging_is_configured_only_in_an_entry_points_main() -> None:
+    """Library modules only ``logging.getLogger(__name__)``; the level, format and handlers are an entry point's
+    choice (``main`` of the CLI, ``ttsfarm book``, the gateway; Celery configures the workers')."""
+    bad = []
+    for name, path in MODULES.items():
+        tree = _tree(path)
+        in_main = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "main" for n in ast.walk(f)}
+        bad += [f"{path.relative_to(ROOT)}:{node.lineno} {node.func.attr}" for node in ast.walk(tree)
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LOGGING_SETUP
+                and id(node) not in in_main]
+    assert not bad, "logging configured outside an entry point's main:\n" + "\n".join(bad)
 
 
 def _code_registry() -> set[str]:

@@ -2,14 +2,13 @@
 ``FarmWorker.context()`` and handed to each ``InferenceLoop`` (``workers/loop.py``). The loop never sees the
 worker object, so ``workers.loop`` and ``workers.farm`` do not import each other.
 
-``LoopHooks`` are the points where a test may step into the loop's path (``worker.hooks``: a ``module:function``
-that the worker imports once at start and calls with the hooks; ``tests/faults.py`` installs its fault injection
-so). With nothing installed each call is a no-op.
+``LoopHooks`` are the points where a test may step into the loop's path: the tests' own Celery app module
+(``tests/fault_worker.py``) adds its fault injection to them when ``workers.step`` says the farm is built
+(``farm_created``). Production connects nothing there, so each call is a no-op.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,15 +38,6 @@ class LoopHooks:
     def window(self, live: list[Any]) -> None:
         for fn in self.after_window:
             fn(live)
-
-    @classmethod
-    def install(cls, spec: str) -> LoopHooks:
-        """The hooks ``spec`` (``module:function``, the setting ``worker.hooks``) installs; none when it is empty."""
-        hooks = cls()
-        if spec:
-            module, _, name = spec.partition(":")
-            getattr(importlib.import_module(module), name or "install")(hooks)
-        return hooks
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ class FarmWorker:
         self.publisher = Publisher(self.broker, storage, chunk_ms=settings.queue.chunk_ms,
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
         self.events = events or JobEvents(None, hostname, enabled=False)
-        self.hooks = LoopHooks.install(settings.worker.hooks)  # tests step in here (tests/faults.py); none in production
+        self.hooks = LoopHooks()  # empty: only tests add to it (workers.step.farm_created, tests/fault_worker.py)
         self.metrics = metrics or WorkerMetrics(enabled=False)
         self.last_beat = 0.0
         self.stopping = threading.Event()

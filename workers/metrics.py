@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from producer.wire.keys import GROUP, LANES, Keys
+from producer.wire.records import text_of
 
 log = logging.getLogger(__name__)
 
@@ -395,13 +396,13 @@ class FarmCollector:
         seg = family("ttsfarm_backlog_segments", COLLECTED[0].help, labels=["lane"])
         sec = family("ttsfarm_backlog_audio_seconds", COLLECTED[1].help, labels=["lane"])
         for lane, raw in zip(LANES, replies[: len(LANES)]):
-            raw = {} if isinstance(raw, Exception) else {_s(k): _s(v) for k, v in raw.items()}
+            raw = {} if isinstance(raw, Exception) else {text_of(k): text_of(v) for k, v in raw.items()}
             seg.add_metric([lane], float(raw.get("n") or 0))
             sec.add_metric([lane], float(raw.get("s") or 0))
         lag = family("ttsfarm_queue_lag_entries", COLLECTED[2].help, labels=["lane", "bucket"])
         pending = family("ttsfarm_queue_pending_entries", COLLECTED[3].help, labels=["lane", "bucket"])
         for (lane, bucket, _), groups in zip(streams, replies[len(LANES) :]):
-            group = next((g for g in groups if _s(g.get("name")) == GROUP), None) if not isinstance(groups, Exception) else None
+            group = next((g for g in groups if text_of(g.get("name")) == GROUP), None) if not isinstance(groups, Exception) else None
             if group is None:
                 continue
             if group.get("lag") is not None:  # Redis < 7 or a trimmed stream: unknown, left out
@@ -475,7 +476,3 @@ def _endpoint(registry: Any, *, ready: Callable[[], bool], live: Callable[[], bo
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)

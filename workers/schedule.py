@@ -9,10 +9,11 @@ by the audio in front of it). Bulk work (a book's sentences, each a job of its o
 after its arrival, or at the job's own deadline when that is sooner: it fills idle time, ages, and cannot starve.
 
 **Where the clock lives**: in the job's status hash, written where chunks are published
-(``Publisher.publish_piece``): ``first_chunk`` (wall time of the job's first chunk, as before) and
-``delivered_s`` (seconds of audio published so far, by every worker that made a segment of the job). A loop reads
-the clocks of what it holds and of the stream heads before each choice (one round trip). Approximation: audio
-counts when it is published, in whatever order segments are made (a later segment made early counts early).
+(``Publisher.publish_piece``): ``first_chunk`` (wall time of the job's first chunk, which the job's status
+timings report too) and ``delivered_s`` (seconds of audio published so far, by every worker that made a segment of
+the job). A loop reads the clocks of what it holds and of the stream heads before each choice (one round trip).
+Approximation: audio counts when it is published, in whatever order segments are made (a later segment made early
+counts early).
 
 **Units** (``Unit``): the acoustic pass of a new batch (a stream head, or entries the loop holds: reclaimed or
 retried) and one window step of a batch whose acoustic pass is done. ``choose`` takes the earliest due (a playing
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from producer.wire.records import text_of
 from producer.wire.settings import SchedulingSettings
 
 T = TypeVar("T")
@@ -136,6 +138,6 @@ def _float(v: object) -> float | None:
     if v is None:
         return None
     try:
-        return float(v.decode() if isinstance(v, bytes) else v)  # type: ignore[arg-type]
+        return float(text_of(v))
     except (TypeError, ValueError):
         return None

@@ -2,6 +2,9 @@
 
 Celery starts it with the consumer (and again after a broker reconnect), and stops it on warm
 shutdown: SIGTERM lets the batch in flight finish and be acked before the process exits.
+
+``farm_created`` is sent once, with the new ``FarmWorker`` as sender, before its loops start: a receiver may add
+to ``farm.hooks`` (the tests' fault injection does, from ``tests/fault_worker.py``). Production connects nothing.
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ import logging
 from typing import Any
 
 from celery import bootsteps
+from celery.utils.dispatch import Signal
 
 log = logging.getLogger(__name__)
+
+farm_created = Signal(name="farm_created")
 
 
 class StreamConsumerStep(bootsteps.StartStopStep):
@@ -33,6 +39,7 @@ class StreamConsumerStep(bootsteps.StartStopStep):
         if self.farm is None:
             metrics = WorkerMetrics.from_settings(settings.worker, c.app.conf.get("ttsfarm_environ") or {})
             self.farm = FarmWorker(settings, hostname=c.hostname, events=events, metrics=metrics)
+            farm_created.send(sender=self.farm)
         else:
             self.farm.events = events
         c.ttsfarm_farm = self.farm  # for the remote control commands (workers.control)

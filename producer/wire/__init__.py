@@ -11,6 +11,7 @@
 ``backlog``        the backpressure arithmetic around ``lua.ADMIT``
 ``tasks``          Celery task names and the sender the book runner uses
 ``storage``        where full outputs go (``storage_s3`` for S3): workers write, the SDK and front ends read
+``storage_keys``   the key rule every storage backend follows (``safe_key``)
 ``heartbeats``     the workers' heartbeat records, read for the status screen, reloads and front ends
 ``control``        the sending side of the voice-reload broadcast (``workers.control`` is the receiving side)
 ``settings``       the farm's settings sections and the one loader of every section

@@ -95,6 +95,19 @@ class JobTimeoutError(TTSFarmError, TimeoutError):
     retryable = True
 
 
+class StorageError(TTSFarmError, RuntimeError):
+    """Object storage refused an operation in a way retrying will not fix (codes ``STORAGE_*``; what may pass
+    is a ``TransientError``)."""
+
+    code = STORAGE_ERROR
+
+
+class ObjectNotFoundError(TTSFarmError, KeyError):
+    """A stored-object read of a key that holds no object. A ``KeyError``, so ``except KeyError`` works too."""
+
+    code = OBJECT_NOT_FOUND
+
+
 _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
     **{c: InputError for c in (*INPUT_CODES, BAD_BOOK, BOOK_OUTPUT_REFUSED, BAD_KEY)},
     **{c: ModelError for c in MODEL_CODES},

@@ -2,8 +2,9 @@
 ``host:pid``), rewritten every 2 s by ``workers/farm.py``: ``state`` (``serving``, ``stopped``, ...), ``ts``,
 the voices loaded and their versions, batches and segments done, the last reload and recent errors.
 
-Written (``write``) and read here, and nowhere else: for ``ttsfarm status``, ``ttsfarm voices reload`` (which
-waits for each worker's reload report) and a front end's "is any worker serving?" (the gateway's 503 NO_WORKERS).
+The record's layout lives here: the worker writes it (``write``), and ``ttsfarm status``, ``ttsfarm voices reload``
+(which waits for each worker's reload report) and a front end's "is any worker serving?" (the gateway's 503
+NO_WORKERS) read it (``read``, ``aread``, ``decode``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from producer.wire.keys import Keys
+from producer.wire.records import text_of
 
 
 def write(connection: Any, keys: Keys, hostname: str, pid: int, info: Mapping[str, Any]) -> None:
@@ -29,7 +31,7 @@ def decode(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
         except (ValueError, TypeError):
             continue
         if isinstance(info, dict):
-            beats[name.decode(errors="replace") if isinstance(name, bytes) else str(name)] = info
+            beats[text_of(name)] = info
     return beats
 
 

@@ -90,7 +90,8 @@ def _is_word_ref(w: Any, n: int) -> bool:
 
 
 def text_of(value: Any) -> str:
-    """A value read from the store as text: bytes decoded as UTF-8 (bad bytes replaced), anything else ``str``."""
+    """A reply's field or value as text: redis-py gives ``bytes`` (``str`` with ``decode_responses``), UTF-8 on the
+    wire; a byte that is not UTF-8 reads as U+FFFD instead of failing the reader."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)

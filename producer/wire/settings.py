@@ -5,9 +5,12 @@
 it is given. Only entry points (the CLI's ``main``, the Celery app module, the gateway's app factory,
 scripts) pass ``os.environ``; everything else takes a ``Settings`` (or one of its sections) as an argument.
 
-Sections: the compute package's own (``frontend``, ``runtime``, ``quality_gate``, ``streaming`` and the voice
-catalogue, from ``pipeline.settings``) and the farm's, here: ``redis``, ``queue``, ``storage``, ``worker`` and
-``gateway`` (the HTTP front end; a new front end adds its section here and to ``SECTIONS``).
+Sections: the compute package's own (``frontend``, ``runtime``, ``quality_gate`` and the voice catalogue, from
+``pipeline.settings``) and the farm's, here: ``redis``, ``queue``, ``storage``, ``worker``, the workers' policy
+(``streaming``, ``scheduling``) and ``gateway`` (the HTTP front end; a new front end adds its section here and
+to ``SECTIONS``). As in ``pipeline.settings``, each setting's meaning is the string under its field: the
+README's settings table is made from them (``scripts/settings_table.py``), and ``configs/settings.toml`` lists
+every key with its default.
 """
 
 from __future__ import annotations
@@ -26,34 +29,70 @@ from pipeline.settings import CONFIG_DIR, PIPELINE_SECTIONS, Catalogue, Pipeline
 
 @dataclass(frozen=True)
 class RedisSettings:
+    """The farm's Redis: queues, job records, results streams, and Celery's broker."""
+
     url: str = "redis://127.0.0.1:6379/0"
+    """The Redis every producer and worker uses (a password and ``rediss://`` go in the URL)."""
     key_prefix: str = "ttsfarm"
+    """Every key the farm writes starts with ``<key_prefix>:``, so several farms can share one Redis."""
     socket_timeout_s: float = 10.0
+    """How long a Redis command waits for its reply before the connection counts as lost (seconds)."""
 
 
 @dataclass(frozen=True)
 class QueueSettings:
+    """The queues and how a worker batches from them: length buckets, lanes, loops, retries and backpressure."""
+
     bucket_edges_s: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0)
+    """Predicted audio seconds that split segments into length buckets: one stream per bucket and lane, so a
+    batch holds segments of like length."""
     window_ms: int = 200
+    """The batching window: a batch waits at most this long after its head's arrival for segments to join it."""
     max_batch_cpu: int = 1
+    """The largest batch on CPU (batching brings no speed there: docs/BENCHMARKS.md)."""
     max_batch_cuda: int = 8
+    """The largest batch on CUDA."""
     tolerance: float = 0.10
+    """The relative length difference |a-b|/max(a,b) two segments may have to share a batch ..."""
     tolerance_max: float = 0.35
+    """... widening to this as the batch's head waits out the window."""
     bulk_aging_ms: int = 3000
+    """A bulk head older than this is served before interactive work, so bulk never starves ..."""
     interactive_streak: int = 4
+    """... and at least once every this many interactive batches."""
     chunk_ms: int = 500
+    """Audio per results-stream record (milliseconds of PCM), where a request does not ask for its own."""
     results_maxlen: int = 4000
+    """Entries a job's results stream keeps; a reader that falls further behind gets STREAM_TRIMMED."""
     job_ttl_s: int = 86400
-    inference_threads: int = 0  # loops per worker process; 0: one per core on CPU (+ the reserved), six on CUDA
-    interactive_loops: int = 1  # of those loops, how many take interactive work only (see docs/BENCHMARKS.md)
-    bulk_nice: int = 19  # OS nice of background batches (bulk; callers' later segments), on a helper thread; 0: off
-    interactive_loop_threads: int = 0  # intra-op threads of the reserved loops' own session; 0: the usable cores
+    """How long a job's status and results stream stay in Redis (seconds)."""
+    inference_threads: int = 0
+    """Inference loops per worker process, sharing one model session each. 0: on CPU one single-threaded loop
+    per usable core (affinity, cgroup quota; ``runtime.intra_op_threads`` 0 becomes 1), the reserved interactive
+    loops on top; on CUDA six loops (at most one per core), the reserved ones among them (workers/layout.py)."""
+    interactive_loops: int = 1
+    """Of those loops, how many take interactive work only: one keeps callers' first chunks from waiting behind
+    long bulk (book) segments (docs/BENCHMARKS.md)."""
+    bulk_nice: int = 19
+    """The OS nice (Linux, per thread) bulk batches run at: a book's segments give the cores to interactive
+    batches at once and take all the idle time (full effect with single-threaded sessions); 0: off."""
+    interactive_loop_threads: int = 0
+    """On CPU the reserved loops run a session of their own with this many intra-op threads (0: one per usable
+    core), so a caller's first chunk uses every idle core; equal to the other loops' threads, they share one
+    session (less memory). On CUDA the session is shared."""
     max_deliveries: int = 5
+    """A segment that fails this many times goes to the dead-letter stream, and its job fails."""
     claim_idle_ms: int = 30_000
+    """Segments a dead worker held are taken over by other workers after this idle time (milliseconds)."""
     max_backlog_interactive_segments: int = 2000
+    """Backpressure: a submit that would put more segments than this in the interactive lane raises
+    OverloadedError (code OVERLOADED); 0: no limit."""
     max_backlog_interactive_seconds: float = 3600.0
+    """The same limit in predicted audio seconds."""
     max_backlog_bulk_segments: int = 200_000
+    """The bulk lane's limit in segments; 0: no limit."""
     max_backlog_bulk_seconds: float = 720_000.0
+    """The bulk lane's limit in predicted audio seconds."""
 
     @property
     def n_buckets(self) -> int:
@@ -63,40 +102,80 @@ class QueueSettings:
 
 @dataclass(frozen=True)
 class StorageSettings:
+    """Where full job outputs are stored: an S3 bucket (AWS, MinIO) or a local folder (producer/wire/storage.py)."""
+
     backend: str = "auto"
+    """``auto`` (S3 when ``s3_bucket`` is set, else the local folder), ``s3`` or ``local``."""
     local_dir: str = "./out/storage"
+    """The folder of the local backend."""
     prefix: str = "ttsfarm"
+    """Every stored object's key starts with this, in the bucket or under the folder."""
     s3_bucket: str = ""
+    """The bucket outputs go to."""
     s3_endpoint_url: str = ""
+    """An S3-compatible endpoint (MinIO, moto), addressed path-style; empty: AWS in ``s3_region``."""
     s3_region: str = "us-east-1"
+    """The bucket's region."""
     multipart_threshold_mb: int = 8
+    """An upload larger than this goes multipart (MiB)."""
     multipart_chunk_mb: int = 8
+    """The part size of a multipart upload (MiB; S3 raises parts below 5 MiB to 5 MiB)."""
     s3_connect_timeout_s: float = 5.0
+    """How long connecting to the S3 endpoint may take (seconds)."""
     s3_read_timeout_s: float = 60.0
+    """How long an S3 request may wait for data (seconds)."""
     s3_max_attempts: int = 3
+    """Attempts of one S3 request in all, botocore's own retries included."""
 
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    name: str = ""
+    """A worker process's own endpoint."""
+
     metrics_port: int = 0
-    metrics_host: str = "0.0.0.0"  # the metrics endpoint's bind address
-    hooks: str = ""  # "module:function" called once at worker start with the loop's hooks (workers/context.py); tests only
+    """The port of the worker's /metrics, /readyz and /livez (workers/metrics.py); 0: off."""
+    metrics_host: str = "0.0.0.0"
+    """The bind address of that endpoint."""
+
+
+@dataclass(frozen=True)
+class StreamingSettings:
+    """How a worker streams a two-stage voice's segment: a window of audio at a time (workers/streaming.py, windows
+    cut by pipeline/voices/windows.py). Sizes in milliseconds of audio; measured defaults in docs/BENCHMARKS.md."""
+
+    windowed: bool = True
+    """Two-stage voices (joe, baker) vocode a segment in windows and publish each as it is made: the first chunk
+    comes after the acoustic pass and one small window; false: whole segments (Kokoro always)."""
+    first_window_ms: int = 300
+    """Audio in a segment's first window (small: it starts the stream)."""
+    window_ms: int = 4000
+    """Audio in each later window (large: each boundary vocodes 2 x the vocoder's context again)."""
+    first_window_when_queued: bool = False
+    """The small first window also while other work waits for the loop. It costs 10-15 % more model time per
+    short segment (docs/BENCHMARKS.md), so by default a job gets it only when nothing else waits: under a backlog
+    the queue, not the window, is the wait."""
 
 
 @dataclass(frozen=True)
 class SchedulingSettings:
-    """Which unit a worker loop runs next (workers/schedule.py). ``deadline``: earliest deadline first over acoustic
-    passes and vocoder windows, by each job's playback clock; ``fifo``: batches in arrival order by lane, a batch's
-    windows interleaved (and interactive work between a background batch's windows), as before issue 17."""
+    """Which unit a worker loop runs next (workers/schedule.py)."""
 
-    mode: str = "deadline"  # deadline | fifo
-    first_chunk_target_ms: int = 100  # a new interactive job's first window is due this long after its arrival
-    bulk_deadline_s: float = 20.0  # bulk (book) work is due this long after its arrival (or at the job's deadline)
-    play_margin_ms: int = 400  # a playing job's next unit is due this long before its listener runs dry (its own time);
-    # more than streaming.first_window_ms, so a caller's second window follows its small first one at once
-    max_open: int = 8  # segments a loop holds with windows still to make; past it, it claims nothing new
-    risk_slack_ms: int = 500  # a held job whose listener runs dry within this counts as at risk of an underrun
+    mode: str = "deadline"
+    """``deadline``: earliest deadline first over acoustic passes and vocoder windows, by each job's playback
+    clock (the unit whose listener runs dry first); ``fifo``: batches in arrival order per lane, a batch's windows
+    interleaved, and interactive work between a background batch's windows (docs/BENCHMARKS.md compares them)."""
+    first_chunk_target_ms: int = 100
+    """A new interactive job's first window is due this long after its arrival."""
+    bulk_deadline_s: float = 20.0
+    """Bulk (book) work is due this long after its arrival, or at the job's own deadline when that is sooner: it
+    fills idle time and cannot starve."""
+    play_margin_ms: int = 400
+    """A playing job's next unit is due this long before its listener runs dry, so it is done, not started, by
+    then; above ``streaming.first_window_ms``, so a caller's second window follows its small first one at once."""
+    max_open: int = 8
+    """Segments a loop holds with windows still to make; past it, it claims no new work."""
+    risk_slack_ms: int = 500
+    """A held job whose listener runs dry within this counts in ``ttsfarm_underrun_risk_jobs``."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("deadline", "fifo"):
@@ -111,18 +190,34 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "no
 
 @dataclass(frozen=True)
 class GatewaySettings:
+    """The HTTP gateway (gateway/). ``TTSFARM_GATEWAY_*`` lists are comma-separated, aliases ``alloy=joe,nova=``."""
+
     host: str = "127.0.0.1"
+    """The gateway's bind address."""
     port: int = 8000
-    api_keys: tuple[str, ...] = ()  # empty: no authentication
-    cors: tuple[str, ...] = ()  # allowed origins; empty: no CORS headers; ("*",) for any
-    # alias -> catalogue voice; "" as the target means the catalogue's default voice
+    """The gateway's port."""
+    api_keys: tuple[str, ...] = ()
+    """Keys a client may send (``Authorization: Bearer <key>``, or ``?api_key=`` from a browser); empty: no
+    authentication."""
+    cors: tuple[str, ...] = ()
+    """Origins allowed to call from a browser (``["*"]``: any); empty: no CORS headers."""
     voice_aliases: Mapping[str, str] = field(default_factory=lambda: {name: "" for name in OPENAI_VOICES})
-    max_input_chars: int = 4096  # /v1/audio/speech, as OpenAI's API; /v1/jobs uses frontend.max_text_chars
-    worker_fresh_s: float = 10.0  # a worker counts as alive if its heartbeat is this recent and says serving
-    first_chunk_timeout_s: float = 60.0  # /v1/audio/speech answers 504 if no audio came by then
-    job_timeout_s: float = 900.0  # longest a stream or a wait follows one job
-    keepalive_s: float = 15.0  # SSE comment / idle interval on live streams
-    pcm_sample_rate: int = 24000  # /v1/audio/speech response_format=pcm, as OpenAI's (24 kHz mono s16le)
+    """Voice names a client may send and the catalogue voice each reads with (``""``: the catalogue's default
+    voice): OpenAI's names, so unmodified OpenAI clients work."""
+    max_input_chars: int = 4096
+    """The longest ``input`` of /v1/audio/speech (characters), as OpenAI's API; /v1/jobs takes up to
+    ``frontend.max_text_chars``."""
+    worker_fresh_s: float = 10.0
+    """A worker counts as alive when its heartbeat is this recent (seconds) and says serving; with none alive the
+    gateway answers 503 NO_WORKERS."""
+    first_chunk_timeout_s: float = 60.0
+    """/v1/audio/speech answers 504 when no audio came by then (seconds)."""
+    job_timeout_s: float = 900.0
+    """The longest a stream or a wait follows one job (seconds)."""
+    keepalive_s: float = 15.0
+    """The interval of keep-alive comments on an idle live stream (SSE; seconds)."""
+    pcm_sample_rate: int = 24000
+    """The sample rate of /v1/audio/speech's ``response_format=pcm`` (mono s16le), as OpenAI's."""
 
     @classmethod
     def parse_env(cls, name: str, raw: str) -> object:
@@ -166,6 +261,7 @@ class Settings(PipelineSettings):
     queue: QueueSettings = field(default_factory=QueueSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    streaming: StreamingSettings = field(default_factory=StreamingSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
 
@@ -176,6 +272,7 @@ SECTIONS: dict[str, type] = {
     "queue": QueueSettings,
     "storage": StorageSettings,
     "worker": WorkerSettings,
+    "streaming": StreamingSettings,
     "scheduling": SchedulingSettings,
     "gateway": GatewaySettings,
 }

@@ -1,9 +1,10 @@
 """Where full job outputs go: an S3 bucket (AWS, MinIO, moto) or a local folder.
 
-Both backends speak the narrow :class:`Storage` protocol and share one key rule, :func:`safe_key`: a
-key is a relative ``/``-separated path that can never leave the backend's prefix.
+Both backends speak the narrow :class:`Storage` protocol and share one key rule, :func:`safe_key`
+(``producer.wire.storage_keys``): a key is a relative ``/``-separated path that can never leave the backend's
+prefix.
 
-Errors a caller sees:
+Errors a caller sees (the classes are ``producer.wire.errors``'s, named here too):
 
 - :class:`~pipeline.errors.InputError` ``BAD_KEY``: the key itself is unsafe or malformed.
 - :class:`ObjectNotFoundError` (a ``KeyError``), code ``OBJECT_NOT_FOUND``: ``get`` of a missing key.
@@ -27,42 +28,21 @@ import errno
 import logging
 import os
 import tempfile
-import unicodedata
 from pathlib import Path
 from typing import Final, Protocol, runtime_checkable
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from producer.wire.errors import (
-    BAD_KEY,
-    OBJECT_NOT_FOUND,
-    STORAGE_ERROR,
-    STORAGE_IO_ERROR,
-    TransientError,
-)
+from producer.wire.errors import STORAGE_IO_ERROR, ObjectNotFoundError, StorageError, TransientError
 from producer.wire.settings import StorageSettings
+from producer.wire.storage_keys import bad_key, clean_prefix, safe_key
+
+__all__ = ["LocalStorage", "ObjectNotFoundError", "Storage", "StorageError", "safe_key", "storage_from_settings"]
 
 log = logging.getLogger(__name__)
 
-MAX_KEY_BYTES: Final = 1024
-"""S3's limit on a whole object key (prefix included), in UTF-8 bytes."""
-MAX_SEGMENT_BYTES: Final = 255
-"""Longest single path segment, in UTF-8 bytes: the usual file-name limit of local file systems."""
-_BAD_CATEGORIES: Final = frozenset({"Cc", "Cs", "Zl", "Zp"})  # controls, lone surrogates, line breaks
 _TRANSIENT_ERRNOS: Final = frozenset(
     {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EIO, errno.EAGAIN, errno.EBUSY}
 )
-
-
-class StorageError(TTSFarmError, RuntimeError):
-    """Object storage refused an operation in a way retrying will not fix (see the module's codes)."""
-
-    code = STORAGE_ERROR
-
-
-class ObjectNotFoundError(TTSFarmError, KeyError):
-    """``get`` of a key that holds no object. A ``KeyError``, so ``except KeyError`` works too."""
-
-    code = OBJECT_NOT_FOUND
 
 
 @runtime_checkable
@@ -88,65 +68,6 @@ class Storage(Protocol):
     def presigned_url(self, key: str, expires_s: int = 3600) -> str | None:
         """A time-limited plain-HTTP GET URL for ``key``, or ``None`` where the backend has none."""
         ...
-
-
-# -- keys ------------------------------------------------------------------------------------------
-
-
-def bad_key(reason: str, shown: object) -> InputError:
-    return InputError(f"unsafe storage key {shown!r}: {reason}", code=BAD_KEY)
-
-
-def safe_key(*parts: str) -> str:
-    """Join ``parts`` into one relative key with ``/`` separators, refusing anything that could escape.
-
-    Each part may itself hold ``/``-separated segments. Refused with ``InputError`` code ``BAD_KEY``:
-    no parts, a non-string or empty part, an absolute part (leading ``/``), a backslash, ``.`` or
-    ``..`` segments, empty segments (``a//b``, a trailing ``/``), control characters (NUL included),
-    lone surrogates, Unicode line/paragraph separators, a segment over 255 UTF-8 bytes, or a key over
-    1024 bytes. Nothing is silently rewritten, so ``safe_key(safe_key(k)) == safe_key(k)``.
-    """
-    if not parts:
-        raise bad_key("no key given", "")
-    segments = [segment for part in parts for segment in _part_segments(part)]
-    key = "/".join(segments)
-    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
-        raise bad_key(f"longer than {MAX_KEY_BYTES} bytes", key[:40] + "...")
-    return key
-
-
-def _part_segments(part: str) -> list[str]:
-    """The checked ``/``-separated segments of one part of a key (see :func:`safe_key`)."""
-    if not isinstance(part, str):
-        raise bad_key(f"parts must be strings, not {type(part).__name__}", part)
-    if not part:
-        raise bad_key("empty part", part)
-    if part.startswith("/"):
-        raise bad_key("absolute paths are not allowed", part)
-    if "\\" in part:
-        raise bad_key("backslashes are not allowed", part)
-    for ch in part:
-        if unicodedata.category(ch) in _BAD_CATEGORIES:
-            raise bad_key(f"control character U+{ord(ch):04X} is not allowed", part)
-    segments = part.split("/")
-    for segment in segments:
-        if not segment:
-            raise bad_key("empty path segment", part)
-        if segment in (".", ".."):
-            raise bad_key(f"{segment!r} segments are not allowed", part)
-        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
-            raise bad_key(f"a segment is longer than {MAX_SEGMENT_BYTES} bytes", part[:40] + "...")
-    return segments
-
-
-def clean_prefix(prefix: str) -> str:
-    """A configured prefix: outer slashes dropped, empty allowed, otherwise as strict as a key."""
-    stripped = (prefix or "").strip("/")
-    return safe_key(stripped) if stripped else ""
-
-
-def join_key(prefix: str, key: str) -> str:
-    return f"{prefix}/{key}" if prefix else key
 
 
 # -- local folder ----------------------------------------------------------------------------------

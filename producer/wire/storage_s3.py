@@ -1,4 +1,8 @@
-"""The S3 backend of ``producer.wire.storage``: AWS, MinIO or moto, through boto3 (imported here only)."""
+"""The S3 backend of ``producer.wire.storage``: AWS, MinIO or moto, through boto3 (imported here only).
+
+``producer.wire.storage`` imports this module when S3 is chosen; this one takes the key rule from
+``producer.wire.storage_keys`` and its errors from ``producer.wire.errors``, never from ``producer.wire.storage``.
+"""
 
 from __future__ import annotations
 
@@ -18,29 +22,17 @@ from producer.wire.errors import (
     STORAGE_NO_BUCKET,
     STORAGE_NO_CREDENTIALS,
     STORAGE_REJECTED,
+    ObjectNotFoundError,
+    StorageError,
     TransientError,
 )
 from producer.wire.settings import StorageSettings
-from producer.wire.storage import (
-    MAX_KEY_BYTES,
-    ObjectNotFoundError,
-    StorageError,
-    bad_key,
-    clean_prefix,
-    join_key,
-    safe_key,
-)
+from producer.wire.storage_keys import MAX_KEY_BYTES, bad_key, clean_prefix, join_key, safe_key
 
 log = logging.getLogger(__name__)
 
 MAX_PRESIGN_S: Final = 7 * 24 * 3600
 """SigV4 presigned URLs live at most seven days."""
-
-# Used until StorageSettings grows s3_connect_timeout_s / s3_read_timeout_s / s3_max_attempts.
-DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
-DEFAULT_READ_TIMEOUT_S: Final = 60.0
-DEFAULT_MAX_ATTEMPTS: Final = 3
-
 
 _MIB: Final = 1024 * 1024
 _TRANSIENT_S3_CODES: Final = frozenset(
@@ -84,9 +76,9 @@ class S3Storage:
     boto3's transfer manager, which switches to multipart above ``multipart_threshold_mb`` with parts
     of ``multipart_chunk_mb`` (S3 raises parts below 5 MiB to 5 MiB).
 
-    The timeouts and attempt count come from the keyword arguments, else from the settings fields
-    ``s3_connect_timeout_s``, ``s3_read_timeout_s`` and ``s3_max_attempts`` when they exist, else
-    from this module's defaults. Pass ``client`` to use a ready boto3 S3 client instead.
+    The timeouts and attempt count come from the keyword arguments, else from the settings
+    ``s3_connect_timeout_s``, ``s3_read_timeout_s`` and ``s3_max_attempts``. Pass ``client`` to use a
+    ready boto3 S3 client instead.
     """
 
     def __init__(
@@ -111,10 +103,10 @@ class S3Storage:
             config = Config(
                 region_name=settings.s3_region or None,
                 signature_version="s3v4",
-                connect_timeout=_pick(connect_timeout_s, settings, "s3_connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S),
-                read_timeout=_pick(read_timeout_s, settings, "s3_read_timeout_s", DEFAULT_READ_TIMEOUT_S),
+                connect_timeout=settings.s3_connect_timeout_s if connect_timeout_s is None else connect_timeout_s,
+                read_timeout=settings.s3_read_timeout_s if read_timeout_s is None else read_timeout_s,
                 retries={
-                    "total_max_attempts": int(_pick(max_attempts, settings, "s3_max_attempts", DEFAULT_MAX_ATTEMPTS)),
+                    "total_max_attempts": settings.s3_max_attempts if max_attempts is None else max_attempts,
                     "mode": "standard",
                 },
                 s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
@@ -220,15 +212,11 @@ class S3Storage:
         detail: dict[str, Any] = {"bucket": self.bucket}
         if key is not None:
             detail["key"] = key
-        # boto3 wraps some transfer failures (S3UploadFailedError); look at what it wraps.
-        inner = exc
-        for _ in range(5):
-            wrapped = inner.__cause__ or inner.__context__
-            if isinstance(inner, (bce.ClientError, bce.BotoCoreError)) or wrapped is None:
-                break
-            inner = wrapped
-        if isinstance(inner, bce.ClientError):
-            code, status = _code(inner), _status(inner)
+        # What reaches here from the calls above is botocore's own error: upload_fileobj re-raises its transfer's
+        # error as it was (only boto3's file-name upload_file wraps one, in S3UploadFailedError), and botocore
+        # wraps every failure of sending a request or reading a body, socket errors included, in its errors.
+        if isinstance(exc, bce.ClientError):
+            code, status = _code(exc), _status(exc)
             text = f"object storage refused to {op} {where}{via}: {code} (HTTP {status})"
             if status >= 500 or code in _TRANSIENT_S3_CODES:
                 return TransientError(text, status=status, **detail)
@@ -237,22 +225,14 @@ class S3Storage:
             if code == "NoSuchBucket":
                 return StorageError(text, code=STORAGE_NO_BUCKET, status=status, **detail)
             return StorageError(text, code=STORAGE_REJECTED, status=status, **detail)
-        name = type(inner).__name__
-        if isinstance(inner, (bce.ConnectionError, bce.HTTPClientError, bce.IncompleteReadError)):
+        name = type(exc).__name__
+        if isinstance(exc, (bce.ConnectionError, bce.HTTPClientError, bce.IncompleteReadError)):
             return TransientError(f"object storage unreachable during {op} of {where}{via}: {name}", **detail)
-        if isinstance(inner, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+        if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
             return StorageError(
                 f"no usable S3 credentials to {op} {where}: {name}", code=STORAGE_NO_CREDENTIALS, **detail
             )
-        if isinstance(inner, (ConnectionError, TimeoutError)):  # a socket error that escaped botocore
-            return TransientError(f"object storage unreachable during {op} of {where}{via}: {name}", **detail)
         return StorageError(f"object storage failed to {op} {where}{via}: {name}", **detail)
-
-
-def _pick(given: float | None, settings: StorageSettings, field: str, default: float) -> float:
-    if given is not None:
-        return given
-    return float(getattr(settings, field, default))
 
 
 def _code(exc: bce.ClientError) -> str:
