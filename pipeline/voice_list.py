@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import PipelineSettings, VoiceSpec
-from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, wanted_precision
+from pipeline.voices.prepared import fingerprint, gate_failure, prepared_dir, read_prepared, wanted_precision
 
 
 def _prepared(spec: VoiceSpec, settings: PipelineSettings) -> tuple[Any, str]:
@@ -44,7 +44,6 @@ def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
 def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any]:
     row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
     if spec.engine == "blend":
-        from pipeline.listening import gate_failure
         from pipeline.voices.bank import gated_choice
 
         row["routes"] = dict(spec.options.get("routes", {}))

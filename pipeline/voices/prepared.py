@@ -21,9 +21,10 @@ A verdict (one per stage and precision, also for precisions that were not built)
      "measures": {...}, "created": "..."}
 
 ``recognizer`` is filled by preparers that run a recognizer round trip (word or character error rate on
-held-out sentences); ``ttsfarm voices`` shows it when present. Serving reads the verdicts: a stage is
-served in INT8 only when the catalogue (or ``runtime.precision``) asks for INT8, the INT8 file is in the
-manifest and its verdict says ``passed``.
+held-out sentences); ``ttsfarm voices`` shows it when present, and a blend does not route to a voice whose
+figure failed (``gate_failure``). Serving reads the verdicts: a stage is served in INT8 only when the
+catalogue (or ``runtime.precision``) asks for INT8, the INT8 file is in the manifest and its verdict says
+``passed``.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import MODEL_CORRUPT, MODEL_NOT_PREPARED, ModelError
 from pipeline.settings import PipelineSettings, RuntimeSettings, VoiceSpec
-from pipeline.voices.runtime import sha256_file
+from pipeline.voices.runtime import cuda_wanted, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +154,39 @@ def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings, stage: str = "")
     stages no faster and with their frames moved."""
     if runtime.precision != "auto":
         return runtime.precision
-    from pipeline.voices.runtime import cuda_wanted
-
     if cuda_wanted(runtime):
         return "fp16" if stage == "vocoder" else "fp32"
     return spec.precision
+
+
+def gate_failure(cache_dir: Path, voice: str) -> str:
+    """Why ``voice`` must not be routed to by default ("" when nothing says so): its newest prepared folder
+    records a listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so
+    it costs one stat: the answer is cached per voice folder and its modification time (preparation renames
+    a finished folder into place, which changes that time)."""
+    root = voice_root(cache_dir, voice)
+    try:
+        stamp = root.stat().st_mtime_ns
+    except OSError:
+        return ""
+    return _root_failure(str(root), stamp)
+
+
+@lru_cache(maxsize=64)
+def _root_failure(root: str, _stamp: int) -> str:
+    folders = [p for p in Path(root).glob("*") if (p / MANIFEST).is_file()]
+    if not folders:
+        return ""
+    newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
+    for path in sorted(newest.glob("*.fp32.verdict.json")):
+        try:
+            heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
+        except (OSError, ValueError):
+            continue
+        if heard and not heard.get("passed", True):
+            return (f"listening gate failed: {heard['metric'].upper()} {100 * heard['value']:.1f} % over the "
+                    f"ceiling {100 * heard['ceiling']:.1f} % ({path.parent})")
+    return ""
 
 
 def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, print_: str) -> Prepared:
