@@ -65,11 +65,11 @@ def output_rate(catalogue: Catalogue, voice: str | None) -> int:
 
 def _build(spec: VoiceSpec, factory: SessionFactory) -> Voice:
     if spec.engine == "piper":
-        from pipeline.voices.piper import PiperVoice
+        from pipeline.voices.piper.voice import PiperVoice
 
         return PiperVoice(spec, factory)
     if spec.engine == "kokoro":
-        from pipeline.voices.kokoro import KokoroVoice
+        from pipeline.voices.kokoro.voice import KokoroVoice
 
         return KokoroVoice(spec, factory)
     if spec.engine == "twostage":

