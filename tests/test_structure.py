@@ -6,6 +6,7 @@
 - the CLI is a thin dispatcher: short, and no Redis connection of its own;
 - pipeline/ imports none of redis, celery, boto3, kombu, and defines no farm settings;
 - no import circles among the project's modules (module-level imports, as they run);
+- no import circles through pipeline/, even through function-level imports;
 - os.environ appears only in entry points and the settings loader;
 - each error code string is defined once (producer/wire/errors.py or pipeline/errors.py).
 """
@@ -239,6 +240,12 @@ def test_no_import_circles() -> None:
 def test_no_import_circles_even_in_annotations() -> None:
     cycles = _cycles(_graph(type_checking=True))
     assert not cycles, "import circles (with TYPE_CHECKING imports):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_pipeline_has_no_import_circles_lazy_imports_counted() -> None:
+    """A function-level import that closes a circle is still a circle: each definition lives where it belongs."""
+    cycles = [c for c in _cycles(_graph_through_packages()) if any(m.split(".")[0] == "pipeline" for m in c)]
+    assert not cycles, "import circles through pipeline/:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
 # Entry points (a command's main, the Celery app module, the gateway's app factory) and the settings loader.
