@@ -46,8 +46,8 @@ def main() -> int:
     settings = load_settings(env=env)
     runtime = dataclasses.replace(settings.runtime, intra_op_threads=args.threads, inter_op_threads=1, device="cpu",
                                   precision="fp32", warmup=False)
-    from pipeline.voices.piper.voice import PiperVoice
     from pipeline.voices.piper.stages import build_piper_two_stage
+    from pipeline.voices.piper.voice import PiperVoice
     from pipeline.voices.runtime import SessionFactory
 
     spec = settings.catalogue.get("joe")

@@ -14,8 +14,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.voices.binding import StageBinding
 from pipeline.prepare.precision import to_dynamic_int8, to_fp16
+from pipeline.voices.binding import StageBinding
 
 
 def conv_vocoder(path: Path) -> Path:

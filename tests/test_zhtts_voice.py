@@ -115,8 +115,8 @@ def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings
 def test_listening_gate_without_its_recognizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Images without the `test` extra prepare voices without a recognizer: a clear ModelError, which the
     preparer records as "listening gate not run" instead of failing."""
-    from pipeline.prepare import listening
     from pipeline.errors import MODEL_MISSING, ModelError
+    from pipeline.prepare import listening
 
     monkeypatch.setitem(listening._NEEDS, "zh", ("no_such_recognizer_package",))
     with pytest.raises(ModelError) as err:

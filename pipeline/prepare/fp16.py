@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.prepare.precision import to_fp16
+from pipeline.prepare.quantize_eval import logmel_l1_db
 from pipeline.settings import PipelineSettings
 from pipeline.voices.base import SynthesisOptions
-from pipeline.prepare.precision import to_fp16
 from pipeline.voices.runtime import SessionFactory, StageSession
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,6 @@ FP16_FILE = "vocoder.fp16.onnx"
 def fp16_vocoder(voice: Any, work: Path, settings: PipelineSettings, texts: Sequence[str], lang: str) -> tuple[str | None, dict[str, Any]]:
     """(file name if the FP16 vocoder passed, its verdict). ``voice`` is the FP32 two-stage voice being prepared,
     its vocoder file ``work/vocoder.fp32.onnx``."""
-    from pipeline.prepare.quantize_eval import logmel_l1_db
-
     ceiling = settings.quality_gate.max_logmel_l1_db
     dst = work / FP16_FILE
     try:

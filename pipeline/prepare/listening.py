@@ -23,7 +23,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import MODEL_MISSING, ModelError
-from pipeline.settings import CONFIG_DIR, QualityGateSettings
+from pipeline.settings import CONFIG_DIR, Catalogue, PipelineSettings, QualityGateSettings, VoiceSpec
+from pipeline.synth import Synthesizer
+from pipeline.voices.bank import VoiceBank
+from pipeline.voices.base import SynthesisOptions
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +89,6 @@ def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, m
 
 def speaker(voice: Any, settings: Any) -> Speak:
     """Text -> audio through the same segmenting and joining `ttsfarm say` uses, on this (unsaved) voice."""
-    from pipeline.settings import Catalogue, PipelineSettings, VoiceSpec
-    from pipeline.synth import Synthesizer
-    from pipeline.voices.bank import VoiceBank
-    from pipeline.voices.base import SynthesisOptions
-
     spec = VoiceSpec(name=voice.name, engine="twostage", languages=voice.languages, sample_rate=voice.sample_rate)
     catalogue = Catalogue(voices={voice.name: spec}, default_voice=voice.name)
     bank = VoiceBank(catalogue, settings.runtime, builder=lambda _spec, _factory: voice)
