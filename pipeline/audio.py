@@ -35,6 +35,7 @@ import numpy.typing as npt
 import soundfile as sf
 import soxr
 
+from pipeline.encoders import CODECS, codec_rate, encode_lossy
 from pipeline.errors import BAD_OPTION, NOTHING_TO_SPEAK, UNSUPPORTED_FORMAT, UNSUPPORTED_SAMPLE_RATE, InputError
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,6 @@ CONTENT_TYPES: Final[dict[str, str]] = {
 SAMPLE_RATES: Final[tuple[int, ...]] = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
 """The output sample rates a job may ask for."""
 
-OPUS_RATES: Final[tuple[int, ...]] = (8000, 12000, 16000, 24000, 48000)
-"""The only rates the Opus codec runs at."""
-
 SUFFIXES: Final[dict[str, str]] = {
     ".wav": "wav",
     ".flac": "flac",
@@ -71,7 +69,7 @@ SUFFIXES: Final[dict[str, str]] = {
 """File suffix -> format, for :func:`write`."""
 
 _PCM16_SCALE: Final = 32768.0
-_LOSSY: Final = ("mp3", "ogg", "aac")  # made by pipeline.encoders
+_LOSSY: Final = tuple(CODECS)  # made by pipeline.encoders
 # (soundfile container format, subtype) per encoded format; pcm is written by to_pcm16 alone.
 _SOUNDFILE: Final[dict[str, tuple[str, str]]] = {
     "wav": ("WAV", "PCM_16"),
@@ -108,9 +106,7 @@ def output_rate(fmt: str, rate: int) -> int:
     The same rate for every format but ``ogg``, where it is the smallest Opus rate at or above
     ``rate`` (48000 for anything above 48 kHz).
     """
-    if check_format(fmt) != "ogg":
-        return rate
-    return next((r for r in OPUS_RATES if r >= rate), OPUS_RATES[-1])
+    return codec_rate(check_format(fmt), rate)
 
 
 def content_type(fmt: str, sample_rate: int, channels: int = 1) -> str:
@@ -193,8 +189,6 @@ def encode(audio: npt.ArrayLike, sample_rate: int, fmt: str, *, out_rate: int | 
     target = check_sample_rate(out_rate) if out_rate is not None else sample_rate
     target = output_rate(name, target)
     if name in _LOSSY:
-        from pipeline.encoders import encode_lossy
-
         arr = _as_float(audio)
         if arr.ndim == 2 and arr.shape[1] != 1:
             raise InputError(f"{name} output is mono; got {arr.shape[1]} channels", code=UNSUPPORTED_FORMAT)

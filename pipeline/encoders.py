@@ -13,8 +13,8 @@ One :class:`AudioEncoder` serves three uses:
   (LAME: 1,105 samples) at the start and padding to a whole frame at the end);
 - a book (``container="ipod"`` with chapters): AAC in MP4 with chapter marks and title metadata (M4B).
 
-Opus runs at 8, 12, 16, 24 or 48 kHz; other rates are raised to the next of those
-(``pipeline.audio.output_rate``). Input is mono float32 in [-1, 1] at ``in_rate``; it is resampled with
+Opus runs at 8, 12, 16, 24 or 48 kHz; other rates are raised to the next of those (:func:`codec_rate`,
+which ``pipeline.audio.output_rate`` applies to every format). Input is mono float32 in [-1, 1] at ``in_rate``; it is resampled with
 soxr when the output rate differs.
 """
 
@@ -45,11 +45,15 @@ class Codec:
     min_bitrate: int
     max_bitrate: int
     frame_samples: int  # samples per codec frame at 48 kHz-class rates (MP3 at <= 24 kHz: half)
+    rates: tuple[int, ...] = ()  # the only rates the codec runs at; () for any
 
+
+OPUS_RATES: Final[tuple[int, ...]] = (8000, 12000, 16000, 24000, 48000)
+"""The only rates the Opus codec runs at."""
 
 CODECS: Final[dict[str, Codec]] = {
     "mp3": Codec("mp3", "libmp3lame", 64_000, 8_000, 320_000, 1152),
-    "ogg": Codec("ogg", "libopus", 32_000, 6_000, 510_000, 960),
+    "ogg": Codec("ogg", "libopus", 32_000, 6_000, 510_000, 960, rates=OPUS_RATES),
     "aac": Codec("adts", "aac", 64_000, 16_000, 320_000, 1024),
 }
 """The lossy formats, by the farm's format name (``ogg`` is Ogg Opus)."""
@@ -58,6 +62,15 @@ MP3_LSF_MAX_BITRATE: Final = 160_000  # MPEG-2 layer III (rates below 32 kHz) to
 OGG_PAGE_US: Final = 100_000  # a streamed Ogg page every 100 ms of audio, not FFmpeg's default second
 _TAG_NAMES: Final = {"tracknumber": "track"}  # soundfile's names -> FFmpeg's generic metadata keys
 MP3_PRIMING: Final = 576 + 529  # LAME's encoder delay + the decoder's, at the start of an untagged MP3
+
+
+def codec_rate(fmt: str, rate: int) -> int:
+    """The rate ``fmt`` is encoded at when ``rate`` is asked for: ``rate`` itself, except for a codec that runs
+    at a few rates only (Opus), where it is the smallest of those at or above ``rate`` (else the highest)."""
+    codec = CODECS.get(fmt)
+    if codec is None or not codec.rates:
+        return rate
+    return next((r for r in codec.rates if r >= rate), codec.rates[-1])
 
 
 def mp3_frame_samples(rate: int) -> int:
@@ -126,13 +139,11 @@ class AudioEncoder:
         import av
         import soxr
 
-        from pipeline.audio import output_rate
-
         if fmt not in CODECS:
             raise InputError(f"no lossy encoder for {fmt!r}; lossy formats: {', '.join(CODECS)}", code=UNSUPPORTED_FORMAT)
         codec = CODECS[fmt]
         self.fmt, self.in_rate = fmt, int(in_rate)
-        self.rate = output_rate(fmt, int(out_rate or in_rate))
+        self.rate = codec_rate(fmt, int(out_rate or in_rate))
         self.bitrate = check_bitrate(fmt, bitrate, self.rate) or min(codec.default_bitrate, _max_for(fmt, self.rate))
         self.resampler = soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32") if self.rate != self.in_rate else None
         self.samples = 0  # input samples written

@@ -14,11 +14,11 @@ from typing import Any
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import PipelineSettings, VoiceSpec
-from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, wanted_precision
+from pipeline.voices.prepared import fingerprint, gate_failure, prepared_dir, read_prepared, wanted_precision
 
 
 def _prepared(spec: VoiceSpec, settings: PipelineSettings) -> tuple[Any, str]:
-    from pipeline.prepare import preparer_for
+    from pipeline.prepare.registry import preparer_for
 
     try:
         preparer = preparer_for(spec)
@@ -44,7 +44,6 @@ def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
 def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any]:
     row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
     if spec.engine == "blend":
-        from pipeline.listening import gate_failure
         from pipeline.voices.bank import gated_choice
 
         row["routes"] = dict(spec.options.get("routes", {}))
@@ -73,8 +72,8 @@ def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any
         stages["model"] = {"model": file.name if file else spec.model if len(spec.model) < 60 else spec.model[:57] + "...",
                            "precision": spec.precision, "why": (verdict or {}).get("reason", "")}
         if spec.engine == "piper":
-            from pipeline.voices.piper import choose_model
-            from pipeline.voices.piper_graph import prepare_piper_graph
+            from pipeline.voices.piper.voice import choose_model
+            from pipeline.voices.piper.graph import prepare_piper_graph
             from pipeline.voices.runtime import resolve_resource
 
             model, precision = choose_model(prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir).path, spec, settings.runtime)

@@ -129,7 +129,7 @@ def cmd_voices(args: argparse.Namespace) -> int:
         print(list_voices(_settings(args), args.voice, as_json=args.json))
         return 0
     if args.action == "prepare":
-        from pipeline.prepare import main as prepare_main
+        from pipeline.prepare.registry import main as prepare_main
 
         return prepare_main(_settings(args), args)
     from producer.reload_cli import reload_voices
@@ -154,13 +154,13 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from pipeline.doctor import main as doctor_main
+    from pipeline.prepare.doctor import main as doctor_main
 
     return doctor_main(_settings(args).runtime, args.device)
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from pipeline.quantize import main as quantize_main
+    from pipeline.prepare.quantize import main as quantize_main
 
     return quantize_main(_settings(args), args)
 

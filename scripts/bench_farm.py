@@ -83,7 +83,7 @@ def workload_ids(settings: Settings, voice: Any) -> list[tuple[int, ...]]:
 
 
 def _voice(settings: Settings, precision: str, threads: int) -> Any:
-    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.piper.voice import PiperVoice
     from pipeline.voices.runtime import SessionFactory
 
     runtime = dataclasses.replace(settings.runtime, device="cpu", intra_op_threads=threads, inter_op_threads=1, warmup=False)

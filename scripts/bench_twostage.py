@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.quantize_eval import EVAL_SENTENCES_EN
+from pipeline.prepare.quantize_eval import EVAL_SENTENCES_EN
 from pipeline.voices.base import SynthesisOptions
 from producer.wire.settings import load_settings
 
@@ -46,8 +46,8 @@ def main() -> int:
     settings = load_settings(env=env)
     runtime = dataclasses.replace(settings.runtime, intra_op_threads=args.threads, inter_op_threads=1, device="cpu",
                                   precision="fp32", warmup=False)
-    from pipeline.voices.piper import PiperVoice
-    from pipeline.voices.piper_stages import build_piper_two_stage
+    from pipeline.voices.piper.stages import build_piper_two_stage
+    from pipeline.voices.piper.voice import PiperVoice
     from pipeline.voices.runtime import SessionFactory
 
     spec = settings.catalogue.get("joe")

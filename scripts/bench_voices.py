@@ -115,14 +115,14 @@ def _wait_for_zh_frontend() -> None:
 
 def _ensure_int8(settings: Settings, name: str) -> dict[str, Any] | None:
     """The INT8 report of a Piper voice, running the quantizer first if there is no INT8 model yet."""
-    from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
+    from pipeline.voices.piper.graph import int8_paths, prepare_piper_graph
     from pipeline.voices.runtime import resolve_resource
 
     spec = settings.catalogue.voices[name]
     prepared = prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir)
     model, report = int8_paths(prepared.path)
     if not model.is_file() or not report.is_file():
-        from pipeline.quantize import format_summary, quantize_voice
+        from pipeline.prepare.quantize import format_summary, quantize_voice
 
         log.warning("no INT8 model of %s yet: running the quantizer (static, default exclusions)", name)
         print(format_summary(quantize_voice(settings, name, mode="static")))
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from pipeline.voices.bank import VoiceBank
-    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.piper.voice import PiperVoice
 
     base = load_settings(env=dict(os.environ))
     runtime = dataclasses.replace(base.runtime, device="cpu", intra_op_threads=args.threads, inter_op_threads=1, warmup=False)

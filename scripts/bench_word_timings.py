@@ -17,9 +17,9 @@ import argparse
 
 import numpy as np
 
+from pipeline.prepare.timing_eval import boundary_errors, han_boundary_errors, junction_errors, recognized_words
 from pipeline.synth import finish_segment, plan
 from pipeline.timing import synthesize_timed, word_times
-from pipeline.timing_eval import boundary_errors, han_boundary_errors, junction_errors, recognized_words
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from producer.wire.settings import load_settings

@@ -3,7 +3,7 @@
     python scripts/bench_zh_voices.py [--voices baker,kumo] [--batches 1,4,8] [--repeats 3] [--threads 1]
 
 CER: each sentence of ``configs/heldout_zh.txt`` is synthesized through the path `ttsfarm say` uses and
-transcribed by whisper base (``pipeline/listening.py``, the listening gate's own round trip). Speed: the
+transcribed by whisper base (``pipeline/prepare/listening.py``, the listening gate's own round trip). Speed: the
 same sentences as model ids, in consecutive batches of each size, ``--repeats`` passes after a warm-up
 pass, the median pass reported as RTF (inference seconds over audio seconds) and x real time. For a
 two-stage voice the acoustic and vocoder seconds are reported apart. Kokoro's graph takes batch 1, so
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.listening import heldout_sentences, listen
+from pipeline.prepare.listening import heldout_sentences, listen
 from pipeline.text.zh import normalize_zh
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions

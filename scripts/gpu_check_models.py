@@ -181,7 +181,7 @@ def discover_models(settings: Any, wanted: list[str]) -> list[StageModel]:
 
 def precision_variant(path: Path, precision: str, work: Path, label: str) -> Path:
     """The model in ``precision``: FP32 as served, FP16 with FP32 inputs/outputs, dynamic INT8."""
-    from pipeline.voices.precision import to_dynamic_int8, to_fp16
+    from pipeline.prepare.precision import to_dynamic_int8, to_fp16
 
     if precision == "fp32":
         return path
@@ -198,7 +198,7 @@ def precision_variant(path: Path, precision: str, work: Path, label: str) -> Pat
 def cache_files_to_carry(settings: Any) -> list[str]:
     """Model-cache files a bare device cannot rebuild: the prepared folders of voices whose preparation needs
     tools serving does not have (a conversion); voices prepared on first use (the Piper split) build there."""
-    from pipeline.prepare import preparer_for
+    from pipeline.prepare.registry import preparer_for
     from pipeline.voices.prepared import fingerprint, prepared_dir
 
     cache = settings.runtime.cache_dir

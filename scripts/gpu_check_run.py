@@ -124,7 +124,7 @@ def _audio_output(model: Any, outs: list[np.ndarray]) -> np.ndarray | None:
 
 def quality(runner: StageRunner, model: Any, reference: dict[int, Any], precision: str) -> dict[str, Any]:
     """Distance of this precision's batch-1 output from FP32's (the first precision run), and node placement."""
-    from pipeline.quantize_eval import logmel_l1_db
+    from pipeline.prepare.quantize_eval import logmel_l1_db
 
     feeds, _ = model.feeds(1)
     placement = runner.count_cpu_nodes(feeds)

@@ -88,7 +88,7 @@ def stage_spinning(settings: Settings, args: argparse.Namespace) -> dict[str, An
 
 
 def stage_session(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.piper.voice import PiperVoice
     from pipeline.voices.runtime import SessionFactory
     from scripts.bench_farm import _timed, _warm, workload_ids
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import MODEL_PREPARE_FAILED, ModelError
-from pipeline.prepare import PrepareResult, prepare_voice
+from pipeline.prepare.registry import prepare_voice
+from pipeline.voices.prepared import PrepareResult
 from producer.wire.settings import Settings
 
 

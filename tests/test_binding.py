@@ -1,4 +1,4 @@
-"""Stage IO binding (pipeline/voices/binding.py) and precision variants (pipeline/voices/precision.py) on CPU.
+"""Stage IO binding (pipeline/voices/binding.py) and precision variants (pipeline/prepare/precision.py) on CPU.
 
 The binding code is the CUDA serving path; onnxruntime's CPU provider runs IO binding too, so the staging,
 binding and copy-back logic is checked here against plain ``session.run`` on a small real graph.
@@ -14,8 +14,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from pipeline.prepare.precision import to_dynamic_int8, to_fp16
 from pipeline.voices.binding import StageBinding
-from pipeline.voices.precision import to_dynamic_int8, to_fp16
 
 
 def conv_vocoder(path: Path) -> Path:

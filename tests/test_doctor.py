@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.doctor import CUDA, examine, onnxruntime_distributions, visible_gpus
+from pipeline.prepare.doctor import CUDA, examine, onnxruntime_distributions, visible_gpus
 from pipeline.settings import RuntimeSettings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """A Chinese job end to end on the native voice: real redis-server, a real Celery worker batching up to four
 segments, the prepared `baker` voice; what streams back is what `ttsfarm say` makes, and it is Mandarin
-a recognizer understands (scored on syllables: pipeline.listening.syllable_error_rate)."""
+a recognizer understands (scored on syllables: pipeline.prepare.listening.syllable_error_rate)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import soundfile as sf
 
 from pipeline.audio import from_pcm16, to_pcm16
-from pipeline.intelligibility import transcribe
-from pipeline.listening import syllable_error_rate
+from pipeline.prepare.intelligibility import transcribe
+from pipeline.prepare.listening import syllable_error_rate
 from pipeline.synth import Synthesizer, plan
 from pipeline.voices.base import SynthesisOptions
 from tests.baker_voice import prepared_baker

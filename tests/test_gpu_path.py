@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.gpu import HostBufferPool, IoBindingRunner, ShapePolicy, wants_io_binding
+from pipeline.voices.gpu import HostBufferPool, ShapePolicy, wants_io_binding
+from pipeline.voices.piper.iobinding import IoBindingRunner
 from pipeline.voices.runtime import SessionFactory
 from producer.wire.settings import Settings
 
@@ -27,7 +28,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def voice(base_settings: Settings):  # type: ignore[no-untyped-def]
-    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.piper.voice import PiperVoice
 
     runtime = dataclasses.replace(base_settings.runtime, device="cpu", intra_op_threads=2)
     v = PiperVoice(base_settings.catalogue.get("joe"), SessionFactory(runtime), precision="fp32")

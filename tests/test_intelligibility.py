@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.intelligibility import char_error_rate, transcribe, word_error_rate
+from pipeline.prepare.intelligibility import char_error_rate, transcribe, word_error_rate
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
 from producer.wire.settings import Settings

@@ -169,7 +169,7 @@ def test_ssml_is_detected_and_can_be_turned_off(base_settings: Settings) -> None
 
 @pytest.mark.slow
 def test_the_recognizer_hears_what_the_markup_says(synth: Synthesizer, base_settings: Settings) -> None:
-    from pipeline.intelligibility import transcribe
+    from pipeline.prepare.intelligibility import transcribe
 
     opts = SynthesisOptions.noiseless()
     out = synth.synthesize('<speak>Please visit the <sub alias="public library">PL</sub> on '

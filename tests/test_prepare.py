@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import prepare
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED, ModelError
-from pipeline.prepare import prepare_voice
+from pipeline.prepare import registry
+from pipeline.prepare.registry import prepare_voice
 from pipeline.settings import Catalogue, VoiceSpec
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.piper_graph import FRAME_LENGTHS
+from pipeline.voices.piper import stages as piper_stages
+from pipeline.voices.piper.graph import FRAME_LENGTHS
 from pipeline.voices.prepared import MANIFEST, PreparedVoice, Preparer, verdict_name
 from pipeline.voices.runtime import resolve_resource
 from pipeline.voices.twostage import TwoStageVoice
@@ -60,7 +61,7 @@ def joe(base_settings: Settings, fp32_cache: Path) -> TwoStageVoice:
 
 def test_two_stage_joe_equals_the_whole_graph(joe: TwoStageVoice, base_settings: Settings, tmp_path: Path) -> None:
     """Whole prepared graph vs acoustic -> decoder, noise off: equal lengths, max abs diff <= 1e-3."""
-    from pipeline.voices.piper_graph import prepare_piper_graph
+    from pipeline.voices.piper.graph import prepare_piper_graph
     from pipeline.voices.runtime import SessionFactory
 
     whole = prepare_piper_graph(resolve_resource(base_settings.catalogue.voices["joe"].model), tmp_path).path
@@ -130,7 +131,7 @@ def test_a_preparer_failing_half_way_leaves_nothing(base_settings: Settings, tmp
         (work / "acoustic.fp32.onnx").write_bytes(b"half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setitem(prepare.PREPARERS, "broken", Preparer(sources=lambda spec: [source], build=build))
+    monkeypatch.setitem(registry.PREPARERS, "broken", Preparer(sources=lambda spec: [source], build=build))
     spec = VoiceSpec("b", "twostage", ("en",), source="broken")
     cache = tmp_path / "cache"
     with pytest.raises(ModelError) as exc:
@@ -140,7 +141,7 @@ def test_a_preparer_failing_half_way_leaves_nothing(base_settings: Settings, tmp
 
 
 def test_a_preparer_without_first_use_says_which_command_to_run(base_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(prepare.PREPARERS, "piper", dataclasses.replace(prepare.PREPARERS["piper"], on_first_use=False))
+    monkeypatch.setattr(piper_stages, "PIPER_SPLIT", dataclasses.replace(piper_stages.PIPER_SPLIT, on_first_use=False))
     settings = _settings(base_settings, tmp_path / "cache")
     with pytest.raises(ModelError) as exc:
         VoiceBank(settings.catalogue, settings.runtime).get("joe")

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.quantize import CALIBRATION_EN, DEFAULT_EXCLUDE, quantize_voice, read_sentences
-from pipeline.quantize_eval import EVAL_SENTENCES_EN, logmel_l1_db
+from pipeline.prepare.quantize import CALIBRATION_EN, quantize_voice, read_sentences
+from pipeline.prepare.quantize_eval import EVAL_SENTENCES_EN, logmel_l1_db
 from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.piper import choose_model
-from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
+from pipeline.voices.piper.graph import INT8_EXCLUDE, int8_paths, prepare_piper_graph
+from pipeline.voices.piper.voice import choose_model
 from pipeline.voices.runtime import resolve_resource
 from producer.wire.settings import Settings
 
@@ -80,7 +80,7 @@ def test_dynamic_quantization_of_joe_end_to_end(base_settings: Settings, prepare
     saved = json.loads(report_path.read_text())
     assert saved == json.loads(json.dumps(report))
     assert REPORT_KEYS <= set(saved) and MEASURE_KEYS <= set(saved["measures"])
-    assert saved["mode"] == "dynamic" and saved["exclusions"] == list(DEFAULT_EXCLUDE)
+    assert saved["mode"] == "dynamic" and saved["exclusions"] == list(INT8_EXCLUDE)
     assert isinstance(saved["passed"], bool) and saved["reason"]
     assert saved["measures"]["items"] == len(EVAL)
     assert saved["quantization"]["ops_int8"].get("ConvInteger", 0) == saved["quantization"]["quantized_nodes"] - 2  # + 2 MatMul
@@ -112,7 +112,7 @@ def test_int8_that_passes_the_gate_is_within_the_bound(base_settings: Settings, 
     assert report["measures"]["logmel_l1_db"] <= bound
     # Served through the whole-graph path (PiperVoice: what `ttsfarm quantize` feeds; joe itself is served in two
     # stages, whose INT8 comes from `ttsfarm voices prepare`, tests/test_prepare.py).
-    from pipeline.voices.piper import PiperVoice
+    from pipeline.voices.piper.voice import PiperVoice
     from pipeline.voices.runtime import SessionFactory
 
     factory = SessionFactory(settings.runtime)

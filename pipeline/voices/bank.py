@@ -13,6 +13,7 @@ from typing import Any
 from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, VOICE_UNAVAILABLE, InputError, TTSFarmError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions, Voice
+from pipeline.voices.prepared import gate_failure
 from pipeline.voices.runtime import SessionFactory, StageState
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,6 @@ def gated_choice(choices: str | Sequence[str], cache_dir: Path | None) -> str:
     names = [choices] if isinstance(choices, str) else [str(c) for c in choices]
     if cache_dir is None:
         return names[0]
-    from pipeline.listening import gate_failure
-
     for name in names[:-1]:
         why = gate_failure(cache_dir, name)
         if not why:
@@ -66,11 +65,11 @@ def output_rate(catalogue: Catalogue, voice: str | None) -> int:
 
 def _build(spec: VoiceSpec, factory: SessionFactory) -> Voice:
     if spec.engine == "piper":
-        from pipeline.voices.piper import PiperVoice
+        from pipeline.voices.piper.voice import PiperVoice
 
         return PiperVoice(spec, factory)
     if spec.engine == "kokoro":
-        from pipeline.voices.kokoro import KokoroVoice
+        from pipeline.voices.kokoro.voice import KokoroVoice
 
         return KokoroVoice(spec, factory)
     if spec.engine == "twostage":

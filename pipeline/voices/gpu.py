@@ -1,16 +1,18 @@
-"""The Piper voice on a CUDA device: IO binding from reused host staging buffers, shapes rounded up.
+"""The pieces every IO-binding path on a CUDA device is built from: reused host staging buffers, rounded shapes.
 
-``PiperVoice`` switches to this path when its session's first provider is CUDA; on CPU it keeps its
-plain ``session.run``. Three things keep the device steady under a stream of batches of every shape:
+A session whose first provider is CUDA (``wants_io_binding``) runs through IO binding: a stage session through
+``pipeline.voices.binding.StageBinding``, the whole Piper graph through ``pipeline.voices.piper.iobinding``.
+On CPU they keep their plain ``session.run``. Three things keep the device steady under a stream of batches of
+every shape:
 
-* Inputs are written into host staging buffers (pinned with ``torch.empty(..., pin_memory=True)``
-  when torch with CUDA is present, plain numpy otherwise) that are kept per thread and reused from
-  batch to batch; a buffer grows only when a batch does not fit, never shrinks, and is never
-  allocated per batch. onnxruntime copies them to the device from there.
-* The audio output is bound to the device and copied into a reused host buffer (pinned when it can
-  be); ``frame_lengths`` comes back to the host directly.
-* Padded shapes are rounded up: the phoneme width to a multiple of ``cuda_width_multiple`` and the
-  batch to the next of ``cuda_batch_sizes`` (extra rows repeat the first item and are dropped), so the
+* Inputs are written into host staging buffers (``HostBufferPool``; pinned with ``torch.empty(...,
+  pin_memory=True)`` when torch with CUDA is present, plain numpy otherwise) that are kept per thread
+  (``ThreadStaging``) and reused from batch to batch; a buffer grows only when a batch does not fit, never
+  shrinks, and is never allocated per batch. onnxruntime copies them to the device from there.
+* Outputs are bound to the device and copied into a reused host buffer (pinned when it can be), torch reading
+  the device pointer in place (``_DeviceArray``).
+* Padded shapes are rounded up (``ShapePolicy``): the phoneme width to a multiple of ``cuda_width_multiple``
+  and the batch to the next of ``cuda_batch_sizes`` (extra rows repeat the first item and are dropped), so the
   device arena (capped by ``cuda_mem_limit_mb``, grown by ``cuda_arena_extend_strategy``; both in
   ``SessionFactory``) sees a few sizes again and again instead of a new one per batch.
 
@@ -30,8 +32,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.settings import RuntimeSettings
-from pipeline.voices.base import PhonemeIds
-from pipeline.voices.piper_graph import FRAME_LENGTHS
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,8 @@ class _DeviceArray:
 
 class ThreadStaging:
     """Per thread that runs a session: one ``io_binding`` and one host pool (threads sharing a session must not
-    share staging buffers). Base of the whole-graph runner here and of ``pipeline.voices.binding.StageBinding``."""
+    share staging buffers). Base of ``pipeline.voices.binding.StageBinding`` and of the whole Piper graph's
+    ``pipeline.voices.piper.iobinding.IoBindingRunner``."""
 
     def __init__(self, session: Any, *, device: str, device_id: int, pinned: bool | None) -> None:
         self.session = session
@@ -139,70 +140,6 @@ class ThreadStaging:
             with self._lock:
                 self.pools.append(pool)
         return pool
-
-
-class IoBindingRunner(ThreadStaging):
-    """Runs a prepared Piper graph (outputs ``output`` and ``frame_lengths``) through IO binding."""
-
-    def __init__(self, session: Any, *, device: str = "cuda", device_id: int = 0, policy: ShapePolicy | None = None,
-                 pinned: bool | None = None) -> None:
-        super().__init__(session, device=device, device_id=device_id, pinned=pinned)
-        self.policy = policy or ShapePolicy()
-        self.shapes_seen: set[tuple[int, int]] = set()
-
-    @classmethod
-    def for_settings(cls, session: Any, runtime: RuntimeSettings) -> IoBindingRunner:
-        return cls(session, device="cuda", device_id=runtime.cuda_device_id, policy=ShapePolicy.from_settings(runtime))
-
-    def run(self, batch: Sequence[PhonemeIds], scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(audio of shape (n, samples) in this thread's host buffer, frames per item) for the n items.
-
-        The audio view is overwritten by this thread's next batch: copy what you keep."""
-        n = len(batch)
-        rows, width = self.policy.batch(n), self.policy.width(max(len(ids) for ids in batch))
-        pool = self.pool
-        ids = pool.get("input", (rows, width), np.int64)
-        lengths = pool.get("input_lengths", (rows,), np.int64)
-        scale = pool.get("scales", (3,), np.float32)
-        ids.fill(0)
-        for row in range(rows):
-            item = batch[row] if row < n else batch[0]  # padding rows repeat the first item
-            ids[row, : len(item)] = item
-            lengths[row] = len(item)
-        scale[:] = scales
-        with self._lock:
-            self.shapes_seen.add((rows, width))
-        io = self._local.binding
-        io.clear_binding_inputs()
-        io.clear_binding_outputs()
-        for name, arr in (("input", ids), ("input_lengths", lengths), ("scales", scale)):
-            io.bind_input(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
-        io.bind_output("output", self.device, self.device_id)
-        io.bind_output(FRAME_LENGTHS, "cpu")
-        self.session.run_with_iobinding(io)
-        audio_value, frames_value = io.get_outputs()
-        audio = self._to_host(audio_value, pool)
-        frames = np.asarray(frames_value.numpy()).reshape(-1)
-        return audio.reshape(rows, -1)[:n], frames[:n]
-
-    def _to_host(self, value: Any, pool: HostBufferPool) -> np.ndarray:
-        shape = tuple(int(d) for d in value.shape())
-        dst = pool.get("output", shape, np.float32)
-        if self.device == "cuda" and self.pinned:
-            import torch
-
-            src = torch.as_tensor(_DeviceArray(value.data_ptr(), shape), device=f"cuda:{self.device_id}")
-            torch.from_numpy(dst).copy_(src)
-        else:
-            np.copyto(dst, value.numpy())
-        return dst
-
-    def synthesize(self, batch: Sequence[PhonemeIds], scales: np.ndarray, hop: int) -> list[np.ndarray]:
-        """One waveform per item, cut at its own frame count and copied out of the staging buffer."""
-        if not batch:
-            return []
-        audio, frames = self.run(batch, scales)
-        return [audio[row, : int(f) * hop].astype(np.float32, copy=True) for row, f in enumerate(frames)]
 
 
 def wants_io_binding(providers: Sequence[str], runtime: RuntimeSettings) -> bool:

@@ -1,9 +1,12 @@
-"""What `ttsfarm voices prepare` left in the model cache, read at serving time.
+"""The prepared folder of a voice in the model cache: what a ``Preparer`` builds, written atomically, and read
+at serving time.
 
 One folder per voice and source fingerprint: ``<cache>/prepared/<voice>/<fingerprint[:16]>/`` holding
 the stage files, one verdict JSON per stage and precision (``<stage>.<precision>.verdict.json``) and
 ``manifest.json``, written last: a folder without a manifest is not prepared. The whole folder is built
-under a temporary name and renamed into place (``pipeline/prepare.py``), so a reader never sees half of it.
+under a temporary name and renamed into place (``build_prepared``), so a reader never sees half of it.
+`ttsfarm voices prepare` builds it with the preparers of ``pipeline/prepare/registry.py``; serving builds the
+FP32 stages of a voice itself on first use only when its engine allows it (``prepare_on_first_use``).
 
 ``manifest.json``::
 
@@ -21,24 +24,30 @@ A verdict (one per stage and precision, also for precisions that were not built)
      "measures": {...}, "created": "..."}
 
 ``recognizer`` is filled by preparers that run a recognizer round trip (word or character error rate on
-held-out sentences); ``ttsfarm voices`` shows it when present. Serving reads the verdicts: a stage is
-served in INT8 only when the catalogue (or ``runtime.precision``) asks for INT8, the INT8 file is in the
-manifest and its verdict says ``passed``.
+held-out sentences); ``ttsfarm voices`` shows it when present, and a blend does not route to a voice whose
+figure failed (``gate_failure``). Serving reads the verdicts: a stage is served in INT8 only when the
+catalogue (or ``runtime.precision``) asks for INT8, the INT8 file is in the manifest and its verdict says
+``passed``.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import logging
+import os
+import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import MODEL_CORRUPT, MODEL_NOT_PREPARED, ModelError
+from pipeline.errors import MODEL_CORRUPT, MODEL_NOT_PREPARED, MODEL_PREPARE_FAILED, ModelError, TTSFarmError
 from pipeline.settings import PipelineSettings, RuntimeSettings, VoiceSpec
-from pipeline.voices.runtime import sha256_file
+from pipeline.voices.runtime import cuda_wanted, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +74,35 @@ class PreparedVoice:
 
 @dataclass(frozen=True)
 class Preparer:
-    """One kind of source a voice is prepared from (see ``pipeline/prepare.py`` for the contract)."""
+    """One kind of source a voice is prepared from.
+
+    * ``sources(spec) -> list[Path]``: the input files (resolve them with ``resolve_resource``, which raises
+      ``ModelError(MODEL_MISSING)`` for a missing one). Their sha256 and ``version`` make the fingerprint
+      that names the folder: a changed input or preparer builds a new folder, an unchanged one is kept.
+    * ``build(spec, settings, workdir, int8) -> PreparedVoice``: write every stage file into ``workdir`` (a
+      fresh temporary folder) and say what was written: per stage and precision the file name, one verdict
+      per stage and precision (built or not; the fields are in the module docstring, ``recognizer``
+      included), and ``info`` (hop, channels, context, ...). Raise ``ModelError`` (``MODEL_CORRUPT`` for an
+      input that does not read as expected) on failure: the caller removes ``workdir``, so nothing
+      half-written stays. ``int8`` is False when only the FP32 stages are wanted (serving's first use,
+      ``--no-int8``).
+    * ``on_first_use``: whether serving may run ``build(..., int8=False)`` itself when the voice was never
+      prepared (only for cheap, tool-free builds such as the Piper split; a conversion needing extra tools
+      says False, and serving answers ``MODEL_NOT_PREPARED`` naming the command instead).
+    """
 
     sources: Callable[[VoiceSpec], list[Path]]
     build: Callable[[VoiceSpec, PipelineSettings, Path, bool], PreparedVoice]
     version: int = 1
     on_first_use: bool = False
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    voice: str
+    prepared: Prepared
+    built: bool
+    seconds: float
 
 
 def voice_root(cache_dir: Path, voice: str) -> Path:
@@ -152,11 +184,39 @@ def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings, stage: str = "")
     stages no faster and with their frames moved."""
     if runtime.precision != "auto":
         return runtime.precision
-    from pipeline.voices.runtime import cuda_wanted
-
     if cuda_wanted(runtime):
         return "fp16" if stage == "vocoder" else "fp32"
     return spec.precision
+
+
+def gate_failure(cache_dir: Path, voice: str) -> str:
+    """Why ``voice`` must not be routed to by default ("" when nothing says so): its newest prepared folder
+    records a listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so
+    it costs one stat: the answer is cached per voice folder and its modification time (preparation renames
+    a finished folder into place, which changes that time)."""
+    root = voice_root(cache_dir, voice)
+    try:
+        stamp = root.stat().st_mtime_ns
+    except OSError:
+        return ""
+    return _root_failure(str(root), stamp)
+
+
+@lru_cache(maxsize=64)
+def _root_failure(root: str, _stamp: int) -> str:
+    folders = [p for p in Path(root).glob("*") if (p / MANIFEST).is_file()]
+    if not folders:
+        return ""
+    newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
+    for path in sorted(newest.glob("*.fp32.verdict.json")):
+        try:
+            heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
+        except (OSError, ValueError):
+            continue
+        if heard and not heard.get("passed", True):
+            return (f"listening gate failed: {heard['metric'].upper()} {100 * heard['value']:.1f} % over the "
+                    f"ceiling {100 * heard['ceiling']:.1f} % ({path.parent})")
+    return ""
 
 
 def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, print_: str) -> Prepared:
@@ -166,3 +226,86 @@ def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, print_: str) -> 
         raise ModelError(f"voice {spec.name} is not prepared in {runtime.cache_dir}: run `ttsfarm voices prepare {spec.name}`",
                          code=MODEL_NOT_PREPARED)
     return prepared
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def build_prepared(spec: VoiceSpec, settings: PipelineSettings, preparer: Preparer, *, int8: bool = True,
+                   force: bool = False) -> PrepareResult:
+    """Prepare one voice with ``preparer`` into ``settings.runtime.cache_dir``: fingerprint, skip when already
+    prepared, build into a work folder, checksums in the manifest (written last), and the folder renamed into
+    place in one step; folders of older fingerprints are removed."""
+    start = time.perf_counter()
+    print_ = fingerprint(preparer.sources(spec), preparer.version)
+    final = prepared_dir(settings.runtime.cache_dir, spec.name, print_)
+    existing = None if force else read_prepared(final, verify=False)
+    if existing is not None and (existing.manifest.get("int8") or not int8):
+        return PrepareResult(spec.name, existing, built=False, seconds=time.perf_counter() - start)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = final.parent / f".tmp-{print_[:16]}-{os.getpid()}-{time.monotonic_ns()}"
+    work.mkdir()
+    try:
+        built = preparer.build(spec, settings, work, int8)
+        _write_records(spec, work, built, print_, int8)
+        done = None if force else read_prepared(final, verify=False)
+        if done is not None and (done.manifest.get("int8") or not int8):  # another process finished first
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            _swap_in(work, final)
+    except BaseException as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        if isinstance(exc, Exception) and not isinstance(exc, TTSFarmError):
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise ModelError(f"voice {spec.name}: preparation failed: {first}", code=MODEL_PREPARE_FAILED) from exc
+        raise
+    for older in final.parent.iterdir():  # other fingerprints: an input or preparer that changed since
+        if older != final and older.is_dir() and not older.name.startswith("."):
+            shutil.rmtree(older, ignore_errors=True)
+    prepared = read_prepared(final)
+    assert prepared is not None
+    log.info("voice %s prepared in %s (%.1f s)", spec.name, final, time.perf_counter() - start)
+    return PrepareResult(spec.name, prepared, built=True, seconds=time.perf_counter() - start)
+
+
+def _write_records(spec: VoiceSpec, work: Path, built: PreparedVoice, print_: str, int8: bool) -> None:
+    for verdict in built.verdicts:
+        record = {"voice": spec.name, "created": now(), "recognizer": None, **verdict}
+        _write_json(work / verdict_name(record["stage"], record["precision"]), record)
+    stages: dict[str, dict[str, Any]] = {}
+    for stage, files in built.stages.items():
+        for precision, name in files.items():
+            path = work / name
+            stages.setdefault(stage, {})[precision] = {"file": name, "sha256": sha256_file(path), "bytes": path.stat().st_size}
+    manifest = {"voice": spec.name, "source": spec.source or spec.engine, "engine": spec.engine, "fingerprint": print_,
+                "int8": int8, "created": now(), "stages": stages, "info": built.info}
+    _write_json(work / MANIFEST, manifest)  # last: a folder with a manifest is complete
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _swap_in(work: Path, final: Path) -> None:
+    """Rename the finished work folder to its final name (an older copy is moved aside, then removed)."""
+    old = None
+    if final.exists():
+        old = final.with_name(f".old-{final.name}-{time.monotonic_ns()}")
+        final.rename(old)
+    work.rename(final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def prepare_on_first_use(spec: VoiceSpec, settings: PipelineSettings, preparer: Preparer, print_: str) -> Prepared | None:
+    """Serving's fallback for a voice never prepared: the FP32 stages, if ``preparer`` allows it here."""
+    if not preparer.on_first_use:
+        return None
+    log.warning("voice %s was not prepared (`ttsfarm voices prepare %s`); building its FP32 stages now", spec.name, spec.name)
+    result = build_prepared(spec, settings, preparer, int8=False)
+    if result.prepared.manifest.get("fingerprint") != print_:
+        return None
+    return result.prepared

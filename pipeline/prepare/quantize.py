@@ -1,10 +1,10 @@
 """`ttsfarm quantize VOICE`: an INT8 copy of a Piper voice's whole graph, checked against FP32.
 
 This is the whole-graph path (``PiperVoice``, e.g. on CUDA with IO binding). Voices served in two stages
-are quantized per stage by `ttsfarm voices prepare` (``pipeline/prepare_piper.py``), which reuses the
+are quantized per stage by `ttsfarm voices prepare` (``pipeline/prepare/piper.py``), which reuses the
 quantization and the gate below.
 
-Input is the prepared FP32 graph (the one with ``frame_lengths`` exposed, see ``piper_graph``). Two modes:
+Input is the prepared FP32 graph (the one with ``frame_lengths`` exposed, see ``pipeline/voices/piper/graph.py``). Two modes:
 
 * ``static`` (default): ``quantize_static`` in QDQ format, activations QUInt8 and weights QInt8, with scales
   calibrated by running the voice on real phoneme ids of real sentences (``configs/calibration_en.txt``,
@@ -14,7 +14,8 @@ Input is the prepared FP32 graph (the one with ``frame_lengths`` exposed, see ``
   every MatMul of the graph multiplies two activations).
 
 Only Conv, MatMul and Gemm are quantized (ConvTranspose stays FP32), and every node whose name starts with
-one of the excluded prefixes stays FP32. The result is then measured against FP32 on held-out sentences
+one of the excluded prefixes stays FP32 (by default ``INT8_EXCLUDE`` of ``pipeline/voices/piper/graph.py``: the text
+encoder, the duration predictor and the decoder, and why). The result is then measured against FP32 on held-out sentences
 (``quantize_eval``) and judged by ``settings.quality_gate``. The model goes to ``int8_paths(prepared)[0]``
 and the report to ``int8_paths(prepared)[1]`` in either case; ``choose_model`` serves INT8 only when the
 report says ``"passed": true``.
@@ -40,11 +41,11 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import BAD_OPTION, InputError
-from pipeline.quantize_eval import EVAL_SENTENCES_EN, GraphRunner, compare, measure_pair, verdict
+from pipeline.prepare.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
 from pipeline.settings import CONFIG_DIR, PipelineSettings
-from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.piper import PiperVoice
-from pipeline.voices.piper_graph import int8_paths, prepare_piper_graph
+from pipeline.voices.base import PhonemeIds, SynthesisOptions
+from pipeline.voices.piper.graph import INT8_EXCLUDE, int8_paths, prepare_piper_graph, run_whole
+from pipeline.voices.piper.voice import PiperVoice
 from pipeline.voices.runtime import SessionFactory, resolve_resource, sha256_file
 
 log = logging.getLogger(__name__)
@@ -52,14 +53,6 @@ log = logging.getLogger(__name__)
 MODES = ("static", "dynamic")
 OP_TYPES = ("Conv", "MatMul", "Gemm")
 CALIBRATION_EN = CONFIG_DIR / "calibration_en.txt"
-# Kept in FP32 by default (measured on joe, see docs/BENCHMARKS.md "INT8 quality"):
-# - /dec/: the HiFi-GAN decoder is the sensitive part: quantized, it gave 9.9 dB (static) and 5.7 dB
-#   (dynamic) log-mel L1 against FP32, and static QDQ in it broke batch = solo (differences up to 0.013).
-# - /enc_p/ and /dp/: the text encoder and the duration predictor decide each phoneme's frame count
-#   (ceil of exp(logw)), so any change there moves frame boundaries: with only /dec/ excluded, 11 of 12
-#   items came out a different length from FP32; the quality gate allows none.
-# What remains quantized is the flow (40 Conv) and the two MatMuls that expand the prior over frames.
-DEFAULT_EXCLUDE: tuple[str, ...] = ("/enc_p/", "/dp/", "/dec/")
 
 
 def read_sentences(path: Path) -> list[str]:
@@ -71,7 +64,7 @@ def read_sentences(path: Path) -> list[str]:
 def parse_exclude(value: str | Sequence[str] | None) -> tuple[str, ...]:
     """``None`` -> the default prefixes; ``""`` or ``"none"`` -> nothing excluded; else comma-separated prefixes."""
     if value is None:
-        return DEFAULT_EXCLUDE
+        return INT8_EXCLUDE
     items = value.split(",") if isinstance(value, str) else list(value)
     prefixes = tuple(p.strip() for p in items if p.strip() and p.strip().lower() != "none")
     return prefixes
@@ -165,6 +158,17 @@ def quantize_graph(
     info["ops_fp32"] = _count_ops(source)
     info["ops_int8"] = _count_ops(target)
     return info
+
+
+class GraphRunner:
+    """Runs one whole Piper graph (FP32 or INT8) on its own session, with the voice's feeds."""
+
+    def __init__(self, voice: PiperVoice, factory: SessionFactory, model: Path) -> None:
+        self.voice = voice
+        self.session, self.info = factory.create(model)
+
+    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]:
+        return run_whole(self.session, self.voice.feeds(batch, opts), self.voice.hop)
 
 
 def quantize_voice(

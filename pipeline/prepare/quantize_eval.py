@@ -12,14 +12,11 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from pipeline.voices.base import PhonemeIds, SynthesisOptions
-from pipeline.voices.piper_graph import FRAME_LENGTHS
-from pipeline.voices.runtime import SessionFactory
 
 log = logging.getLogger(__name__)
 
@@ -125,20 +122,8 @@ class Run:
     batched: list[np.ndarray] = field(default_factory=list)
 
 
-class GraphRunner:
-    """Runs one Piper graph (FP32 or INT8) through the voice's own feeds and output split."""
-
-    def __init__(self, voice: Any, factory: SessionFactory, model: Path) -> None:
-        self.voice = voice
-        self.session, self.info = factory.create(model)
-
-    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]:
-        audio, frames = self.session.run(["output", FRAME_LENGTHS], self.voice.feeds(batch, opts))
-        return list(self.voice.split_outputs(audio, frames))
-
-
 class Runner(Protocol):
-    """What ``measure_pair`` drives: a model run on a batch of ids (``GraphRunner``, or a whole voice)."""
+    """What ``measure_pair`` drives: a model run on a batch of ids (a graph on its own session, or a whole voice)."""
 
     def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]: ...
 

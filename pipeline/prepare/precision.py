@@ -7,7 +7,7 @@
 * Dynamic INT8 (``to_dynamic_int8``): Conv and MatMul weights in UINT8. ONNX Runtime's CUDA provider has no
   kernels for the ConvInteger/MatMulInteger nodes this makes (they run on the CPU), so on a GPU it is a
   measurement of what not to serve; on CPU, static INT8 with calibration is prepared by
-  ``pipeline/quantize.py``.
+  ``pipeline/prepare/quantize.py``.
 """
 
 from __future__ import annotations

@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.settings import PipelineSettings, VoiceSpec
+from pipeline.voices.kokoro.voice import KOKORO_FILE
 from pipeline.voices.prepared import PreparedVoice, Preparer
 from pipeline.voices.runtime import assemble_parts, resolve_resource
-
-KOKORO_FILE = "kokoro-v1.0.int8.onnx"
 
 
 def kokoro_sources(spec: VoiceSpec) -> list[Path]:
