@@ -18,7 +18,7 @@ from producer.wire.keys import Keys
 from producer.wire.settings import QueueSettings
 
 if TYPE_CHECKING:
-    from producer.submit import Submission
+    from producer.wire.records import Submission
 
 
 def limits(q: QueueSettings, lane: str) -> tuple[int, float]:

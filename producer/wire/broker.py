@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from producer.wire.keys import Keys
 
 if TYPE_CHECKING:
-    from producer.submit import Submission
+    from producer.wire.records import Submission
     from producer.wire.settings import QueueSettings
 
 T = TypeVar("T")

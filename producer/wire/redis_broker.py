@@ -20,7 +20,7 @@ from producer.wire.lua import ADMIT, CANCEL, ENSURE_GROUPS, FINALIZE, MARK_START
 from producer.wire.records import CANCELLED_INFO, final_record
 
 if TYPE_CHECKING:
-    from producer.submit import Submission
+    from producer.wire.records import Submission
     from producer.wire.settings import QueueSettings
 
 
