@@ -91,11 +91,11 @@ def test_no_module_of_producer_or_a_front_end_imports_workers() -> None:
 
 
 # What a front end may take from producer/: the wire (every module of producer.wire) and the SDK: the client faces,
-# the argument checks, reading a job's status (producer.status), captions from word timings, encoding a chunk
+# the argument checks, reading a job's status (producer.status), encoding a chunk
 # stream, and planning a submission (the gateway warms the text frontend with it). Not the CLI, the book runner,
 # the local farm launcher or the bench: what a front end needs from those belongs in the wire or the SDK.
 FRONT_END_MAY_IMPORT = {"producer", "producer.client", "producer.aio", "producer.checks", "producer.status",
-                        "producer.captions", "producer.encoded", "producer.submit"}
+                        "producer.encoded", "producer.submit"}
 
 
 def test_front_ends_take_only_the_wire_and_the_sdk_from_producer() -> None:

@@ -285,7 +285,7 @@ def stored_pieces(storage: Storage, segments: list[list[Any]], missing: list[str
 def chapter_captions(storage: Storage, seen: list[tuple[str, int, float]], rate: int, head_s: float) -> str:
     """WebVTT of a chapter: each stored job's words (``records.words_key``) moved to where ``join_chapter``
     put its audio (head silence, then each segment and its pause). A job stored without words adds none."""
-    from producer.captions import to_vtt
+    from pipeline.captions import to_vtt
     from producer.wire.records import Word, words_key
 
     words: list[Word] = []
