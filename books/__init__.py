@@ -34,8 +34,6 @@ their public names are all importable from here. Books is a front end on the SDK
 
 from __future__ import annotations
 
-import sys
-
 from books.cli import (
     ProgressBar,
     add_arguments,
@@ -81,6 +79,3 @@ __all__ = [
     "load_book", "loudness_of", "main", "normalize_out", "plan_book", "run_book", "segment_job_id", "segment_key",
     "submit_book", "summary",
 ]
-
-if __name__ == "__main__":
-    sys.exit(main())
