@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError, TTSFarmError
+from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError
 from books.formats import Book, load_book
 from books.plan import (
     CHAPTER_FORMATS,
