@@ -2,7 +2,7 @@
 the chapter splits and titles.
 
 Only the standard library. A chapter is a title and a list of paragraphs of plain text, one line each
-(``books.model``); what is read aloud is decided later (``books``).
+(``books.model``); what is read aloud is decided later (``books.plan``).
 
 Chapters come from:
 

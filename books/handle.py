@@ -1,5 +1,8 @@
 """A book running on the farm: ``submit_book`` queues its segment jobs, ``BookHandle`` follows them,
-sends the assembly tasks (``workers.assembly``) and collects their replies."""
+sends the assembly tasks (``workers.assembly``) and collects their replies.
+
+Everything the runner asks of the farm's store is a step of the client's broker (``producer.wire.broker``,
+its books steps): the handle holds no connection of its own."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError, TTSFarmError
+from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError
 from books.formats import Book, load_book
 from books.plan import (
     CHAPTER_FORMATS,
@@ -41,9 +44,7 @@ from producer.wire.errors import (
     error_from_dict,
 )
 from producer.wire.keys import bucket_of
-from producer.wire.lua import SUBMIT_BOOK_SEGMENT
-from producer.wire.records import SegmentJob
-from producer.wire.settings import Settings
+from producer.wire.records import SegmentJob, Submission
 from producer.wire.tasks import (
     ASSEMBLE_BOOK_FILE,
     ASSEMBLE_CHAPTER,
@@ -62,11 +63,15 @@ HELD_BATCH = 2000  # segments offered again per round while the bulk lane is ful
 
 
 def submit_book(client: Any, path: str | Path, *, out: str, voice: str | None = None, book_id: str | None = None,
-                manifest: Any = None, opts: BookOptions | None = None, book: Book | None = None) -> BookHandle:
-    """Parse, plan and queue a book; returns at once. ``client`` is a ``producer.Client``; ``voice``
-    overrides ``opts.voice``; ``book`` is an already parsed book (``path`` then only names it)."""
+                manifest: Any = None, opts: BookOptions | None = None, book: Book | None = None,
+                **unknown: Any) -> BookHandle:
+    """Parse, plan and queue a book (.txt, .md, .epub) as per-segment bulk jobs; returns at once. ``client``
+    is a ``producer.Client``; ``voice`` overrides ``opts.voice``; ``book`` is an already parsed book (``path``
+    then only names it). Any other keyword is refused (BAD_OPTION), like every bad argument here."""
     from pipeline.audio import check_format
 
+    if unknown:
+        raise InputError(f"unknown book option(s) {', '.join(map(repr, sorted(unknown)))}", code=BAD_OPTION)
     checked, out, book_id = book_args(path, out, book_id, manifest)
     path = Path(checked)
     if opts is not None and not isinstance(opts, BookOptions):
@@ -113,10 +118,10 @@ class BookHandle:
 
     def __init__(self, client: Any, plan: BookPlan, out: str, opts: BookOptions) -> None:
         self.client, self.plan, self.out, self.opts = client, plan, out, opts
-        self.r, self.keys, self.settings = client.redis, client.keys, client.settings
+        self.broker, self.settings = client.broker, client.settings
         self.id = plan.book_id
         self.run_id = secrets.token_hex(8)
-        self.run_key = f"{self.keys.prefix}:book:{self.id}:run"
+        self.run_key = ""  # named by start_book_run
         self.jobs = plan.jobs
         self.state: dict[str, str] = {j: "" for j in self.jobs}
         self.duration: dict[str, float] = {}
@@ -133,7 +138,6 @@ class BookHandle:
         self.gen = 0  # bumped when the gain must be chosen again: older assembly replies are then ignored
         self.files: dict[str, str] = {}
         self.book_file: dict[str, Any] | None = None  # the M4B's reply, when opts.single_file
-        self._submit = self.r.register_script(SUBMIT_BOOK_SEGMENT)
         self._sender: Any = None
         self._last_ttl = self._last_offer = time.monotonic()
         self._offer_every = 0.0
@@ -142,7 +146,7 @@ class BookHandle:
     # -- submitting ------------------------------------------------------------------------------
     def _submit_all(self) -> None:
         self.client.ensure_groups()
-        self.r.set(self.run_key, self.run_id, ex=RUN_TTL_S)
+        self.run_key = self.broker.start_book_run(self.id, self.run_id, RUN_TTL_S)
         states = self._submit_jobs(list(self.jobs), force=False)
         self.reused = {j for j, st in states.items() if st == "done"}
         self._refresh(all_jobs=True)
@@ -151,33 +155,26 @@ class BookHandle:
                  sum(st == "submitted" for st in states.values()), sum(st == "full" for st in states.values()))
 
     def _submit_jobs(self, ids: list[str], *, force: bool) -> dict[str, str]:
-        from producer.wire.backlog import limits
-
-        now, ttl = time.time(), self.settings.queue.job_ttl_s
-        max_n, max_s = limits(self.settings.queue, "bulk")
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            p = self.jobs[job_id]
-            job = SegmentJob(job_id=job_id, seg=0, total=1, text=p.text, lang=p.lang, voice=p.voice,
-                             request_voice=self.plan.voice, format="pcm", sample_rate=self.plan.sample_rate,
-                             lane="bulk", pause_s=0.0, est_s=p.est_s, options=dict(self.plan.options), created=now,
-                             words=[list(w) for w in p.words])
-            status = {"state": "queued", "total": 1, "done": 0, "voice": self.plan.voice, "format": "pcm",
-                      "sample_rate": self.plan.sample_rate, "lane": "bulk", "created": now, "deadline": 0.0,
-                      "est_seconds": p.est_s, "book": self.id}
-            stream = self.keys.queue("bulk", bucket_of(p.est_s, self.settings.queue.bucket_edges_s))
-            fields = job.to_fields()
-            k = self.keys
-            self._submit(keys=[k.status(job_id), k.results(job_id), k.parts(job_id), k.done(job_id), stream,
-                               k.backlog("bulk")],
-                         args=[int(force), ttl, fields["v"], fields["job"], max_n, max_s, p.est_s,
-                               *[x for kv in status.items() for x in kv]], client=pipe)
-        replies = [r.decode() if isinstance(r, bytes) else str(r) for r in pipe.execute()]
+        now = time.time()
+        replies = self.broker.admit_book_segments([self._submission(j, now) for j in ids], self.settings.queue, force=force)
         for job_id, st in zip(ids, replies):
             self.state[job_id] = {"submitted": "queued", "full": "held"}.get(st, st)
             if st == "full":
                 self.forced[job_id] = force
         return dict(zip(ids, replies))
+
+    def _submission(self, job_id: str, now: float) -> Submission:
+        """A segment of the book as a one-segment bulk job."""
+        p = self.jobs[job_id]
+        job = SegmentJob(job_id=job_id, seg=0, total=1, text=p.text, lang=p.lang, voice=p.voice,
+                         request_voice=self.plan.voice, format="pcm", sample_rate=self.plan.sample_rate,
+                         lane="bulk", pause_s=0.0, est_s=p.est_s, options=dict(self.plan.options), created=now,
+                         words=[list(w) for w in p.words])
+        status = {"state": "queued", "total": 1, "done": 0, "voice": self.plan.voice, "format": "pcm",
+                  "sample_rate": self.plan.sample_rate, "lane": "bulk", "created": now, "deadline": 0.0,
+                  "est_seconds": p.est_s, "book": self.id}
+        stream = self.broker.keys.queue("bulk", bucket_of(p.est_s, self.settings.queue.bucket_edges_s))
+        return Submission(job_id=job_id, segments=[job], status=status, streams=[stream])
 
     def _offer_held(self) -> None:
         """While the bulk lane is full, segments wait here; offer some again every couple of seconds."""
@@ -197,32 +194,26 @@ class BookHandle:
 
     def _refresh(self, all_jobs: bool = False) -> None:
         ids = [j for j in (list(self.jobs) if all_jobs else self._pending()) if self.state[j] != "held"]
-        pipe = self.r.pipeline(transaction=False)
-        for j in ids:
-            pipe.hmget(self.keys.status(j), "state", "duration", "error_code", "error_message")
-        rows = pipe.execute() if ids else []
+        rows = self.broker.job_fields(ids, ("state", "duration", "error_code", "error_message"))
         finished, failed = [], []
         for j, (st, dur, code, msg) in zip(ids, rows):
-            st = st.decode() if st else "absent"
+            st = st or "absent"
             if st == "done" and self.state[j] != "done":
                 finished.append(j)
                 self.duration[j] = float(dur or 0.0)
                 if j not in self.reused:
                     self.made_s += self.duration[j]
             elif st in ("failed", "cancelled", "expired", "absent"):
-                failed.append((j, (code or b"").decode() or f"JOB_{st.upper()}", (msg or b"").decode()))
+                failed.append((j, code or f"JOB_{st.upper()}", msg or ""))
             self.state[j] = st
         if finished:
             self.last_event = time.monotonic()
-            self.r.unlink(*[self.keys.results(j) for j in finished])  # nobody streams book jobs
+            self.broker.drop_results(finished)  # nobody streams book jobs
         for j, code, msg in failed:
             self._failed(j, code, msg)
         if time.monotonic() - self._last_ttl > 600:  # a long book outlives job_ttl_s while its runner lives
             self._last_ttl = time.monotonic()
-            pipe = self.r.pipeline(transaction=False)
-            for j in self._pending():
-                pipe.expire(self.keys.status(j), self.settings.queue.job_ttl_s)
-            pipe.execute()
+            self.broker.keep_jobs(self._pending(), self.settings.queue.job_ttl_s)
 
     def _failed(self, job_id: str, code: str, message: str) -> None:
         p = self.jobs[job_id]
@@ -258,7 +249,7 @@ class BookHandle:
     def _send(self, task: str, spec: dict[str, Any], chapter: int) -> None:
         if self._sender is None:
             self._sender = celery_sender(self.settings)
-        reply = f"{self.keys.prefix}:book:{self.id}:reply:{secrets.token_hex(8)}"
+        reply = self.broker.keys.book_reply(self.id, secrets.token_hex(8))
         spec = {**spec, "reply": reply, "run_key": self.run_key, "run_id": self.run_id}
         self._sender.send_task(task, kwargs={"spec": spec})
         self.tasks[reply] = (task, spec, chapter)
@@ -269,11 +260,8 @@ class BookHandle:
     def _collect(self) -> list[tuple[str, dict[str, Any], int, dict[str, Any]]]:
         if not self.tasks:
             return []
-        pipe = self.r.pipeline(transaction=False)
-        for key in self.tasks:
-            pipe.lpop(key)
         out = []
-        for key, raw in zip(list(self.tasks), pipe.execute()):
+        for key, raw in zip(list(self.tasks), self.broker.book_replies(list(self.tasks))):
             if raw is not None:
                 task, spec, chapter = self.tasks.pop(key)
                 out.append((task, spec, chapter, json.loads(raw)))
@@ -404,16 +392,11 @@ class BookHandle:
             self.close()
 
     def cancel(self) -> int:
-        """Cancel the segments not yet made (workers skip them); a later run queues them again."""
-        pipe = self.r.pipeline(transaction=False)
-        for j in self._pending():
-            pipe.hget(self.keys.status(j), "state")
-        live = [j for j, st in zip(self._pending(), pipe.execute()) if st in (b"queued", b"running")]
-        for j in live:
-            pipe.hset(self.keys.status(j), mapping={"state": "cancelled", "finished": time.time()})
-        pipe.execute()
+        """Cancel the segments not yet made (workers skip them), each unless it ended meanwhile (one atomic
+        step, the same as a job's cancel); a later run queues them again. Returns how many were cancelled."""
+        cancelled = sum(outcome == 1 for outcome in self.broker.cancel_jobs(self._pending()))
         self.close()
-        return len(live)
+        return cancelled
 
     def close(self) -> None:
         if self._sender is not None:

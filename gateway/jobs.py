@@ -111,7 +111,7 @@ async def job_audio(job_id: str, request: Request) -> Response:
 async def job_captions(job_id: str, request: Request,
                        format: str = Query("vtt", description="vtt (WebVTT) or srt")) -> Response:  # noqa: A002
     """Captions from the job's word timings; 409 JOB_NOT_DONE until it is done. Cue text is the spoken words."""
-    from producer.captions import caption_format, render
+    from pipeline.captions import caption_format, render
 
     fmt = caption_format(format)
     farm = state_of(request)

@@ -2,7 +2,8 @@
 
 A thin face over ``producer.core``, where every call is written once: this module only performs the
 steps a call yields, awaiting them (the text frontend of a submit runs on a thread, so the event loop
-keeps serving). Books are driven by a blocking runner (``Client.submit_book``): from asyncio, run it on a thread.
+keeps serving). Books are driven by a blocking runner (``books.submit_book`` on the sync ``Client``): from asyncio,
+run it on a thread.
 """
 
 from __future__ import annotations

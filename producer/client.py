@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import redis
 
-from pipeline.errors import BAD_OPTION, InputError
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.status import JobStatus
 from producer.wire.records import Chunk, JobResult
-
-if TYPE_CHECKING:
-    from books.handle import BookHandle
 
 T = TypeVar("T")
 
@@ -87,17 +82,6 @@ class Client(ClientCore):
         ``TransientError`` with ``detail["job_id"]`` (the job may have been queued)."""
         sub = self._run(self._submit(text, request))
         return Job(self, sub.job_id, sub.total)
-
-    def submit_book(self, path: str | Path, *, out: str, **kwargs: Any) -> BookHandle:
-        """Queue a book (.txt, .md, .epub) as per-segment bulk jobs; see ``books.handle.submit_book``."""
-        import inspect
-
-        from books.handle import submit_book
-
-        unknown = sorted(set(kwargs) - set(inspect.signature(submit_book).parameters) - {"client", "path", "out"})
-        if unknown:
-            raise InputError(f"unknown book option(s) {', '.join(map(repr, unknown))}", code=BAD_OPTION)
-        return submit_book(self, path, out=out, **kwargs)
 
     def job(self, job_id: str) -> Job:
         """A handle on an existing job (to stream or wait from another process)."""

@@ -42,12 +42,12 @@ from typing import Any, Self, TypeVar
 from pipeline.errors import TTSFarmError
 from producer.checks import job_id_arg
 from producer.reader import ResultsReader
-from producer.submit import Submission, prepare_submission
+from producer.submit import prepare_submission
 from producer.wire.broker import Broker
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError, JobTimeoutError, TransientError
 from producer.wire.keys import Keys
-from producer.wire.records import Chunk, JobResult
+from producer.wire.records import Chunk, JobResult, Submission
 from producer.wire.status import JobStatus
 from producer.wire.settings import Settings, settings_from_environment
 

@@ -1,14 +1,13 @@
 """What submitting a job means, apart from any Redis client: validation and the records to write.
 
-``producer.core`` (both SDK faces) calls ``prepare_submission`` and then admits the records with the broker's one
-step (``Broker.admit``: for Redis the Lua script ``lua.ADMIT``, its arguments built by ``producer.wire.backlog``), so
-the two faces cannot drift apart.
+``producer.core`` (both SDK faces) calls ``prepare_submission`` for the job's ``Submission``
+(``producer.wire.records``) and admits it with the broker's one step (``Broker.admit``: for Redis the Lua script
+``lua.ADMIT``, its arguments built by ``producer.wire.backlog``), so the two faces cannot drift apart.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
@@ -24,20 +23,8 @@ from producer.checks import (
     text_arg,
 )
 from producer.wire.keys import JOB_ID, LANES, Keys, bucket_of, new_job_id
-from producer.wire.records import CHUNK_MS_RANGE, SegmentJob
+from producer.wire.records import CHUNK_MS_RANGE, SegmentJob, Submission
 from producer.wire.settings import Settings
-
-
-@dataclass(frozen=True)
-class Submission:
-    job_id: str
-    segments: list[SegmentJob]
-    status: dict[str, Any]
-    streams: list[str]  # the bucket stream of each segment
-
-    @property
-    def total(self) -> int:
-        return len(self.segments)
 
 
 REQUEST_KEYS = ("voice", "format", "sample_rate", "lane", "options", "deadline_s", "chunk_ms", "job_id", "bitrate",

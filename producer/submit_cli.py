@@ -19,7 +19,7 @@ def check_args(timeout: float, captions: str | None) -> None:
     """Refuse a bad ``--timeout`` or caption file name before the text is read or anything is queued."""
     timeout_arg("--timeout", timeout)
     if captions:
-        from producer.captions import caption_format
+        from pipeline.captions import caption_format
 
         caption_format(captions)
 
@@ -59,7 +59,7 @@ def stream_to_output(client: Client, text: bytes | str, *, output: str = "-", ti
 
 
 def write_captions(path: str, words: Any, text: bytes | str) -> None:
-    from producer.captions import render
+    from pipeline.captions import render
 
     source = text.decode("utf-8") if isinstance(text, bytes) else text  # the words' char offsets index this
     Path(path).write_text(render(words, path, source), encoding="utf-8")

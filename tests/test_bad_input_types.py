@@ -259,10 +259,10 @@ def test_submit_book_arguments(settings: Settings, tmp_path: Path, kwargs: dict[
     assert not client.redis.keys(f"{settings.redis.key_prefix}:*"), "nothing may be queued for a refused book"
 
 
-def test_client_submit_book_refuses_unknown_keywords(settings: Settings, tmp_path: Path) -> None:
+def test_submit_book_refuses_unknown_keywords(settings: Settings, tmp_path: Path) -> None:
     client = Client.from_url(settings=settings)
-    expect(BAD_OPTION, client.submit_book, str(BOOK), out=str(tmp_path), speed=1.2)
-    expect(BAD_OPTION, client.submit_book, None, out=str(tmp_path))
+    expect(BAD_OPTION, submit_book, client, str(BOOK), out=str(tmp_path), speed=1.2)
+    expect(BAD_OPTION, submit_book, client, None, out=str(tmp_path))
 
 
 # -- the CLI ----------------------------------------------------------------------------------------

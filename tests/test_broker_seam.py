@@ -25,7 +25,7 @@ from producer.wire.broker import Broker, Op, Script, run_blocking
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.errors import JobError, TransientError
 from producer.wire.keys import Keys
-from producer.wire.lua import ADMIT
+from producer.wire.lua import ADMIT, CANCEL
 from producer.wire.records import final_fields
 from producer.wire.settings import Settings
 
@@ -141,6 +141,35 @@ def test_the_core_names_no_redis_command_or_script() -> None:
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m == "redis" or m.startswith("redis.")}, "producer.core imports redis"
     assert "producer.wire.lua" not in modules and "producer.wire.backlog" not in modules
+
+
+def test_a_book_cancel_is_the_job_cancel_over_its_jobs(settings: Settings, r: redis.Redis, tmp_path: Path) -> None:
+    """A book's cancel is one run of the job cancel's script over the book's pending jobs: a job that a worker
+    finished since the runner last read it stays done (the script checks and writes each job at once), the
+    rest are cancelled."""
+    from books import submit_book
+
+    keys = Keys(settings.redis.key_prefix)
+    book = tmp_path / "book.txt"
+    book.write_text("Chapter 1\n\nThe road was long. We walked all day.\n\nChapter 2\n\nRain fell on the roof.",
+                    encoding="utf-8")
+    broker = RecordingBroker(redis.Redis.from_url(settings.redis.url), keys)
+    with Client(broker.r, settings, broker=broker) as client:
+        handle = submit_book(client, book, out=str(tmp_path / "out"), book_id="cancel-book")
+        ids = list(handle.jobs)
+        assert len(ids) >= 3 and {r.hget(keys.status(j), "state") for j in ids} == {b"queued"}
+        ended = ids[0]
+        assert broker.finalize(ended, "done", {}, maxlen=10, ttl_s=60) == 1  # a worker's finish, unseen by the runner
+        assert handle.state[ended] == "queued"
+        broker.sent.clear()
+        assert handle.cancel() == len(ids) - 1
+        assert [type(step) for step in broker.sent] == [Script] and broker.sent[0].source == CANCEL
+        assert list(broker.sent[0].keys) == [keys.status(j) for j in ids]
+        broker.sent.clear()
+        assert client.job(ids[1]).cancel() is False  # the job cancel: the same script, over one job (it had ended)
+        assert [step.source for step in broker.sent if isinstance(step, Script)] == [CANCEL]
+    states = {j: r.hget(keys.status(j), "state") for j in ids}
+    assert states[ended] == b"done" and {states[j] for j in ids[1:]} == {b"cancelled"}, states
 
 
 class ReplyLostOnce(RedisBroker):

@@ -1,6 +1,6 @@
 """Who may import whom, checked over the source (ast, nothing imported): docs STYLE "Who may import whom".
 
-- no module of producer/ (the wire, the SDK, the CLI) or of a front end (gateway/) imports workers/;
+- no module of producer/ (the wire, the SDK, the CLI) or of a front end (gateway/, books/) imports workers/;
 - a front end takes from producer/ only the wire and the SDK (``FRONT_END_MAY_IMPORT``), and has no import
   circle even counting lazy imports and the package ``__init__`` that ``from gateway import x`` runs;
 - the CLI is a thin dispatcher: short, and no Redis connection of its own;
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("producer", "books", "bench", "gateway", "workers", "pipeline")
-FRONT_ENDS = ("gateway",)  # packages that serve the farm to clients: they depend on the wire and the SDK only
+FRONT_ENDS = ("gateway", "books")  # packages that serve the farm to clients: they depend on the wire and the SDK only
 
 
 def _modules() -> dict[str, Path]:
@@ -93,11 +93,11 @@ def test_no_module_of_producer_or_a_front_end_imports_workers() -> None:
 
 
 # What a front end may take from producer/: the wire (every module of producer.wire) and the SDK: the client faces,
-# the argument checks, captions from word timings, encoding a chunk
-# stream, and planning a submission (the gateway warms the text frontend with it). Not the CLI, the book runner,
-# the local farm launcher or the bench: what a front end needs from those belongs in the wire or the SDK.
-FRONT_END_MAY_IMPORT = {"producer", "producer.client", "producer.aio", "producer.checks",
-                        "producer.captions", "producer.encoded", "producer.submit"}
+# the argument checks, encoding a chunk stream, and planning a submission (the gateway warms the text frontend with
+# it). Not the CLI, the book runner, the local farm launcher or the bench: what a front end needs from those belongs
+# in the wire or the SDK.
+FRONT_END_MAY_IMPORT = {"producer", "producer.client", "producer.aio", "producer.checks", "producer.encoded",
+                        "producer.submit"}
 
 
 def test_front_ends_take_only_the_wire_and_the_sdk_from_producer() -> None:

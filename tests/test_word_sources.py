@@ -10,7 +10,7 @@ from pipeline.text.segment import Segmenter
 from pipeline.text.sources import align_spans, clean_origin
 from pipeline.timing import word_times
 from pipeline.voices.base import Phonemized
-from producer.captions import cues, to_srt, to_vtt
+from pipeline.captions import cues, to_srt, to_vtt
 from producer.wire.records import Word, job_words, merge_words, words_in
 from producer.wire.settings import load_settings
 

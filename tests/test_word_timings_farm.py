@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from pipeline.audio import from_pcm16
-from producer.captions import to_srt, to_vtt
+from pipeline.captions import to_srt, to_vtt
 from producer.wire.records import Word, merge_words
 from tests.conftest import Farm
 

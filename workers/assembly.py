@@ -9,9 +9,10 @@
   as FLAC, Ogg Opus or WAV while it is built and stored under the book's output.
 - ``ttsfarm.write_book_files``: the manifest (JSON) and playlist (M3U).
 
-There is no result backend: each task pushes one JSON reply onto the Redis list named in its spec,
-which the sender owns and reads. Tasks that write files first check that their run of the book is
-still the current one, so a late task of an abandoned run cannot overwrite a newer chapter file.
+There is no result backend: each task pushes one JSON reply onto the reply list named in its spec, which
+the sender owns and reads (the broker's ``reply_to_book``). Tasks that write files first check that their run
+of the book is still the current one (``book_run``), so a late task of an abandoned run cannot overwrite a
+newer chapter file.
 Register the tasks by importing this module (``workers.app`` does).
 """
 
@@ -35,6 +36,8 @@ from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, INTERNAL_ERROR, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.wire.errors import BOOK_OUTPUT_REFUSED, BOOK_SUPERSEDED, SEGMENT_MISSING
+from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 from producer.wire.settings import Settings, StorageSettings
 from producer.wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, storage_from_settings
 from producer.wire.storage_s3 import S3Storage
@@ -210,14 +213,13 @@ def output_storage(settings: StorageSettings, out: str) -> Storage:
     return _outputs[out]
 
 
-def _farm(task: Any) -> tuple[Settings, Any, Storage]:
-    import redis
-
+def _farm(task: Any) -> tuple[Settings, RedisBroker, Storage]:
     settings: Settings = task.app.conf.ttsfarm_settings
-    if getattr(_local, "redis", None) is None:
-        _local.redis = redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s)
+    if getattr(_local, "broker", None) is None:
+        _local.broker = RedisBroker.from_url(settings.redis.url, keys=Keys(settings.redis.key_prefix),
+                                             socket_timeout=settings.redis.socket_timeout_s)
         _local.storage = storage_from_settings(settings.storage)
-    return settings, _local.redis, _local.storage
+    return settings, _local.broker, _local.storage
 
 
 def _fetch(storage: Storage, keys: list[str], window: int = 8) -> Iterator[tuple[str, bytes | None]]:
@@ -249,13 +251,12 @@ def _pcm(data: bytes) -> Audio:
 
 
 def run_task(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[str, Any]:
-    settings, r, storage = _farm(task)
+    settings, broker, storage = _farm(task)
     reply = str(spec.get("reply", ""))
-    if not reply.startswith(f"{settings.redis.key_prefix}:book:"):
-        raise InputError(f"reply key {reply!r} is outside this farm's key prefix", code=BAD_OPTION)
+    if not broker.keys.is_book_reply(reply):
+        raise InputError(f"reply key {reply!r} is not a book's reply list of this farm", code=BAD_OPTION)
     try:
-        current = r.get(str(spec.get("run_key", "")))
-        if writes and (current or b"").decode() != spec.get("run_id"):
+        if writes and broker.book_run(str(spec.get("run_key", ""))) != spec.get("run_id"):
             raise TTSFarmError("a newer run of this book has started", code=BOOK_SUPERSEDED)
         result = {"ok": True, **work(settings, storage, spec)}
     except TTSFarmError as exc:
@@ -263,10 +264,7 @@ def run_task(task: Any, spec: dict[str, Any], work: Any, writes: bool) -> dict[s
     except Exception as exc:  # reported to the sender, which raises it; never a silent task failure
         log.exception("%s failed", task.name)
         result = {"ok": False, "code": INTERNAL_ERROR, "message": f"{task.name}: {type(exc).__name__}: {exc}"}
-    pipe = r.pipeline(transaction=False)
-    pipe.rpush(reply, json.dumps(result, ensure_ascii=False))
-    pipe.expire(reply, REPLY_TTL_S)
-    pipe.execute()
+    broker.reply_to_book(reply, json.dumps(result, ensure_ascii=False), REPLY_TTL_S)
     return {k: v for k, v in result.items() if k != "hist"}
 
 
@@ -285,7 +283,7 @@ def stored_pieces(storage: Storage, segments: list[list[Any]], missing: list[str
 def chapter_captions(storage: Storage, seen: list[tuple[str, int, float]], rate: int, head_s: float) -> str:
     """WebVTT of a chapter: each stored job's words (``records.words_key``) moved to where ``join_chapter``
     put its audio (head silence, then each segment and its pause). A job stored without words adds none."""
-    from producer.captions import to_vtt
+    from pipeline.captions import to_vtt
     from producer.wire.records import Word, words_key
 
     words: list[Word] = []

@@ -19,7 +19,7 @@ from producer.wire.settings import QueueSettings
 from producer.wire.status import JobStatus
 
 if TYPE_CHECKING:
-    from producer.submit import Submission
+    from producer.wire.records import Submission
 
 
 def limits(q: QueueSettings, lane: str) -> tuple[int, float]:

@@ -39,8 +39,8 @@ from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
 
 if TYPE_CHECKING:
+    from producer.wire.records import Submission
     from producer.wire.status import JobStatus
-    from producer.submit import Submission
     from producer.wire.settings import QueueSettings
 
 T = TypeVar("T")
@@ -221,6 +221,49 @@ class Broker(Protocol):
 
     # -- admin: dead letters, queue snapshot, heartbeats, books, control (blocking) ----------------------------
     # (steps added here, one per verb)
+
+    # books: ``books.handle`` runs a book of one-segment bulk jobs; ``workers.assembly`` answers its tasks
+    def cancel_jobs(self, job_ids: Sequence[str]) -> list[int]:
+        """``cancel`` for many jobs at once (a book's): each marked cancelled unless it has ended, in one atomic
+        step; per job -1 no such job, 0 it had ended, 1 cancelled."""
+        ...
+
+    def admit_book_segments(self, subs: Sequence[Submission], queue: QueueSettings, *, force: bool) -> list[str]:
+        """Queue each one-segment job unless it is queued or running, or done (unless ``force``), anything else
+        reset first; each atomic, against its lane's backlog limit. Per job: 'submitted', 'full' (the lane is full:
+        offer it again later) or the state it was left in. One round trip."""
+        ...
+
+    def job_fields(self, job_ids: Sequence[str], fields: Sequence[str]) -> list[list[str | None]]:
+        """The named fields of each job's status record (None where missing), in one round trip."""
+        ...
+
+    def keep_jobs(self, job_ids: Sequence[str], ttl_s: int) -> None:
+        """Let each job's status record live ``ttl_s`` more seconds (a long book outlives the job TTL), one round
+        trip."""
+        ...
+
+    def drop_results(self, job_ids: Sequence[str]) -> None:
+        """Delete the jobs' results streams (jobs nobody streams: a book's segments), one command."""
+        ...
+
+    def start_book_run(self, book_id: str, run_id: str, ttl_s: int) -> str:
+        """Make ``run_id`` the book's current run for ``ttl_s`` seconds (assembly tasks of any other run refuse to
+        write); returns the run key that tasks name. One command."""
+        ...
+
+    def book_run(self, run_key: str) -> str:
+        """The run id a book's run key holds now ('' when none). One command."""
+        ...
+
+    def reply_to_book(self, reply_key: str, reply: str, ttl_s: int) -> None:
+        """Push an assembly task's JSON reply onto the runner's reply list, which lives ``ttl_s`` seconds. One
+        round trip."""
+        ...
+
+    def book_replies(self, reply_keys: Sequence[str]) -> list[str | None]:
+        """Take the first reply off each reply list (None where none has come), in one round trip."""
+        ...
 
 
 def run_blocking(broker: Broker, op: Op[T]) -> T:

@@ -55,6 +55,18 @@ class Keys:
         """Hash: segment -> its words with their times (JSON), until the job is assembled."""
         return f"{self.prefix}:words:{job_id}"
 
+    def book_run(self, book_id: str) -> str:
+        """String: the id of the book's current run (assembly tasks of another run refuse to write)."""
+        return f"{self.prefix}:book:{book_id}:run"
+
+    def book_reply(self, book_id: str, token: str) -> str:
+        """List: an assembly task's JSON reply, read by the book's runner."""
+        return f"{self.prefix}:book:{book_id}:reply:{token}"
+
+    def is_book_reply(self, key: str) -> bool:
+        """Whether ``key`` (named by a task) is a reply list of this farm's books: a task may push to no other key."""
+        return key.startswith(f"{self.prefix}:book:") and ":reply:" in key
+
 
 def new_job_id() -> str:
     """128 random bits, URL-safe: unguessable, so a job id is also the right to read its results."""

@@ -1,7 +1,6 @@
 """Every Lua script of the Redis wire, in one place. Each runs atomically on the server; the comment above
-each says its KEYS and ARGV. ``producer.wire.redis_broker.RedisBroker`` runs the broker's steps with them (others,
-such as the book runner's, go through ``redis.Redis.register_script``); another broker implements the same
-steps its own way.
+each says its KEYS and ARGV. ``producer.wire.redis_broker.RedisBroker`` runs the broker's steps with them;
+another broker implements the same steps its own way.
 """
 
 from __future__ import annotations
@@ -20,14 +19,23 @@ end
 return #KEYS
 """
 
-# Cancels the job whose status hash is KEYS[1] unless it has ended; ARGV[1]: now. Atomic, so a worker's
-# finish cannot slip between the check and the write. Returns -1 (no such job), 0 (had ended), 1.
+# Cancels each job whose status hash is in KEYS unless it has ended (one job's cancel, a book's); ARGV[1]: now.
+# Atomic, so a worker's finish cannot slip between the check and the write. Returns per key -1 (no such job),
+# 0 (had ended), 1 (cancelled).
 CANCEL = f"""
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return -1 end
-if {" or ".join(f"state == '{s}'" for s in STATES_FINAL)} then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished', ARGV[1])
-return 1
+local out = {{}}
+for i, key in ipairs(KEYS) do
+  local state = redis.call('HGET', key, 'state')
+  if not state then
+    out[i] = -1
+  elseif {" or ".join(f"state == '{s}'" for s in STATES_FINAL)} then
+    out[i] = 0
+  else
+    redis.call('HSET', key, 'state', 'cancelled', 'finished', ARGV[1])
+    out[i] = 1
+  end
+end
+return out
 """
 
 # Reads the results stream KEYS[1] after ARGV[1] (an exclusive start, "(1-0"), at most ARGV[2] entries, with

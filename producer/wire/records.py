@@ -1,4 +1,4 @@
-"""The wire's records: the job record a producer queues, the chunk and final records a worker publishes on
+"""The wire's records: the job record a producer queues (with the submission it belongs to), the chunk and final records a worker publishes on
 a job's results stream, word timings, and the dead-letter record.
 
 Each record is built and parsed here, nowhere else: both sides import it from here. Everything on the wire
@@ -95,6 +95,21 @@ def text_of(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A job as it is admitted: its status record and its segments, each with the bucket stream it is queued on
+    (``producer.submit.prepare_submission`` builds it; the broker's ``admit`` writes it at once)."""
+
+    job_id: str
+    segments: list[SegmentJob]
+    status: dict[str, Any]
+    streams: list[str]  # the bucket stream of each segment
+
+    @property
+    def total(self) -> int:
+        return len(self.segments)
 
 
 # Results-stream records. ``type`` is one of these; a reader stops at FINAL.

@@ -14,16 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from producer.wire.backlog import admit_args, check_admitted
+from producer.wire.backlog import admit_args, check_admitted, limits
 from producer.wire.broker import Command, Op, PieceReply, Script, SegmentEnd
 from producer.wire.keys import GROUP, Keys
-from producer.wire.lua import ADMIT, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, MARK_STARTED, READ_RESULTS
+from producer.wire.lua import (ADMIT, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, MARK_STARTED, READ_RESULTS,
+                               SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import CANCELLED_INFO, final_record, text_of
 from producer.wire.redis_consumer import RedisConsumer
 from producer.wire.status import JobStatus
 
 if TYPE_CHECKING:
-    from producer.submit import Submission
+    from producer.wire.records import Submission
     from producer.wire.settings import QueueSettings
 
 
@@ -38,12 +39,20 @@ class RedisBroker:
         self.keys = keys
         self._scripts: dict[str, Any] = {}
 
+    @classmethod
+    def from_url(cls, url: str, *, keys: Keys, socket_timeout: float | None = None) -> RedisBroker:
+        """A broker on a blocking connection of its own (a worker's task that is handed no connection)."""
+        return cls(redis.Redis.from_url(url, socket_timeout=socket_timeout), keys)
+
+    def _script(self, source: str) -> Any:
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self.r.register_script(source)
+        return script
+
     def send(self, step: Command | Script) -> Any:
         if isinstance(step, Script):
-            script = self._scripts.get(step.source)
-            if script is None:
-                script = self._scripts[step.source] = self.r.register_script(step.source)
-            return script(keys=list(step.keys), args=list(step.args))
+            return self._script(step.source)(keys=list(step.keys), args=list(step.args))
         return getattr(self.r, step.name)(*step.args, **step.kwargs)
 
     def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
@@ -54,7 +63,7 @@ class RedisBroker:
         check_admitted((yield Script(ADMIT, script_keys, argv)), sub, queue)
 
     def cancel(self, job_id: str) -> Op[int]:
-        return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time()])))
+        return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time()]))[0])
 
     def job_status(self, job_id: str) -> Op[JobStatus | None]:
         return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
@@ -166,3 +175,53 @@ class RedisBroker:
         self.r.delete(k.parts(job_id), k.done(job_id), k.words(job_id), k.frames(job_id))
 
     # -- admin --------------------------------------------------------------------------------------------
+
+    # books
+    def cancel_jobs(self, job_ids: Sequence[str]) -> list[int]:
+        if not job_ids:
+            return []
+        return [int(x) for x in self.send(Script(CANCEL, [self.keys.status(j) for j in job_ids], [time.time()]))]
+
+    def admit_book_segments(self, subs: Sequence[Submission], queue: QueueSettings, *, force: bool) -> list[str]:
+        script, pipe = self._script(SUBMIT_BOOK_SEGMENT), self.r.pipeline(transaction=False)
+        for sub in subs:
+            (job,), (stream,) = sub.segments, sub.streams  # one segment each
+            k, fields, (max_n, max_s) = self.keys, job.to_fields(), limits(queue, job.lane)
+            script(keys=[k.status(sub.job_id), k.results(sub.job_id), k.parts(sub.job_id), k.done(sub.job_id), stream,
+                         k.backlog(job.lane)],
+                   args=[int(force), queue.job_ttl_s, fields["v"], fields["job"], max_n, max_s, job.est_s,
+                         *[x for kv in sub.status.items() for x in kv]], client=pipe)
+        return [text_of(reply) for reply in pipe.execute()] if subs else []
+
+    def job_fields(self, job_ids: Sequence[str], fields: Sequence[str]) -> list[list[str | None]]:
+        pipe = self.r.pipeline(transaction=False)
+        for j in job_ids:
+            pipe.hmget(self.keys.status(j), *fields)
+        return [[None if v is None else text_of(v) for v in row] for row in pipe.execute()] if job_ids else []
+
+    def keep_jobs(self, job_ids: Sequence[str], ttl_s: int) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for j in job_ids:
+            pipe.expire(self.keys.status(j), ttl_s)
+        pipe.execute()
+
+    def drop_results(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self.r.unlink(*[self.keys.results(j) for j in job_ids])
+
+    def start_book_run(self, book_id: str, run_id: str, ttl_s: int) -> str:
+        run_key = self.keys.book_run(book_id)
+        self.r.set(run_key, run_id, ex=ttl_s)
+        return run_key
+
+    def book_run(self, run_key: str) -> str:
+        return text_of(self.r.get(run_key) or b"")
+
+    def reply_to_book(self, reply_key: str, reply: str, ttl_s: int) -> None:
+        self.r.pipeline(transaction=False).rpush(reply_key, reply).expire(reply_key, ttl_s).execute()
+
+    def book_replies(self, reply_keys: Sequence[str]) -> list[str | None]:
+        pipe = self.r.pipeline(transaction=False)
+        for key in reply_keys:
+            pipe.lpop(key)
+        return [None if v is None else text_of(v) for v in pipe.execute()] if reply_keys else []
