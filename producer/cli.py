@@ -105,17 +105,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    from producer.dlq import DeadLetters, run
+    from producer.dlq import run
 
-    client = _client(args)
-    return run(DeadLetters(client.redis, client.keys), args.action, args.id, args.count)
+    return run(_client(args).broker, args.action, args.id, args.count)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from producer.status_cli import run
 
     client = _client(args)
-    return run(client.redis, client.keys, client.settings.queue.n_buckets, watch=args.watch, iterations=args.iterations)
+    return run(client.broker, client.settings.queue.n_buckets, watch=args.watch, iterations=args.iterations)
 
 
 def cmd_voices(args: argparse.Namespace) -> int:

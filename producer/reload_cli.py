@@ -1,8 +1,8 @@
 """`ttsfarm voices reload [VOICE...]`: hot reload on the running workers.
 
 A Celery broadcast (``producer.wire.control``); each worker loads the new version beside the old, warms it up
-and swaps it in between batches. With ``wait`` it follows every answering worker's heartbeat
-(``producer.wire.heartbeats``) until its reload report is newer than the one before the broadcast.
+and swaps it in between batches. With ``wait`` it follows every answering worker's heartbeat (``Client.workers``)
+until its reload report is newer than the one before the broadcast.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from producer.client import Client
-from producer.wire import heartbeats
 from producer.wire.control import broadcast_reload, control_app, versions_by_node
 
 
@@ -23,7 +22,7 @@ def reload_voices(client: Client, voices: Sequence[str], *, destination: Sequenc
     voices = list(voices)
 
     def beats() -> dict[str, dict[str, Any]]:
-        return versions_by_node(heartbeats.read(client.redis, client.keys))
+        return versions_by_node(client.workers())
 
     before = {node: (info.get("reload") or {}).get("at", 0) for node, info in beats().items()}
     replies = broadcast_reload(control_app(client.settings), voices, destination=destination, timeout=reply_timeout)
