@@ -1,4 +1,4 @@
-"""Worker metrics (workers/metrics.py) and `ttsfarm status` (producer/status_cli.py).
+"""Worker metrics (workers/metrics.py) and `ttsfarm status` (producer/cli/status.py).
 
 The end-to-end test scrapes a real worker process's endpoint while it serves real jobs and finds every
 series the issue lists with sane values; the others check the hooks, multiprocess mode (two processes,
@@ -25,7 +25,7 @@ import redis
 from pipeline.errors import TTSFarmError
 from pipeline.settings import CONFIG_DIR
 from producer.local import free_port
-from producer.status_cli import render, run, snapshot
+from producer.cli.status import render, run, snapshot
 from producer.wire.keys import GROUP, Keys
 from producer.wire.records import SegmentJob
 from producer.wire.redis_broker import RedisBroker

@@ -9,14 +9,29 @@ heartbeats list.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from producer.cli.common import client_of
 from producer.wire.broker import Broker, run_blocking
 from producer.wire.snapshot import QueueSnapshot
 
 STALE_S = 10.0  # a heartbeat older than this: the worker is gone or stuck (workers beat every 2 s)
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("status", help="workers, lanes and backlog, throughput and recent errors on one screen")
+    p.add_argument("--watch", type=float, nargs="?", const=2.0, default=0.0, metavar="SECONDS",
+                   help="redraw every SECONDS (default 2) until interrupted")
+    p.add_argument("--iterations", type=int, default=0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = client_of(args)
+    return run(client.broker, client.settings.queue.n_buckets, watch=args.watch, iterations=args.iterations)
 
 
 @dataclass

@@ -4,10 +4,27 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
-from producer.wire.broker import Broker
+from producer.cli.common import client_of
+
+if TYPE_CHECKING:
+    from producer.wire.broker import Broker
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("dlq", help="list, show, requeue or purge dead-lettered segments")
+    p.add_argument("action", choices=["list", "show", "requeue", "purge"])
+    p.add_argument("id", nargs="?", default="", help="dead-letter entry id (show, requeue)")
+    p.add_argument("--count", type=int, default=50)
+    p.set_defaults(func=cmd_dlq)
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    return run(client_of(args).broker, args.action, args.id, args.count)
 
 
 def run(broker: Broker, action: str, entry_id: str = "", count: int = 50) -> int:
