@@ -4,7 +4,6 @@ running farm's workers, the workers' RSS and CPU time from /proc, and whether an
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -19,7 +18,9 @@ from typing import Any
 
 import redis
 
+from producer.wire.broker import run_blocking
 from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 
 log = logging.getLogger(__name__)
 
@@ -249,9 +250,9 @@ def worker_env(*, threads: int | None = None, max_batch: int | None = None, infe
 
 def farm_worker_pids(r: redis.Redis, keys: Keys) -> list[int]:
     """Pids of serving workers from their heartbeats (readable here only for workers on this host)."""
+    broker = RedisBroker(r, keys)
     pids = []
-    for value in r.hgetall(keys.workers()).values():
-        info = json.loads(value)
+    for info in run_blocking(broker, broker.read_heartbeats()).values():
         if info.get("state") == "serving" and time.time() - float(info.get("ts", 0)) < 30:
             pids.append(int(info["pid"]))
     return [p for p in pids if Path(f"/proc/{p}").exists()]

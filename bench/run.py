@@ -165,7 +165,7 @@ def add_padding_waste(summary: dict[str, Any], settings: Settings) -> None:
 
 
 def main(args: Any) -> int:
-    """Entry of ``ttsfarm bench`` (producer/cli.py builds ``args``)."""
+    """Entry of ``ttsfarm bench`` (``producer.cli.frontends`` builds ``args``)."""
     from bench.report import markdown_summary, write_results
 
     env = dict(kv.split("=", 1) for kv in args.set or [])

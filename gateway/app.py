@@ -103,7 +103,7 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
         farm = state_of(request)
         try:
             return {"ok": True, "redis": True, "workers": await farm.fresh_workers()}
-        except BrokerError:
+        except (BrokerError, TTSFarmError):  # out of reach, or refusing the credentials (BACKEND_AUTH_FAILED)
             return {"ok": False, "redis": False, "workers": 0}
 
     @app.get("/", include_in_schema=False)

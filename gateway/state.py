@@ -14,7 +14,7 @@ from pipeline.errors import UNKNOWN_VOICE, InputError
 from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
 from gateway.errors import no_workers
-from producer.wire import heartbeats
+from producer.wire.heartbeats import serving
 from producer.wire.errors import JobNotFoundError
 from producer.wire.settings import GatewaySettings, Settings
 
@@ -45,14 +45,13 @@ class GatewayState:
     async def fresh_workers(self) -> int:
         """How many worker processes have a heartbeat that says ``serving`` from the last few seconds.
 
-        The heartbeats are the wire's (``producer.wire.heartbeats``); the answer is cached for a second so
-        a burst of requests costs one read.
+        The heartbeats are the wire's (``producer.wire.heartbeats``), read through the SDK; the answer is cached
+        for a second so a burst of requests costs one read.
         """
         now = time.time()
         if now - self._workers_checked < WORKERS_CACHE_S:
             return self._workers_fresh
-        beats = await heartbeats.aread(self.client.redis, self.client.keys)
-        fresh = heartbeats.serving(beats, now, self.gateway.worker_fresh_s)
+        fresh = serving(await self.client.workers(), now, self.gateway.worker_fresh_s)
         self._workers_checked, self._workers_fresh = now, fresh
         return fresh
 

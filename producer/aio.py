@@ -12,8 +12,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-import redis.asyncio as aredis
-
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.status import JobStatus
@@ -25,8 +23,7 @@ T = TypeVar("T")
 class AsyncClient(ClientCore):
     """``AsyncClient.from_url("redis://:password@host:6379/0")``; ``async with`` closes it."""
 
-    connection_type = aredis.Redis
-    redis: aredis.Redis
+    asynchronous = True
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -83,6 +80,10 @@ class AsyncClient(ClientCore):
     async def job(self, job_id: str) -> AsyncJob:
         """Like ``Client.job``."""
         return AsyncJob(self, job_id, await self._run(self._total(job_id)))
+
+    async def workers(self) -> dict[str, dict[str, Any]]:
+        """Like ``Client.workers``."""
+        return await self._run(self._workers())
 
 
 class AsyncJob(JobCore):

@@ -10,8 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-import redis
-
+from pipeline.errors import BAD_OPTION, InputError
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.status import JobStatus
@@ -23,8 +22,7 @@ T = TypeVar("T")
 class Client(ClientCore):
     """``Client.from_url("redis://:password@host:6379/0")``; ``rediss://`` for TLS."""
 
-    connection_type = redis.Redis
-    redis: redis.Redis
+    asynchronous = False
 
     def close(self) -> None:
         self.redis.close()
@@ -86,6 +84,11 @@ class Client(ClientCore):
     def job(self, job_id: str) -> Job:
         """A handle on an existing job (to stream or wait from another process)."""
         return Job(self, job_id, self._run(self._total(job_id)))
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        """The workers' heartbeat records by ``host:pid``: state (``serving``, ...), ``ts``, voices and their
+        versions, batches, the last reload (``producer.wire.heartbeats``)."""
+        return self._run(self._workers())
 
 
 class Job(JobCore):

@@ -85,10 +85,10 @@ def advance(call: Generator[Any, Any, T], reply: Any, error: BaseException | Non
 
 
 class ClientCore:
-    """What both faces hold (``redis``: redis-py's sync or asyncio client; ``broker``: the wire's steps on
-    it, ``RedisBroker`` unless one is handed in) and the client-level calls."""
+    """What both faces hold (``redis``: the connection, redis-py's sync or asyncio client; ``broker``: the
+    wire's steps on it, ``RedisBroker`` unless one is handed in) and the client-level calls."""
 
-    connection_type: Any  # redis.Redis or redis.asyncio.Redis: the face's
+    asynchronous: bool  # the face awaits its steps: its connection is redis-py's asyncio client
 
     def __init__(self, connection: Any, settings: Settings, *, broker: Broker | None = None) -> None:
         self.redis = connection
@@ -103,7 +103,9 @@ class ClientCore:
         ``TTSFARM_*``); ``redis_kwargs`` go to redis-py and win over the defaults below."""
         settings = settings or settings_from_environment()
         options = {"socket_timeout": settings.redis.socket_timeout_s, "health_check_interval": 30, **redis_kwargs}
-        return cls(cls.connection_type.from_url(url or settings.redis.url, **options), settings)
+        broker = RedisBroker.from_url(url or settings.redis.url, keys=Keys(settings.redis.key_prefix),
+                                      asyncio=cls.asynchronous, **options)
+        return cls(broker.r, settings, broker=broker)
 
     def _failed(self, exc: Exception) -> Exception:
         """The error a call sees for what a step raised: the farm's code where there is one."""
@@ -134,6 +136,10 @@ class ClientCore:
                 yield Pause(0.1 * 2**attempt)
         log.debug("job %s: %d segment(s) queued", sub.job_id, sub.total)
         return sub
+
+    def _workers(self) -> Call[dict[str, dict[str, Any]]]:
+        """The workers' heartbeat records by ``host:pid`` (``producer.wire.heartbeats``)."""
+        return (yield from self.broker.read_heartbeats())
 
     def _total(self, job_id: Any) -> Call[int]:
         """The segment count of an existing job."""

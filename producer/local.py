@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis
+from producer.wire.broker import run_blocking
+from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +32,7 @@ def free_port() -> int:
 
 
 def redis_reachable(url: str, timeout: float = 0.5) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout).ping())
-    except (redis.RedisError, OSError):
-        return False
+    return RedisBroker.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout).reachable()
 
 
 @dataclass
@@ -111,16 +110,13 @@ class WorkerProcess:
 
     def wait_ready(self, url: str, prefix: str = "ttsfarm", timeout: float = 120.0) -> None:
         """Until this worker's heartbeat says it serves (voices loaded and warmed up)."""
-        import json
-
-        r = redis.Redis.from_url(url)
+        broker = RedisBroker.from_url(url, keys=Keys(prefix))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited with {self.proc.returncode}")
-            for key, value in r.hgetall(f"{prefix}:workers").items():
-                info = json.loads(value)
-                if key.decode().startswith(self.name + ":") and info.get("pid") == self.proc.pid:  # type: ignore[union-attr]
+            for name, info in run_blocking(broker, broker.read_heartbeats()).items():
+                if name.startswith(self.name + ":") and info.get("pid") == self.proc.pid:  # type: ignore[union-attr]
                     if info["state"] == "serving":
                         return
                     if info["state"] == "failed":

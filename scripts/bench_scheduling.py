@@ -39,7 +39,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from producer.wire.settings import Settings  # noqa: E402
 from bench.run import LoadSpec, LocalFarm, run_load, worker_env  # noqa: E402
 from bench.report import summarize  # noqa: E402
+from producer.wire.broker import run_blocking  # noqa: E402
 from producer.wire.keys import Keys  # noqa: E402
+from producer.wire.redis_broker import RedisBroker  # noqa: E402
 
 log = logging.getLogger("bench_scheduling")
 MODES = ("fifo", "deadline")
@@ -129,10 +131,8 @@ def one_run(settings: Settings, farm: LocalFarm, mode: str, level: float, rate: 
 
 def _late_units(settings: Settings) -> int:
     """Units the farm's workers published after their deadline so far (from their heartbeats)."""
-    import redis
-
-    r = redis.Redis.from_url(settings.redis.url)
-    return sum(int(json.loads(v).get("late_units") or 0) for v in r.hgetall(Keys(settings.redis.key_prefix).workers()).values())
+    broker = RedisBroker.from_url(settings.redis.url, keys=Keys(settings.redis.key_prefix))
+    return sum(int(info.get("late_units") or 0) for info in run_blocking(broker, broker.read_heartbeats()).values())
 
 
 def _write_book(shape: str) -> Path:

@@ -63,3 +63,39 @@ def test_dlq_lists_shows_and_purges_through_the_sdk_connection(r: redis.Redis, r
     assert main(["--redis", redis_url, "dlq", "show", "1-1"]) == 1 and "no dead letter 1-1" in capsys.readouterr().err
     assert main(["--redis", redis_url, "dlq", "purge"]) == 0 and "removed 1 dead letter(s)" in capsys.readouterr().out
     assert r.xlen(Keys("clidlq").dead_letters()) == 0
+
+
+def test_dlq_requeue_puts_the_segment_back_and_reopens_its_job_once(r: redis.Redis, redis_url: str,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from producer.cli import main
+    from producer.wire.keys import Keys
+    from producer.wire.records import SegmentJob, dead_letter_fields, final_fields
+
+    monkeypatch.setenv("TTSFARM_REDIS_KEY_PREFIX", "clirq")
+    keys = Keys("clirq")
+    job = SegmentJob(job_id="requeued-job-0001", seg=0, total=1, text="hi", lang="en", voice="joe",
+                     request_voice="joe", format="wav", sample_rate=22050, lane="bulk")
+    stream = keys.queue("bulk", 1)
+    r.hset(keys.status(job.job_id), mapping={"state": "failed", "final": 1, "error_code": "TOO_MANY_FAILURES",
+                                             "error_message": "boom", "finished": 1.0, "total": 1})
+    chunk = r.xadd(keys.results(job.job_id), {"type": "chunk", "seg": 0})
+    r.xadd(keys.results(job.job_id), final_fields("failed"))
+    entry = r.xadd(keys.dead_letters(), dead_letter_fields(stream, "1-0", "TOO_MANY_FAILURES", "boom", 3, job.to_fields()))
+    entry = entry.decode()
+    malformed = r.xadd(keys.dead_letters(), dead_letter_fields(stream, "2-0", "MALFORMED_JOB", "bad", 1, {"x": "1"})).decode()
+
+    assert main(["--redis", redis_url, "dlq", "requeue", entry]) == 0
+    new_id = capsys.readouterr().out.split("requeued as ")[1].strip()
+    (queued_id, fields), = r.xrange(stream)
+    assert queued_id.decode() == new_id and SegmentJob.from_fields(fields).to_fields() == job.to_fields()
+    status = r.hgetall(keys.status(job.job_id))
+    assert status[b"state"] == b"queued" and not {b"final", b"error_code", b"error_message", b"finished"} & set(status)
+    assert [i for i, _ in r.xrange(keys.results(job.job_id))] == [chunk]  # the final record went, the chunk stayed
+    assert [i.decode() for i, _ in r.xrange(keys.dead_letters())] == [malformed]
+    # a second requeue of the same dead letter finds nothing and queues nothing
+    assert main(["--redis", redis_url, "dlq", "requeue", entry]) == 1 and "no dead letter" in capsys.readouterr().err
+    assert r.xlen(stream) == 1
+    # a malformed entry cannot be requeued: it stays
+    assert main(["--redis", redis_url, "dlq", "requeue", malformed]) == 2 and "MALFORMED_JOB" in capsys.readouterr().err
+    assert r.xlen(keys.dead_letters()) == 1 and r.xlen(stream) == 1

@@ -261,6 +261,17 @@ def test_timeouts(settings: Settings, r: redis.Redis) -> None:
     assert seen[0].message == f"job {JOB} did not finish within 0.3 s (state running)"
 
 
+def test_the_workers_heartbeats_read_alike(settings: Settings, r: redis.Redis) -> None:
+    keys = Keys(settings.redis.key_prefix)
+    beat = {"state": "serving", "ts": 1000.0, "pid": 11, "voices": ["joe"]}
+    r.hset(keys.workers(), mapping={"w1@h:11": json.dumps(beat), "w2@h:12": "{not json"})
+
+    def scenario(face: Face) -> Any:
+        return face.call(face.client.workers)
+
+    assert both(settings, scenario) == {"w1@h:11": beat}  # a record that is not a JSON object is skipped
+
+
 @pytest.fixture
 def locked_redis() -> Iterator[RedisServer]:
     server = RedisServer(password="parity-secret").start()
@@ -281,11 +292,11 @@ def test_refused_credentials_are_backend_auth_failed_from_every_call(settings: S
         started = time.monotonic()
         seen = [face.call(face.client.submit, "Refused.", job_id=JOB), face.call(face.client.job, JOB),
                 face.call(job.status), face.call(job.cancel), face.call(job.wait, timeout=20),
-                face.stream(job, timeout=20, block_ms=50)]
+                face.stream(job, timeout=20, block_ms=50), face.call(face.client.workers)]
         return [(e.kind, e.code) for e in seen] + [time.monotonic() - started < 10]  # never retried until the timeout
 
     seen = both(refused, scenario)
-    assert seen == [("TTSFarmError", BACKEND_AUTH_FAILED)] * 6 + [True]
+    assert seen == [("TTSFarmError", BACKEND_AUTH_FAILED)] * 7 + [True]
     assert "parity-secret" not in repr(seen)
 
 

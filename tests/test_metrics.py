@@ -1,4 +1,4 @@
-"""Worker metrics (workers/metrics.py) and `ttsfarm status` (producer/status_cli.py).
+"""Worker metrics (workers/metrics.py) and `ttsfarm status` (producer/cli/status.py).
 
 The end-to-end test scrapes a real worker process's endpoint while it serves real jobs and finds every
 series the issue lists with sane values; the others check the hooks, multiprocess mode (two processes,
@@ -25,9 +25,10 @@ import redis
 from pipeline.errors import TTSFarmError
 from pipeline.settings import CONFIG_DIR
 from producer.local import free_port
-from producer.status_cli import render, run, snapshot
+from producer.cli.status import render, run, snapshot
 from producer.wire.keys import GROUP, Keys
 from producer.wire.records import SegmentJob
+from producer.wire.redis_broker import RedisBroker
 from tests.conftest import Farm
 from workers.metrics import WorkerMetrics, metric_names
 
@@ -119,14 +120,14 @@ def test_metric_names_cover_the_listed_series() -> None:
 # -- multiprocess mode ---------------------------------------------------------------------------
 _CHILD = r"""
 import os, sys, time, types, pathlib
-import redis
 from producer.wire.settings import Settings
 from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 from workers.metrics import WorkerMetrics
 
 port, url, n, stop = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), pathlib.Path(sys.argv[4])
 factory = types.SimpleNamespace(providers=lambda: ["CPUExecutionProvider"], fell_back_to_cpu=False)
-farm = types.SimpleNamespace(state="serving", last_beat=time.time(), r=redis.Redis.from_url(url), keys=Keys("mp"),
+farm = types.SimpleNamespace(state="serving", last_beat=time.time(), broker=RedisBroker.from_url(url, keys=Keys("mp")),
                              settings=Settings(), bank=types.SimpleNamespace(factory=factory))
 m = WorkerMetrics(enabled=True, port=port, host="127.0.0.1", multiproc_dir=os.environ["PROMETHEUS_MULTIPROC_DIR"])
 job = types.SimpleNamespace(voice="joe", lane="bulk", seg=1, created=0)
@@ -202,17 +203,18 @@ def test_status_screen_shows_workers_lanes_and_errors(r: redis.Redis, capsys: py
                      format="wav", sample_rate=22050)
     r.xadd(keys.dead_letters(), {"stream": keys.queue("bulk", 0), "entry_id": "1-0", "code": "TOO_MANY_FAILURES",
                                  "message": "boom", "deliveries": 5, "fields": json.dumps(job.to_fields())})
-    snap = snapshot(r, keys, 5)
+    broker = RedisBroker(r, keys)
+    snap = snapshot(broker, 5)
     assert [w["alive"] for w in snap.workers] == [True, False]
     assert snap.segments_per_min == 42.0  # the stale worker does not count
-    (b2,) = [q for q in snap.buckets if q["lane"] == "bulk" and q["bucket"] == 2]
-    assert (b2["length"], b2["lag"], b2["pending"], b2["consumers"]) == (3, 2, 1, 1)
+    (b2,) = [q for q in snap.queues.buckets if q.lane == "bulk" and q.bucket == 2]
+    assert (b2.length, b2.lag, b2.pending, b2.consumers) == (3, 2, 1, 1)
     screen = render(snap)
     assert "workers 1 up / 2 known" in screen and "42.0 segments/min" in screen
     assert "joe@v2[int8+fp32]" in screen and "serving?" in screen and "served: joe int8+fp32 on CPU" in screen
     assert "bulk         backlog       3 segments        12.5 s" in screen
     assert "TOO_MANY_FAILURES" in screen and "job=deadjob-123456" in screen and "NOTHING_TO_SPEAK" in screen
-    assert run(r, keys, 5, watch=0.01, iterations=2) == 0  # --watch redraws
+    assert run(broker, 5, watch=0.01, iterations=2) == 0  # --watch redraws
     assert capsys.readouterr().out.count("ttsfarm status ") == 2
 
 

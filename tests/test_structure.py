@@ -3,7 +3,7 @@
 - no module of producer/ (the wire, the SDK, the CLI) or of a front end (gateway/, books/) imports workers/;
 - a front end takes from producer/ only the wire and the SDK (``FRONT_END_MAY_IMPORT``), and has no import
   circle even counting lazy imports and the package ``__init__`` that ``from gateway import x`` runs;
-- the CLI is a thin dispatcher: short, and no Redis connection of its own;
+- the CLI is a thin dispatcher (a package of command groups): no Redis connection, key or command of its own;
 - pipeline/ imports none of redis, celery, boto3, kombu, and defines no farm settings;
 - no import circles among the project's modules (module-level imports, as they run; and every import counted);
 - only producer/wire imports redis (bench/ aside; tests and scripts/ are not scanned);
@@ -114,12 +114,24 @@ def test_front_ends_take_only_the_wire_and_the_sdk_from_producer() -> None:
         assert not found, f"{pkg}/ imports redis; go through the wire or the SDK: {found}"
 
 
+def _in_cli(name: str) -> bool:
+    return name == "producer.cli" or name.startswith("producer.cli.")
+
+
+# What the CLI starts without being it: front ends (the gateway, books, the bench), each imported inside its command.
+CLI_DISPATCHES = (*FRONT_ENDS, "books", "bench")
+
+
 def test_producer_imports_a_front_end_only_where_the_cli_dispatches_to_it() -> None:
     bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
            for name, path in MODULES.items() if name.split(".")[0] == "producer"
            for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] in FRONT_ENDS
-           and (name != "producer.cli" or (mod, line) in set(_imports(name, _tree(path), everywhere=False)))]
+           and (not _in_cli(name) or (mod, line) in set(_imports(name, _tree(path), everywhere=False)))]
     assert not bad, "producer/ imports front ends only lazily, in the CLI command that starts one:\n" + "\n".join(bad)
+    eager = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+             for name, path in MODULES.items() if _in_cli(name)
+             for mod, line in _imports(name, _tree(path), everywhere=False) if mod.split(".")[0] in CLI_DISPATCHES]
+    assert not eager, "the CLI imports a front end inside the command that starts it, never at import:\n" + "\n".join(eager)
 
 
 def _graph_through_packages() -> dict[str, set[str]]:
@@ -152,14 +164,22 @@ CLI_MAX_LINES = 350
 
 
 def test_the_cli_is_a_thin_dispatcher() -> None:
-    """producer/cli.py parses and dispatches: a command's behaviour lives with its concept, and Redis is reached
-    through the SDK client (``Client.from_url``), never a connection built here."""
-    path = MODULES["producer.cli"]
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= CLI_MAX_LINES, f"producer/cli.py is {lines} lines: move the command's behaviour out"
-    own = [f"{mod} (line {line})" for mod, line in _imports("producer.cli", _tree(path), everywhere=True)
-           if mod.split(".")[0] in ("redis", "celery", "workers") or mod in ("producer.wire.keys", "producer.wire.control")]
-    assert not own, f"producer/cli.py reaches the broker itself: {own}"
+    """producer/cli/ parses and dispatches: its ``__init__`` only builds the parser from the command groups and
+    runs the command; a command's behaviour lives in its group's module, and Redis is reached through the SDK
+    client (``Client.from_url``) and its broker's steps, never a connection, a key or a Redis command of its own."""
+    cli = {name: path for name, path in MODULES.items() if _in_cli(name)}
+    assert len(cli) > 1, "producer/cli/ is a package: a module per command group"
+    for name, path in cli.items():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        assert lines <= CLI_MAX_LINES, f"{path.relative_to(ROOT)} is {lines} lines: split the command group"
+        own = [f"{mod} (line {line})" for mod, line in _imports(name, _tree(path), everywhere=True)
+               if mod.split(".")[0] in ("redis", "celery", "workers")
+               or mod in ("producer.wire.keys", "producer.wire.redis_broker", "producer.wire.lua")]
+        assert not own, f"{path.relative_to(ROOT)} reaches the broker itself: {own}"
+    dispatcher = MODULES["producer.cli"]
+    own = [f"{mod} (line {line})" for mod, line in _imports("producer.cli", _tree(dispatcher), everywhere=True)
+           if mod.startswith("producer") and not _in_cli(mod)]
+    assert not own, f"producer/cli/__init__.py only dispatches to the command groups: {own}"
 
 
 def test_pipeline_imports_no_broker_or_storage_client() -> None:
@@ -266,7 +286,7 @@ def test_only_the_wire_imports_redis() -> None:
 # Entry points (a command's main, the Celery app module, the gateway's app factory) and the settings loader.
 ENVIRON_ALLOWED = {
     "producer.wire.settings": "the settings loader (settings_from_environment)",
-    "producer.cli": "`ttsfarm` main",
+    "producer.cli.common": "`ttsfarm`'s settings: configs/ plus the environment and --redis",
     "books.cli": "`ttsfarm book` main",
     "gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
     "workers.app": "the Celery app module (`celery -A workers.app worker`)",

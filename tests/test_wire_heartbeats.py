@@ -7,6 +7,7 @@ import json
 
 from producer.wire import heartbeats
 from producer.wire.keys import Keys
+from producer.wire.redis_broker import RedisBroker
 
 
 def test_decode_keeps_json_objects_by_worker_and_skips_the_rest() -> None:
@@ -25,7 +26,7 @@ def test_serving_counts_fresh_serving_workers_only() -> None:
 
 
 class _Hash:
-    """The one call ``heartbeats.write`` makes, recorded."""
+    """The one call ``RedisBroker.write_heartbeat`` makes, recorded."""
 
     def __init__(self) -> None:
         self.data: dict[str, dict[str, str]] = {}
@@ -36,6 +37,6 @@ class _Hash:
 
 def test_a_written_heartbeat_reads_back_under_host_and_pid() -> None:
     keys, conn = Keys("hb-test"), _Hash()
-    heartbeats.write(conn, keys, "w1@h", 4321, {"state": "serving", "ts": 5.0, "voices": ["joe"]})
+    RedisBroker(conn, keys).write_heartbeat("w1@h", 4321, {"state": "serving", "ts": 5.0, "voices": ["joe"]})
     assert list(conn.data) == [keys.workers()]
     assert heartbeats.decode(conn.data[keys.workers()]) == {"w1@h:4321": {"state": "serving", "ts": 5.0, "voices": ["joe"]}}

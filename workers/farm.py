@@ -1,6 +1,7 @@
 """A worker process's farm side: it loads the voices (one ``VoiceBank``, one model session per voice, plus
 the reserved loops' own when they have one), starts the inference loops (``workers.loop``) and writes a
-heartbeat. ``inference_threads`` loops share the bank, each with its own consumer name.
+heartbeat (``Broker.write_heartbeat``). ``inference_threads`` loops share the bank, each with its own consumer
+name. The process's Redis connection is its broker's (``RedisBroker.from_url``), shared by the loops.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ import threading
 import time
 from typing import Any
 
-import redis
-
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
-from producer.wire import heartbeats
+from producer.wire.errors import BrokerError
 from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.settings import Settings
@@ -43,15 +42,18 @@ class FarmWorker:
         events: JobEvents | None = None,
         bank: VoiceBank | None = None,
         storage: Any = None,
-        connection: redis.Redis | None = None,
+        connection: Any = None,
         metrics: WorkerMetrics | None = None,
     ) -> None:
         settings = resolve_loops(settings)
         self.settings = settings
         self.hostname = hostname
         self.keys = Keys(settings.redis.key_prefix)
-        self.r = connection or redis.Redis.from_url(settings.redis.url, socket_timeout=settings.redis.socket_timeout_s,
-                                                    health_check_interval=30)
+        if connection is not None:
+            self.broker = RedisBroker(connection, self.keys)
+        else:
+            self.broker = RedisBroker.from_url(settings.redis.url, keys=self.keys, health_check_interval=30,
+                                               socket_timeout=settings.redis.socket_timeout_s)
         self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
         q, rt = settings.queue, settings.runtime
         if bank is None and q.interactive_loops > 0 and q.interactive_loop_threads != rt.intra_op_threads:
@@ -63,7 +65,6 @@ class FarmWorker:
             from producer.wire.storage import storage_from_settings
 
             storage = storage_from_settings(settings.storage)
-        self.broker = RedisBroker(self.r, self.keys)
         self.publisher = Publisher(self.broker, storage, chunk_ms=settings.queue.chunk_ms,
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
         self.events = events or JobEvents(None, hostname, enabled=False)
@@ -173,8 +174,8 @@ class FarmWorker:
         info["voice_info"] = self.bank.describe()
         info["loops"] = [loop.describe() for loop in self.loops]
         try:
-            heartbeats.write(self.r, self.keys, self.hostname, os.getpid(), info)
-        except redis.RedisError as exc:
+            self.broker.write_heartbeat(self.hostname, os.getpid(), info)
+        except BrokerError as exc:
             log.warning("heartbeat failed: %s", exc)
 
     def stop(self, timeout: float = 60.0) -> None:

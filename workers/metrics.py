@@ -14,8 +14,8 @@ Two modes, chosen by the environment the worker starts in:
   bind ``worker.metrics_port`` serves the sum over all of them; the others try again at each heartbeat,
   so another takes over within a heartbeat when it exits. One scrape target per host.
 
-Queue depth (the lanes' backlog counters and each bucket stream's lag and pending count) is read from
-Redis at scrape time, by the process that serves the endpoint. Device memory is reported only when the
+Queue depth (the lanes' backlog counters and each bucket stream's lag and pending count) is read at scrape
+time, by the process that serves the endpoint, in one read (the broker's ``queue_snapshot``). Device memory is reported only when the
 voices run on CUDA and ``torch`` is importable (``torch.cuda.mem_get_info``: the whole device, the
 onnxruntime arena included); on CPU those series are absent.
 
@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.records import text_of
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +361,7 @@ class WorkerMetrics:
 
 
 class FarmCollector:
-    """Scrape-time series read from Redis (backlog, per-bucket lag and pending) and the device."""
+    """Scrape-time series: the queues (backlog, per-bucket lag and pending, from the farm's broker) and the device."""
 
     def __init__(self, farm: Any) -> None:
         self.farm = farm
@@ -380,34 +378,24 @@ class FarmCollector:
 
     def _queues(self, family: Any) -> Iterator[Any]:
         farm = self.farm
-        keys: Keys = farm.keys
-        n_buckets = farm.settings.queue.n_buckets
-        streams = [(lane, b, keys.queue(lane, b)) for lane in LANES for b in range(n_buckets)]
         try:
-            pipe = farm.r.pipeline(transaction=False)
-            for lane in LANES:
-                pipe.hgetall(keys.backlog(lane))
-            for _, _, stream in streams:
-                pipe.xinfo_groups(stream)
-            replies = pipe.execute(raise_on_error=False)
+            snap = farm.broker.queue_snapshot(farm.settings.queue.n_buckets)
         except Exception as exc:
-            log.warning("metrics: cannot read the queues from Redis: %s", exc)
+            log.warning("metrics: cannot read the queues: %s", exc)
             return
         seg = family("ttsfarm_backlog_segments", COLLECTED[0].help, labels=["lane"])
         sec = family("ttsfarm_backlog_audio_seconds", COLLECTED[1].help, labels=["lane"])
-        for lane, raw in zip(LANES, replies[: len(LANES)]):
-            raw = {} if isinstance(raw, Exception) else {text_of(k): text_of(v) for k, v in raw.items()}
-            seg.add_metric([lane], float(raw.get("n") or 0))
-            sec.add_metric([lane], float(raw.get("s") or 0))
+        for lane, backlog in snap.backlog.items():
+            seg.add_metric([lane], backlog.segments)
+            sec.add_metric([lane], backlog.seconds)
         lag = family("ttsfarm_queue_lag_entries", COLLECTED[2].help, labels=["lane", "bucket"])
         pending = family("ttsfarm_queue_pending_entries", COLLECTED[3].help, labels=["lane", "bucket"])
-        for (lane, bucket, _), groups in zip(streams, replies[len(LANES) :]):
-            group = next((g for g in groups if text_of(g.get("name")) == GROUP), None) if not isinstance(groups, Exception) else None
-            if group is None:
+        for q in snap.buckets:
+            if not q.grouped:
                 continue
-            if group.get("lag") is not None:  # Redis < 7 or a trimmed stream: unknown, left out
-                lag.add_metric([lane, str(bucket)], float(group["lag"]))
-            pending.add_metric([lane, str(bucket)], float(group.get("pending") or 0))
+            if q.lag is not None:  # Redis < 7 or a trimmed stream: unknown, left out
+                lag.add_metric([q.lane, str(q.bucket)], float(q.lag))
+            pending.add_metric([q.lane, str(q.bucket)], float(q.pending))
         yield from (seg, sec, lag, pending)
 
     def _device(self, family: Any) -> Iterator[Any]:

@@ -13,6 +13,7 @@
 ``storage``        where full outputs go (``storage_s3`` for S3): workers write, the SDK and front ends read
 ``storage_keys``   the key rule every storage backend follows (``safe_key``)
 ``heartbeats``     the workers' heartbeat records, read for the status screen, reloads and front ends
+``snapshot``       the queue snapshot: backlog, each bucket stream's lag and pending, dead letters, in one read
 ``control``        the sending side of the voice-reload broadcast (``workers.control`` is the receiving side)
 ``settings``       the farm's settings sections and the one loader of every section
 ``errors``         the farm's errors and the registry of every stable error code
@@ -24,10 +25,11 @@ Nothing here imports ``workers/`` or a front end; ``tests/test_structure.py`` ch
 Adding a front end (gRPC, a message-queue bridge): make a top-level package like ``gateway/`` that takes a
 ``Settings`` from ``settings.load_settings`` (add its section to ``settings.SECTIONS`` if it needs one),
 submits and follows jobs with the SDK (``producer.Client`` / ``producer.aio.AsyncClient``), reads stored
-outputs with ``storage.storage_from_settings`` and the workers' state with ``heartbeats``, catches
-``errors.BrokerError`` (never the broker client's own classes), and answers with the codes of ``errors`` (declare
-any new code there, once). It never imports ``workers/``: what it needs from the workers belongs here. What else
-of ``producer/`` it may use is ``tests/test_structure.py``'s ``FRONT_END_MAY_IMPORT`` (the SDK).
+outputs with ``storage.storage_from_settings`` and the workers' state with the SDK's ``workers()`` (and
+``heartbeats.serving``), catches ``errors.BrokerError`` (never the broker client's own classes), and answers
+with the codes of ``errors`` (declare any new code there, once). It never imports ``workers/``: what it needs
+from the workers belongs here. What else of ``producer/`` it may use is ``tests/test_structure.py``'s
+``FRONT_END_MAY_IMPORT`` (the SDK).
 
 Adding a broker: implement ``broker.Broker`` (its docstring lists the steps and how atomic each must be), keep
 the records of ``records`` unchanged on the wire, and name your store's objects after ``keys.Keys``.

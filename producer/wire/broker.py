@@ -39,9 +39,10 @@ from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
 
 if TYPE_CHECKING:
-    from producer.wire.records import Submission
+    from producer.wire.records import DeadLetter, Submission
     from producer.wire.status import JobStatus
     from producer.wire.settings import QueueSettings
+    from producer.wire.snapshot import QueueSnapshot
 
 T = TypeVar("T")
 Op = Generator[Any, Any, T]  # a producing step: yields the broker's IO steps, is sent their replies, returns T
@@ -221,6 +222,43 @@ class Broker(Protocol):
 
     # -- admin: dead letters, queue snapshot, heartbeats, books, control (blocking) ----------------------------
     # (steps added here, one per verb)
+    def queue_snapshot(self, n_buckets: int, *, dead_letters: int = 0) -> QueueSnapshot:
+        """Every lane's backlog counters, each of its ``n_buckets`` streams' length, lag, pending count and
+        consumers, the dead-letter count and its newest ``dead_letters`` entries: one consistent read, taken at
+        one moment (a transaction)."""
+        ...
+
+    def dead_letters(self, count: int) -> list[DeadLetter]:
+        """The newest ``count`` dead letters, the newest first (one read)."""
+        ...
+
+    def find_dead_letter(self, entry_id: str) -> DeadLetter | None:
+        """One dead letter by its entry id; None if there is none (one read)."""
+        ...
+
+    def requeue_dead_letter(self, entry_id: str) -> str:
+        """Put a dead letter's segment back on its queue and reopen its job (state queued, its end and final
+        record gone) at once, returning the new queue entry's id. ``KeyError`` if there is no such dead letter
+        (or it went while this ran: two requeues never both queue it); a malformed one raises ``InputError``
+        MALFORMED_JOB and stays (it would only fail again)."""
+        ...
+
+    def purge_dead_letters(self) -> int:
+        """Remove every dead letter, returning how many went (count and removal at once)."""
+        ...
+
+    def write_heartbeat(self, hostname: str, pid: int, info: Mapping[str, Any]) -> None:
+        """Store one worker process's heartbeat record (``heartbeats.encode``) over its last one (one write)."""
+        ...
+
+    def read_heartbeats(self) -> Op[dict[str, dict[str, Any]]]:
+        """Every worker's heartbeat record by ``host:pid`` (one read; sans-IO like the producing steps, so the
+        asyncio SDK reads them too)."""
+        ...
+
+    def reachable(self) -> bool:
+        """Whether the store answers now (one ping): False when it does not, never an error."""
+        ...
 
     # books: ``books.handle`` runs a book of one-segment bulk jobs; ``workers.assembly`` answers its tasks
     def cancel_jobs(self, job_ids: Sequence[str]) -> list[int]:

@@ -2,9 +2,11 @@
 ``host:pid``), rewritten every 2 s by ``workers/farm.py``: ``state`` (``serving``, ``stopped``, ...), ``ts``,
 the voices loaded and their versions, batches and segments done, the last reload and recent errors.
 
-The record's layout lives here: the worker writes it (``write``), and ``ttsfarm status``, ``ttsfarm voices reload``
-(which waits for each worker's reload report) and a front end's "is any worker serving?" (the gateway's 503
-NO_WORKERS) read it (``read``, ``aread``, ``decode``).
+Encoded (``encode``) and decoded (``decode``) here, and stored and read only through the broker's steps
+(``Broker.write_heartbeat``, ``Broker.read_heartbeats``; the SDK's ``workers()``): by ``ttsfarm status``,
+``ttsfarm voices reload`` (which waits for each worker's reload report), the local launcher (``producer.local``:
+is the worker it started serving?) and a front end's "is any worker serving?" (``serving``: the gateway's 503
+NO_WORKERS).
 """
 
 from __future__ import annotations
@@ -13,13 +15,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from producer.wire.keys import Keys
-from producer.wire.records import text_of
 
-
-def write(connection: Any, keys: Keys, hostname: str, pid: int, info: Mapping[str, Any]) -> None:
-    """Store one worker's record under ``host:pid`` (a redis-py ``Redis``; its errors reach the caller)."""
-    connection.hset(keys.workers(), f"{hostname}:{pid}", json.dumps(info))
+def encode(hostname: str, pid: int, info: Mapping[str, Any]) -> tuple[str, str]:
+    """One worker process's record as stored: its field (``host:pid``) and its value (JSON)."""
+    return f"{hostname}:{pid}", json.dumps(info)
 
 
 def decode(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
@@ -33,16 +32,6 @@ def decode(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
         if isinstance(info, dict):
             beats[text_of(name)] = info
     return beats
-
-
-def read(connection: Any, keys: Keys) -> dict[str, dict[str, Any]]:
-    """The heartbeats, from a redis-py ``Redis``."""
-    return decode(connection.hgetall(keys.workers()))
-
-
-async def aread(connection: Any, keys: Keys) -> dict[str, dict[str, Any]]:
-    """The heartbeats, from a ``redis.asyncio.Redis``."""
-    return decode(await connection.hgetall(keys.workers()))
 
 
 def serving(beats: Mapping[str, Mapping[str, Any]], now: float, fresh_s: float) -> int:

@@ -6,6 +6,7 @@ another broker implements the same steps its own way.
 from __future__ import annotations
 
 from producer.wire.keys import STATES_FINAL
+from producer.wire.records import FINAL
 
 # Creates the consumer group ARGV[1] on each queue stream in KEYS unless it is there: one round trip,
 # the same call from the sync SDK, the asyncio SDK and the workers.
@@ -152,4 +153,28 @@ end
 if won == 1 then return {1, ARGV[2], '', 0} end
 return {0, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET', KEYS[1], ARGV[1] .. ':frames') or '',
         redis.call('HGET', KEYS[2], 'windows:' .. ARGV[1]) or 0}
+"""
+
+# KEYS: dead-letter stream, the job's status, its results stream, the queue stream to requeue on. ARGV: the dead
+# letter's entry id, then the job record's fields and values. Puts the segment back on its queue and reopens its
+# job (state queued, its end and final record removed) at once; a dead letter that is gone (requeued or purged
+# meanwhile) answers false and nothing is written, so two requeues cannot both queue it.
+REQUEUE_DEAD_LETTER = f"""
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return false end
+redis.call('HDEL', KEYS[2], 'final', 'error_code', 'error_message', 'finished')
+redis.call('HSET', KEYS[2], 'state', 'queued')
+for _, entry in ipairs(redis.call('XRANGE', KEYS[3], '-', '+')) do
+  local f = entry[2]
+  for i = 1, #f, 2 do
+    if f[i] == 'type' then
+      if f[i + 1] == '{FINAL}' then redis.call('XDEL', KEYS[3], entry[1]) end
+      break
+    end
+  end
+end
+local job = {{}}
+for i = 2, #ARGV do job[#job + 1] = ARGV[i] end
+local id = redis.call('XADD', KEYS[4], '*', unpack(job))
+redis.call('XDEL', KEYS[1], ARGV[1])
+return id
 """

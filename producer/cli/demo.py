@@ -7,12 +7,15 @@ stored.
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from producer.client import Client
-from producer.local import RedisServer, WorkerProcess, redis_reachable
-from producer.wire.settings import Settings
+from producer.cli.common import settings_of
+
+if TYPE_CHECKING:
+    from producer.wire.settings import Settings
 
 DEMO_TEXT = (
     "今天天气很好，我们去公园散步吧。Hello from the farm. "
@@ -21,8 +24,22 @@ DEMO_TEXT = (
 )
 
 
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("demo", help="start Redis if needed and a worker, submit mixed text, stream it to a WAV")
+    p.add_argument("-o", "--output", default="out/demo.wav")
+    p.add_argument("--text", default=None)
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(settings_of(args), output=args.output, text=args.text)
+
+
 def run_demo(settings: Settings, *, output: str, text: str | None = None) -> int:
     import soundfile as sf
+
+    from producer.client import Client
+    from producer.local import RedisServer, WorkerProcess, redis_reachable
 
     server = None
     url = settings.redis.url

@@ -1,38 +1,44 @@
-"""`ttsfarm status`: the farm on one screen, from Redis alone (no worker is asked anything).
+"""`ttsfarm status`: the farm on one screen, from the broker alone (no worker is asked anything).
 
-Workers come from their heartbeats (state, age, voices and their versions, batches, segments per
-minute), lanes from the backlog counters the producers and workers keep (segments, predicted seconds)
-and from XINFO GROUPS on each bucket stream (lag: not yet delivered; pending: claimed, not acked).
-Recent errors are the dead-letter stream's tail and the failures the workers' heartbeats list.
+Workers come from their heartbeats (state, age, voices and their versions, batches, segments per minute),
+lanes and recent dead letters from the broker's queue snapshot (``producer.wire.snapshot``: the backlog
+counters the producers and workers keep, each bucket stream's lag (not yet delivered) and pending count
+(claimed, not acked)). Recent errors are the dead-letter stream's tail and the failures the workers'
+heartbeats list.
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
-from producer.wire import heartbeats
-from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.records import parse_dead_letter
+from producer.cli.common import client_of
+from producer.wire.broker import Broker, run_blocking
+from producer.wire.snapshot import QueueSnapshot
 
 STALE_S = 10.0  # a heartbeat older than this: the worker is gone or stuck (workers beat every 2 s)
 
 
-def _s(v: Any) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("status", help="workers, lanes and backlog, throughput and recent errors on one screen")
+    p.add_argument("--watch", type=float, nargs="?", const=2.0, default=0.0, metavar="SECONDS",
+                   help="redraw every SECONDS (default 2) until interrupted")
+    p.add_argument("--iterations", type=int, default=0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = client_of(args)
+    return run(client.broker, client.settings.queue.n_buckets, watch=args.watch, iterations=args.iterations)
 
 
 @dataclass
 class Snapshot:
     at: float
+    queues: QueueSnapshot
     workers: list[dict[str, Any]] = field(default_factory=list)
-    lanes: dict[str, dict[str, float]] = field(default_factory=dict)
-    buckets: list[dict[str, Any]] = field(default_factory=list)
-    dead_letters: list[dict[str, Any]] = field(default_factory=list)
-    dead_letter_count: int = 0
     recent_errors: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -40,10 +46,12 @@ class Snapshot:
         return sum(float(w.get("segments_per_min") or 0.0) for w in self.workers if w["alive"])
 
 
-def snapshot(r: redis.Redis, keys: Keys, n_buckets: int, *, dead_letters: int = 5) -> Snapshot:
+def snapshot(broker: Broker, n_buckets: int, *, dead_letters: int = 5) -> Snapshot:
+    """The heartbeats and the queue snapshot (with the newest ``dead_letters``), two reads."""
+    beats = run_blocking(broker, broker.read_heartbeats())
     now = time.time()
-    snap = Snapshot(at=now)
-    for worker_id, info in sorted(heartbeats.read(r, keys).items()):
+    snap = Snapshot(at=now, queues=broker.queue_snapshot(n_buckets, dead_letters=dead_letters))
+    for worker_id, info in sorted(beats.items()):
         info["id"] = worker_id
         info["age"] = now - float(info.get("ts") or 0)
         info["alive"] = info.get("state") not in ("stopped",) and info["age"] <= STALE_S
@@ -51,37 +59,6 @@ def snapshot(r: redis.Redis, keys: Keys, n_buckets: int, *, dead_letters: int = 
         for err in info.get("recent_errors") or []:
             snap.recent_errors.append({**err, "worker": info["id"]})
     snap.recent_errors.sort(key=lambda e: e.get("ts", 0), reverse=True)
-
-    streams = [(lane, b, keys.queue(lane, b)) for lane in LANES for b in range(n_buckets)]
-    pipe = r.pipeline(transaction=False)
-    for lane in LANES:
-        pipe.hgetall(keys.backlog(lane))
-    for _, _, stream in streams:
-        pipe.xlen(stream)
-        pipe.xinfo_groups(stream)
-    pipe.xlen(keys.dead_letters())
-    pipe.xrevrange(keys.dead_letters(), count=dead_letters)
-    replies = pipe.execute(raise_on_error=False)
-
-    for lane, raw in zip(LANES, replies[: len(LANES)]):
-        backlog = {} if isinstance(raw, Exception) else {_s(k): _s(v) for k, v in raw.items()}
-        snap.lanes[lane] = {"segments": float(backlog.get("n") or 0), "seconds": float(backlog.get("s") or 0)}
-    rest = replies[len(LANES) :]
-    for i, (lane, bucket, stream) in enumerate(streams):
-        length, groups = rest[2 * i], rest[2 * i + 1]
-        group = None if isinstance(groups, Exception) else next((g for g in groups if _s(g.get("name")) == GROUP), None)
-        snap.buckets.append({
-            "lane": lane, "bucket": bucket, "stream": stream,
-            "length": 0 if isinstance(length, Exception) else int(length),
-            "lag": None if group is None or group.get("lag") is None else int(group["lag"]),
-            "pending": 0 if group is None else int(group.get("pending") or 0),
-            "consumers": 0 if group is None else int(group.get("consumers") or 0),
-        })
-    dlq_len, dlq = rest[-2], rest[-1]
-    snap.dead_letter_count = 0 if isinstance(dlq_len, Exception) else int(dlq_len)
-    for entry_id, fields in [] if isinstance(dlq, Exception) else dlq:
-        d = parse_dead_letter(entry_id, fields)
-        snap.dead_letters.append({"id": d.id, "ts": d.ts, "code": d.code, "job": d.job_id, "message": d.message})
     return snap
 
 
@@ -125,16 +102,16 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
             out.append(f"    last reload failed: {str(reload.get('error', ''))[:width]}")
     out.append("")
     out.append("LANES")
-    for lane in LANES:
-        b = snap.lanes.get(lane, {})
-        out.append(f"  {lane:<12} backlog {int(b.get('segments', 0)):>7} segments  {b.get('seconds', 0.0):>10.1f} s of audio predicted")
+    for lane, b in snap.queues.backlog.items():
+        out.append(f"  {lane:<12} backlog {int(b.segments):>7} segments  {b.seconds:>10.1f} s of audio predicted")
     out.append(f"  {'stream':<32} {'length':>7} {'lag':>7} {'pending':>8} {'consumers':>10}")
-    for q in snap.buckets:
-        lag = "-" if q["lag"] is None else str(q["lag"])
-        out.append(f"  {q['stream']:<32} {q['length']:>7} {lag:>7} {q['pending']:>8} {q['consumers']:>10}")
+    for q in snap.queues.buckets:
+        lag = "-" if q.lag is None else str(q.lag)
+        out.append(f"  {q.stream:<32} {q.length:>7} {lag:>7} {q.pending:>8} {q.consumers:>10}")
     out.append("")
-    out.append(f"RECENT ERRORS   dead letters: {snap.dead_letter_count}")
-    rows = [{**d, "where": "dead-letter"} for d in snap.dead_letters]
+    out.append(f"RECENT ERRORS   dead letters: {snap.queues.dead_letter_count}")
+    rows = [{"id": d.id, "ts": d.ts, "code": d.code, "job": d.job_id, "message": d.message, "where": "dead-letter"}
+            for d in snap.queues.dead_letters]
     rows += [{**e, "where": e.get("stage", "job")} for e in snap.recent_errors]
     rows.sort(key=lambda e: e.get("ts", 0), reverse=True)
     if not rows:
@@ -145,13 +122,13 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
     return "\n".join(out)
 
 
-def run(r: redis.Redis, keys: Keys, n_buckets: int, *, watch: float = 0.0, iterations: int = 0) -> int:
+def run(broker: Broker, n_buckets: int, *, watch: float = 0.0, iterations: int = 0) -> int:
     """Print one screen; with ``watch`` seconds, redraw it until interrupted (or ``iterations`` times)."""
     import sys
 
     n = 0
     while True:
-        screen = render(snapshot(r, keys, n_buckets))
+        screen = render(snapshot(broker, n_buckets))
         if watch > 0 and sys.stdout.isatty():
             sys.stdout.write("\x1b[H\x1b[2J")
         print(screen, flush=True)
