@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from pipeline.errors import BAD_OPTION, InputError
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.status import JobStatus

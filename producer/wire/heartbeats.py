@@ -15,6 +15,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from producer.wire.records import text_of
+
 
 def encode(hostname: str, pid: int, info: Mapping[str, Any]) -> tuple[str, str]:
     """One worker process's record as stored: its field (``host:pid``) and its value (JSON)."""

@@ -8,7 +8,6 @@ No worker hoards entries another could run. ``RedisBroker.consumer`` makes one p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import redis
 
