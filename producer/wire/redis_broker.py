@@ -17,7 +17,9 @@ import redis
 from producer.wire.backlog import admit_args, check_admitted
 from producer.wire.broker import Command, Op, PieceReply, Script, SegmentEnd
 from producer.wire.keys import GROUP, Keys
-from producer.wire.lua import ADMIT, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, MARK_STARTED, READ_RESULTS
+from producer.wire.admission import Admission
+from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, MARK_STARTED,
+                               READ_RESULTS)
 from producer.wire.records import CANCELLED_INFO, final_record, text_of
 from producer.wire.redis_consumer import RedisConsumer
 from producer.wire.status import JobStatus
@@ -37,14 +39,26 @@ class RedisBroker:
         self.r = r
         self.keys = keys
         self._scripts: dict[str, Any] = {}
+        self._shas: dict[str, str] = {}
 
     def send(self, step: Command | Script) -> Any:
         if isinstance(step, Script):
-            script = self._scripts.get(step.source)
-            if script is None:
-                script = self._scripts[step.source] = self.r.register_script(step.source)
-            return script(keys=list(step.keys), args=list(step.args))
+            return self._script(step.source)(keys=list(step.keys), args=list(step.args))
         return getattr(self.r, step.name)(*step.args, **step.kwargs)
+
+    def _script(self, source: str) -> Any:
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self.r.register_script(source)
+        return script
+
+    def _sha(self, source: str) -> str:
+        """The SHA of ``source``, loaded once, for an EVALSHA inside a transaction (a registered script would ask
+        SCRIPT EXISTS on every execute)."""
+        sha = self._shas.get(source)
+        if sha is None:
+            sha = self._shas[source] = str(self.r.script_load(source))
+        return sha
 
     def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
         yield Script(ENSURE_GROUPS, streams, [GROUP])
@@ -54,7 +68,7 @@ class RedisBroker:
         check_admitted((yield Script(ADMIT, script_keys, argv)), sub, queue)
 
     def cancel(self, job_id: str) -> Op[int]:
-        return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time()])))
+        return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time(), self.keys.prefix, job_id])))
 
     def job_status(self, job_id: str) -> Op[JobStatus | None]:
         return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
@@ -97,9 +111,10 @@ class RedisBroker:
         return bool(int(won)), text_of(tag), frames if int(won) else bytes(stored or b""), int(windows or 0)
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int) -> PieceReply:
+                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission) -> PieceReply:
         k_status, k_res = self.keys.status(job_id), self.keys.results(job_id)
         pipe = self.r.pipeline(transaction=True)
+        admit_at = -1
         clock_at = -1
         if chunks:
             for fields in chunks:
@@ -126,13 +141,29 @@ class RedisBroker:
             pipe.hget(k_status, "state")
         if not len(pipe):
             return PieceReply()
-        replies = pipe.execute()
+        # the job's next segments, admitted in the same transaction as the audio that makes them due
+        admit = [self.keys.prefix, job_id, time.time(), admission.horizon_s, admission.idle_ahead]
+        pipe.evalsha(self._sha(ADMIT_NEXT), 0, *admit)
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies[:-1]:
+            if isinstance(reply, Exception):
+                raise reply
+        if isinstance(replies[-1], redis.exceptions.NoScriptError):  # Redis restarted and lost its scripts
+            self._shas.clear()
+            self.send(Script(ADMIT_NEXT, [], admit))
+        elif isinstance(replies[-1], Exception):
+            raise replies[-1]
+        replies = replies[:-1]
         clock = PieceReply() if clock_at < 0 else PieceReply(float(replies[clock_at + 2] or 0.0), float(replies[clock_at]))
         if end is None:
             return clock
         done, state = int(replies[-2]), replies[-1]
         self.r.hset(k_status, "done", done)
         return PieceReply(clock.first_chunk, clock.delivered_s, done, text_of(state) if state else "")
+
+    def admit_due(self, admission: Admission, limit: int = 64) -> int:
+        return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.horizon_s,
+                                                     admission.idle_ahead, limit])))
 
     def segments_done(self, job_id: str) -> int:
         return int(self.r.scard(self.keys.done(job_id)))
@@ -156,7 +187,8 @@ class RedisBroker:
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  **status: Any) -> int:
-        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s]
+        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s,
+                           self.keys.prefix, job_id]
         for k, v in status.items():
             argv += [k, v]
         return int(self.send(Script(FINALIZE, [self.keys.status(job_id), self.keys.results(job_id)], argv)))

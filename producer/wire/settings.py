@@ -54,6 +54,9 @@ class QueueSettings:
     max_backlog_interactive_seconds: float = 3600.0
     max_backlog_bulk_segments: int = 200_000
     max_backlog_bulk_seconds: float = 720_000.0
+    admission_horizon_s: float = 4.0  # an interactive job's audio admitted to the streams ahead of playback; 0: all at once
+    admission_idle_ahead: int = 3  # with nothing else queued, a job runs this many segments ahead
+    admission_sweep_ms: int = 250  # how often each worker admits segments that fell due between publishes
 
     @property
     def n_buckets(self) -> int:
