@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
+from producer.wire.admission import Admission
 from producer.wire.errors import BrokerError
 from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
@@ -65,8 +66,10 @@ class FarmWorker:
             from producer.wire.storage import storage_from_settings
 
             storage = storage_from_settings(settings.storage)
+        self.admission = Admission.of(settings.queue)
         self.publisher = Publisher(self.broker, storage, chunk_ms=settings.queue.chunk_ms,
-                                   maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s)
+                                   maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s,
+                                   admission=self.admission)
         self.events = events or JobEvents(None, hostname, enabled=False)
         self.hooks = LoopHooks()  # empty: only tests add to it (workers.step.farm_created, tests/fault_worker.py)
         self.metrics = metrics or WorkerMetrics(enabled=False)
@@ -147,6 +150,7 @@ class FarmWorker:
         for loop in self.loops:
             loop.on_batch = self.metrics.batch
         threads = [threading.Thread(target=loop.run, name=f"ttsfarm-loop-{i}", daemon=True) for i, loop in enumerate(self.loops)]
+        threads.append(threading.Thread(target=self._admit_until_stopped, name="ttsfarm-admission", daemon=True))
         for t in threads:
             t.start()
         self._threads += threads
@@ -155,6 +159,16 @@ class FarmWorker:
             t.join()
         for loop in self.loops:
             loop.queue.leave()
+
+    def _admit_until_stopped(self) -> None:
+        """Admit staged segments that fell due between publishes (``producer.wire.admission``), every
+        ``queue.admission_sweep_ms``; one script call a sweep."""
+        interval = self.settings.queue.admission_sweep_ms / 1000
+        while not self.stopping.wait(interval):
+            try:
+                self.broker.admit_due(self.admission)
+            except BrokerError as exc:
+                log.warning("admission sweep failed: %s", exc)
 
     def _heartbeat_until_stopped(self) -> None:
         while not self.stopping.is_set():

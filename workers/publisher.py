@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from producer.wire.admission import Admission
 from producer.wire.broker import Broker, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
@@ -50,8 +51,10 @@ class SegmentOutcome:
 class Publisher:
     """A worker's writes back, as the broker's results steps: chunks of each piece, the job's end."""
 
-    def __init__(self, broker: Broker, storage: Storage, *, chunk_ms: int, maxlen: int, ttl_s: int) -> None:
+    def __init__(self, broker: Broker, storage: Storage, *, chunk_ms: int, maxlen: int, ttl_s: int,
+                 admission: Admission = Admission()) -> None:
         self.broker = broker
+        self.admission = admission
         self.storage = storage
         self.chunk_ms = chunk_ms
         self.maxlen = maxlen
@@ -100,7 +103,7 @@ class Publisher:
             end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
         seconds = len(pcm) / 2 / job.sample_rate
         reply = self.broker.publish_piece(job.job_id, job.seg, chunks, piece=seg.pieces, seconds=seconds, end=end,
-                                          maxlen=self.maxlen, ttl_s=self.ttl)
+                                          maxlen=self.maxlen, ttl_s=self.ttl, admission=self.admission)
         seg.part += len(pieces)
         seg.pieces += 1
         seg.samples += len(pcm) // 2

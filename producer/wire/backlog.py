@@ -11,8 +11,10 @@ job, so a job larger than the limit can still run when nothing else waits. The s
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
+from producer.wire.admission import admitted_at_submit
 from producer.wire.errors import OverloadedError
 from producer.wire.keys import Keys
 from producer.wire.settings import QueueSettings
@@ -32,9 +34,12 @@ def admit_args(sub: Submission, keys: Keys, q: QueueSettings) -> tuple[list[str]
     lane = sub.segments[0].lane
     max_n, max_s = limits(q, lane)
     add_s = round(sum(s.est_s for s in sub.segments), 3)
-    script_keys = [keys.status(sub.job_id), keys.backlog(lane), *sub.streams]
-    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(JobStatus.admitted(**sub.status))]
-    argv += [json.dumps(seg.to_fields(), ensure_ascii=False) for seg in sub.segments]
+    now_n = admitted_at_submit([s.est_s for s in sub.segments], lane, q.admission_horizon_s)
+    script_keys = [keys.status(sub.job_id), keys.backlog(lane), keys.staging(lane), keys.staged(sub.job_id),
+                   keys.admission_due(), *sub.streams]
+    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(JobStatus.admitted(**sub.status)), now_n, sub.job_id,
+                       time.time()]
+    argv += [json.dumps({**seg.to_fields(), "est": round(seg.est_s, 3)}, ensure_ascii=False) for seg in sub.segments]
     return script_keys, argv
 
 

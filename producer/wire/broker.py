@@ -39,6 +39,7 @@ from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
 
 if TYPE_CHECKING:
+    from producer.wire.admission import Admission
     from producer.wire.records import DeadLetter, Submission
     from producer.wire.status import JobStatus
     from producer.wire.settings import QueueSettings
@@ -182,10 +183,16 @@ class Broker(Protocol):
         ...
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int) -> PieceReply:
+                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission) -> PieceReply:
         """Publish chunk records (``records.chunk_fields``) of a segment's piece number ``piece`` and move the job's
         playback clock by ``seconds``, all at once; with ``end``, also the segment's part for assembly, its words
-        and bookkeeping, counted done. No chunks and no end: nothing is written."""
+        and bookkeeping, counted done; and, in the same atomic step, admit the job's next staged segments that are
+        due by ``admission`` (``producer.wire.admission``). No chunks and no end: nothing is written."""
+        ...
+
+    def admit_due(self, admission: Admission, limit: int = 64) -> int:
+        """Admit the staged segments that fell due (a listener played on between publishes; on an idle farm, any
+        job's next), for at most ``limit`` jobs; how many segments."""
         ...
 
     def segments_done(self, job_id: str) -> int:

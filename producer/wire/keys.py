@@ -51,6 +51,18 @@ class Keys:
     def backlog(self, lane: str) -> str:
         return f"{self.prefix}:backlog:{lane}"
 
+    def staging(self, lane: str) -> str:
+        """Stream: a lane's staged segments (admitted to the farm, not yet to a bucket stream), every job's."""
+        return f"{self.prefix}:staging:{lane}"
+
+    def staged(self, job_id: str) -> str:
+        """List: a job's staged segments, in order, as ids of ``staging`` entries."""
+        return f"{self.prefix}:staged:{job_id}"
+
+    def admission_due(self) -> str:
+        """Sorted set: jobs with staged segments, scored by when their next segment is due to be admitted."""
+        return f"{self.prefix}:admission_due"
+
     def words(self, job_id: str) -> str:
         """Hash: segment -> its words with their times (JSON), until the job is assembled."""
         return f"{self.prefix}:words:{job_id}"

@@ -20,25 +20,6 @@ end
 return #KEYS
 """
 
-# Cancels each job whose status hash is in KEYS unless it has ended (one job's cancel, a book's); ARGV[1]: now.
-# Atomic, so a worker's finish cannot slip between the check and the write. Returns per key -1 (no such job),
-# 0 (had ended), 1 (cancelled).
-CANCEL = f"""
-local out = {{}}
-for i, key in ipairs(KEYS) do
-  local state = redis.call('HGET', key, 'state')
-  if not state then
-    out[i] = -1
-  elseif {" or ".join(f"state == '{s}'" for s in STATES_FINAL)} then
-    out[i] = 0
-  else
-    redis.call('HSET', key, 'state', 'cancelled', 'finished', ARGV[1])
-    out[i] = 1
-  end
-end
-return out
-"""
-
 # Reads the results stream KEYS[1] after ARGV[1] (an exclusive start, "(1-0"), at most ARGV[2] entries, with
 # how many entries the stream has lost at its head (Redis 7's entries-added minus its length; -1 before 7):
 # workers trim it at results_maxlen and nothing else deletes from it, so a reader that has read fewer entries
@@ -56,35 +37,180 @@ if added >= 0 then lost = added - length end
 return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 """
 
-# KEYS: status, backlog hash, then one stream key per segment.
-# ARGV: max_n, max_s, add_s, ttl, status json, then one job-fields json per segment.
+# Just-in-time admission (``producer.wire.admission``), shared by the scripts below. A job's staged segments wait in
+# its lane's staging stream (``Keys.staging``), their ids in the job's list (``Keys.staged``); the job is in the
+# ``Keys.admission_due`` set, scored by when its next segment falls due. ``admit_next`` moves the job's next staged
+# segments to their bucket streams while the audio admitted and not yet played is under the horizon, or while the
+# farm has nothing else queued and the job has fewer than ``idle_ahead`` segments in flight. The status keeps
+# ``admitted_n``, ``admitted_s`` (predicted audio seconds admitted) and ``staged``; the lane's backlog hash keeps ``q``
+# (segments in its bucket streams, not yet acked). Key names are ``Keys``' (producer/wire/keys.py), built here from
+# the prefix because the due set names jobs, not keys.
+ADMISSION_FUNCTIONS = f"""
+local function final_state(state)
+  return {" or ".join(f"state == '{s}'" for s in STATES_FINAL)}
+end
+
+local function admit_next(prefix, job, now, horizon, idle_ahead)
+  local k_status, k_staged, k_due = prefix .. ':job:' .. job, prefix .. ':staged:' .. job, prefix .. ':admission_due'
+  local staged = redis.call('LLEN', k_staged)
+  local st = redis.call('HMGET', k_status, 'state', 'lane', 'first_chunk', 'delivered_s', 'admitted_s', 'admitted_n')
+  if staged == 0 or not st[1] or final_state(st[1]) then
+    redis.call('ZREM', k_due, job)
+    return 0
+  end
+  local lane, first = st[2], tonumber(st[3] or '0') or 0
+  local played = 0
+  if first > 0 then played = math.max(0, math.min(now - first, tonumber(st[4] or '0') or 0)) end
+  local admitted_s, admitted_n = tonumber(st[5] or '0') or 0, tonumber(st[6] or '0') or 0
+  local k_backlog, k_staging = prefix .. ':backlog:' .. lane, prefix .. ':staging:' .. lane
+  local queued = tonumber(redis.call('HGET', k_backlog, 'q') or '0') or 0
+  local in_flight = math.max(0, admitted_n - redis.call('SCARD', prefix .. ':done:' .. job))
+  local added = 0
+  while staged > 0 do
+    local idle = queued - in_flight <= 0 and in_flight < idle_ahead
+    if admitted_s - played >= horizon and not idle then break end
+    local id = redis.call('LPOP', k_staged)
+    staged = staged - 1
+    local entry = redis.call('XRANGE', k_staging, id, id)[1]
+    if entry then
+      redis.call('XDEL', k_staging, id)
+      local f = {{}}
+      for i = 1, #entry[2], 2 do f[entry[2][i]] = entry[2][i + 1] end
+      redis.call('XADD', f['stream'], '*', 'v', f['v'], 'job', f['job'])
+      admitted_s = admitted_s + (tonumber(f['est']) or 0)
+      added, in_flight, queued = added + 1, in_flight + 1, queued + 1
+    end
+  end
+  if added > 0 then
+    redis.call('HSET', k_status, 'admitted_s', tostring(admitted_s), 'admitted_n', admitted_n + added, 'staged', staged)
+    redis.call('HINCRBY', k_backlog, 'q', added)
+  end
+  if staged == 0 then
+    redis.call('ZREM', k_due, job)
+    redis.call('DEL', k_staged)
+  elseif first > 0 then
+    redis.call('ZADD', k_due, first + admitted_s - horizon, job)
+  else
+    redis.call('ZADD', k_due, now + 0.25, job)  -- before its first chunk: looked at again soon (an idle farm)
+  end
+  return added
+end
+
+-- A job's staged segments, dropped (it ended before they were admitted): off the staging stream, the due set and
+-- the lane's backlog counters.
+local function drop_staged(prefix, job, lane)
+  local k_staged, k_staging = prefix .. ':staged:' .. job, prefix .. ':staging:' .. lane
+  local ids = redis.call('LRANGE', k_staged, 0, -1)
+  local est = 0
+  for _, id in ipairs(ids) do
+    local entry = redis.call('XRANGE', k_staging, id, id)[1]
+    if entry then
+      for i = 1, #entry[2], 2 do
+        if entry[2][i] == 'est' then est = est + (tonumber(entry[2][i + 1]) or 0) end
+      end
+      redis.call('XDEL', k_staging, id)
+    end
+  end
+  redis.call('DEL', k_staged)
+  redis.call('ZREM', prefix .. ':admission_due', job)
+  if #ids > 0 then
+    local k_backlog = prefix .. ':backlog:' .. lane
+    local n = tonumber(redis.call('HGET', k_backlog, 'n') or '0') - #ids
+    local s = tonumber(redis.call('HGET', k_backlog, 's') or '0') - est
+    redis.call('HSET', k_backlog, 'n', math.max(n, 0), 's', math.max(s, 0))
+  end
+  return #ids
+end
+"""
+
+# KEYS: status, backlog hash, staging stream, staged list, admission-due set, then one bucket stream key per segment.
+# ARGV: max_n, max_s, add_s, ttl, status json, how many to admit now (the first segments), job id, now, then per
+# segment its job fields and predicted seconds as json ({"v", "job", "est"}). The whole job counts against the lane's backlog limit (and in its counters) at once; its first
+# ARGV[6] segments go to their bucket streams, the rest to the staging stream (``admit_next`` admits them later).
 # Idempotent per job id: a job whose status exists was admitted already (a retry after a lost reply) and answers 2.
-ADMIT = """
+ADMIT = ADMISSION_FUNCTIONS + """
 local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
 local s = tonumber(redis.call('HGET', KEYS[2], 's') or '0')
 if redis.call('EXISTS', KEYS[1]) == 1 then return {2, n, tostring(s)} end
 local max_n, max_s, add_s = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local add_n = #KEYS - 2
+local add_n = #KEYS - 5
 if n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and s + add_s > max_s)) then
   return {0, n, tostring(s)}
 end
 local status = cjson.decode(ARGV[5])
 for k, v in pairs(status) do redis.call('HSET', KEYS[1], k, tostring(v)) end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-for i = 3, #KEYS do
+local now_n, admitted_s = tonumber(ARGV[6]), 0
+for i = 6, #KEYS do
   local f = cjson.decode(ARGV[i + 3])
-  redis.call('XADD', KEYS[i], '*', 'v', f['v'], 'job', f['job'])
+  local seg = i - 5
+  if seg <= now_n then
+    redis.call('XADD', KEYS[i], '*', 'v', f['v'], 'job', f['job'])
+    admitted_s = admitted_s + (tonumber(f['est']) or 0)
+  else
+    redis.call('RPUSH', KEYS[4], redis.call('XADD', KEYS[3], '*', 'v', f['v'], 'job', f['job'], 'stream', KEYS[i], 'est', f['est']))
+  end
+end
+redis.call('HSET', KEYS[1], 'admitted_n', now_n, 'admitted_s', tostring(admitted_s), 'staged', add_n - now_n)
+if add_n > now_n then
+  redis.call('EXPIRE', KEYS[4], ARGV[4])
+  redis.call('ZADD', KEYS[5], tonumber(ARGV[8]) + 0.25, ARGV[7])
 end
 redis.call('HINCRBY', KEYS[2], 'n', add_n)
 redis.call('HINCRBYFLOAT', KEYS[2], 's', add_s)
+redis.call('HINCRBY', KEYS[2], 'q', now_n)
 return {1, n + add_n, tostring(s + add_s)}
 """
 
-# KEYS: backlog hash. ARGV: segments, seconds. Never below zero (entries written around the SDK).
+# ARGV: prefix, job id, now, horizon, idle_ahead. A job's audio was just published (run inside the same MULTI as the
+# piece, so the publish and the admission it allows happen at once): admit its next segments if they are due.
+ADMIT_NEXT = ADMISSION_FUNCTIONS + """
+return admit_next(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+"""
+
+# ARGV: prefix, now, horizon, idle_ahead, at most this many jobs. The workers' periodic sweep: admits for the jobs
+# whose next segment fell due (a listener plays on between publishes); when nothing waits in the interactive streams
+# (an idle farm), for any job with staged segments. Returns how many segments it admitted.
+ADMIT_DUE = ADMISSION_FUNCTIONS + """
+local prefix, now = ARGV[1], tonumber(ARGV[2])
+local k_due = prefix .. ':admission_due'
+local jobs = redis.call('ZRANGEBYSCORE', k_due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+if #jobs == 0 and (tonumber(redis.call('HGET', prefix .. ':backlog:interactive', 'q') or '0') or 0) <= 0 then
+  jobs = redis.call('ZRANGE', k_due, 0, tonumber(ARGV[5]) - 1)
+end
+local added = 0
+for _, job in ipairs(jobs) do added = added + admit_next(prefix, job, now, tonumber(ARGV[3]), tonumber(ARGV[4])) end
+return added
+"""
+
+# Cancels each job whose status hash is in KEYS unless it has ended (one job's cancel, a book's); ARGV: now, prefix,
+# then each job's id. Atomic, so a worker's finish cannot slip between the check and the write; a cancelled job's
+# staged segments are dropped with it. Returns per key -1 (no such job), 0 (had ended), 1 (cancelled).
+CANCEL = ADMISSION_FUNCTIONS + """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local state = redis.call('HGET', key, 'state')
+  if not state then
+    out[i] = -1
+  elseif final_state(state) then
+    out[i] = 0
+  else
+    redis.call('HSET', key, 'state', 'cancelled', 'finished', ARGV[1])
+    local lane = redis.call('HGET', key, 'lane')
+    if lane then drop_staged(ARGV[2], ARGV[i + 2], lane) end
+    out[i] = 1
+  end
+end
+return out
+"""
+
+# KEYS: backlog hash. ARGV: segments, seconds. Acked segments leave the lane's counters, all of them and those in
+# its bucket streams (q). Never below zero (entries written around the SDK).
 RELEASE = """
 local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0') - tonumber(ARGV[1])
 local s = tonumber(redis.call('HGET', KEYS[1], 's') or '0') - tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'n', math.max(n, 0), 's', math.max(s, 0))
+local q = tonumber(redis.call('HGET', KEYS[1], 'q') or '0') - tonumber(ARGV[1])
+redis.call('HSET', KEYS[1], 'n', math.max(n, 0), 's', math.max(s, 0), 'q', math.max(q, 0))
 return 1
 """
 
@@ -107,13 +233,15 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 redis.call('XADD', KEYS[5], '*', 'v', ARGV[3], 'job', ARGV[4])
 redis.call('HINCRBY', KEYS[6], 'n', 1)
 redis.call('HINCRBYFLOAT', KEYS[6], 's', add_s)
+redis.call('HINCRBY', KEYS[6], 'q', 1)
 return 'submitted'
 """
 
 # KEYS: status, results. ARGV: state, the final record and the one to write instead if a client's cancel won
-# the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, then field/value pairs
-# for status. A client's cancel wins over a finish that races it: the job then ends cancelled, whatever was made.
-FINALIZE = """
+# the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, then
+# field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
+# whatever was made. A job that ends otherwise than done drops its staged segments.
+FINALIZE = ADMISSION_FUNCTIONS + """
 if redis.call('HSETNX', KEYS[1], 'final', '1') == 0 then return 0 end
 local state, record = ARGV[1], ARGV[2]
 if redis.call('HGET', KEYS[1], 'state') == 'cancelled' and state ~= 'cancelled' then
@@ -121,9 +249,11 @@ if redis.call('HGET', KEYS[1], 'state') == 'cancelled' and state ~= 'cancelled' 
   record = ARGV[3]
 else
   local status = {}
-  for i = 6, #ARGV do status[#status + 1] = ARGV[i] end
+  for i = 8, #ARGV do status[#status + 1] = ARGV[i] end
   redis.call('HSET', KEYS[1], 'state', state, unpack(status))
 end
+local lane = redis.call('HGET', KEYS[1], 'lane')
+if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 if state == 'cancelled' and ARGV[1] ~= 'cancelled' then return 2 end
@@ -155,7 +285,8 @@ return {0, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET'
         redis.call('HGET', KEYS[2], 'windows:' .. ARGV[1]) or 0}
 """
 
-# KEYS: dead-letter stream, the job's status, its results stream, the queue stream to requeue on. ARGV: the dead
+# KEYS: dead-letter stream, the job's status, its results stream, the queue stream to requeue on, its lane's backlog
+# hash. ARGV: the dead
 # letter's entry id, then the job record's fields and values. Puts the segment back on its queue and reopens its
 # job (state queued, its end and final record removed) at once; a dead letter that is gone (requeued or purged
 # meanwhile) answers false and nothing is written, so two requeues cannot both queue it.
@@ -176,5 +307,7 @@ local job = {{}}
 for i = 2, #ARGV do job[#job + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[4], '*', unpack(job))
 redis.call('XDEL', KEYS[1], ARGV[1])
+redis.call('HINCRBY', KEYS[5], 'n', 1)  -- queued again: on its lane's backlog until a worker acks it
+redis.call('HINCRBY', KEYS[5], 'q', 1)
 return id
 """

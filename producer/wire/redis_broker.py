@@ -19,9 +19,10 @@ import redis.asyncio
 from producer.wire import heartbeats
 from producer.wire.backlog import admit_args, check_admitted, limits
 from producer.wire.broker import Command, Op, PieceReply, Script, SegmentEnd
+from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (ADMIT, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, MARK_STARTED, READ_RESULTS,
-                               REQUEUE_DEAD_LETTER, SUBMIT_BOOK_SEGMENT)
+from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, MARK_STARTED,
+                               READ_RESULTS, REQUEUE_DEAD_LETTER, SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_consumer import RedisConsumer
 from producer.wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
@@ -42,6 +43,7 @@ class RedisBroker:
         self.r = r
         self.keys = keys
         self._scripts: dict[str, Any] = {}
+        self._shas: dict[str, str] = {}
 
     @classmethod
     def from_url(cls, url: str, *, keys: Keys | None = None, asyncio: bool = False, **redis_kwargs: Any) -> RedisBroker:
@@ -51,16 +53,24 @@ class RedisBroker:
         client = redis.asyncio.Redis if asyncio else redis.Redis
         return cls(client.from_url(url, **redis_kwargs), keys if keys is not None else Keys())
 
+    def send(self, step: Command | Script) -> Any:
+        if isinstance(step, Script):
+            return self._script(step.source)(keys=list(step.keys), args=list(step.args))
+        return getattr(self.r, step.name)(*step.args, **step.kwargs)
+
     def _script(self, source: str) -> Any:
         script = self._scripts.get(source)
         if script is None:
             script = self._scripts[source] = self.r.register_script(source)
         return script
 
-    def send(self, step: Command | Script) -> Any:
-        if isinstance(step, Script):
-            return self._script(step.source)(keys=list(step.keys), args=list(step.args))
-        return getattr(self.r, step.name)(*step.args, **step.kwargs)
+    def _sha(self, source: str) -> str:
+        """The SHA of ``source``, loaded once, for an EVALSHA inside a transaction (a registered script would ask
+        SCRIPT EXISTS on every execute)."""
+        sha = self._shas.get(source)
+        if sha is None:
+            sha = self._shas[source] = str(self.r.script_load(source))
+        return sha
 
     def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
         yield Script(ENSURE_GROUPS, streams, [GROUP])
@@ -70,7 +80,7 @@ class RedisBroker:
         check_admitted((yield Script(ADMIT, script_keys, argv)), sub, queue)
 
     def cancel(self, job_id: str) -> Op[int]:
-        return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time()]))[0])
+        return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time(), self.keys.prefix, job_id]))[0])
 
     def job_status(self, job_id: str) -> Op[JobStatus | None]:
         return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
@@ -113,9 +123,10 @@ class RedisBroker:
         return bool(int(won)), text_of(tag), frames if int(won) else bytes(stored or b""), int(windows or 0)
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int) -> PieceReply:
+                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission) -> PieceReply:
         k_status, k_res = self.keys.status(job_id), self.keys.results(job_id)
         pipe = self.r.pipeline(transaction=True)
+        admit_at = -1
         clock_at = -1
         if chunks:
             for fields in chunks:
@@ -142,13 +153,29 @@ class RedisBroker:
             pipe.hget(k_status, "state")
         if not len(pipe):
             return PieceReply()
-        replies = pipe.execute()
+        # the job's next segments, admitted in the same transaction as the audio that makes them due
+        admit = [self.keys.prefix, job_id, time.time(), admission.horizon_s, admission.idle_ahead]
+        pipe.evalsha(self._sha(ADMIT_NEXT), 0, *admit)
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies[:-1]:
+            if isinstance(reply, Exception):
+                raise reply
+        if isinstance(replies[-1], redis.exceptions.NoScriptError):  # Redis restarted and lost its scripts
+            self._shas.clear()
+            self.send(Script(ADMIT_NEXT, [], admit))
+        elif isinstance(replies[-1], Exception):
+            raise replies[-1]
+        replies = replies[:-1]
         clock = PieceReply() if clock_at < 0 else PieceReply(float(replies[clock_at + 2] or 0.0), float(replies[clock_at]))
         if end is None:
             return clock
         done, state = int(replies[-2]), replies[-1]
         self.r.hset(k_status, "done", done)
         return PieceReply(clock.first_chunk, clock.delivered_s, done, text_of(state) if state else "")
+
+    def admit_due(self, admission: Admission, limit: int = 64) -> int:
+        return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.horizon_s,
+                                                     admission.idle_ahead, limit])))
 
     def segments_done(self, job_id: str) -> int:
         return int(self.r.scard(self.keys.done(job_id)))
@@ -172,7 +199,8 @@ class RedisBroker:
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  **status: Any) -> int:
-        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s]
+        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s,
+                           self.keys.prefix, job_id]
         for k, v in status.items():
             argv += [k, v]
         return int(self.send(Script(FINALIZE, [self.keys.status(job_id), self.keys.results(job_id)], argv)))
@@ -187,7 +215,8 @@ class RedisBroker:
     def cancel_jobs(self, job_ids: Sequence[str]) -> list[int]:
         if not job_ids:
             return []
-        return [int(x) for x in self.send(Script(CANCEL, [self.keys.status(j) for j in job_ids], [time.time()]))]
+        return [int(x) for x in self.send(Script(CANCEL, [self.keys.status(j) for j in job_ids],
+                                                 [time.time(), self.keys.prefix, *job_ids]))]
 
     def admit_book_segments(self, subs: Sequence[Submission], queue: QueueSettings, *, force: bool) -> list[str]:
         script, pipe = self._script(SUBMIT_BOOK_SEGMENT), self.r.pipeline(transaction=False)
@@ -268,7 +297,8 @@ class RedisBroker:
         argv: list[Any] = [dl.id]
         for k, v in job.to_fields().items():
             argv += [k, v]
-        script_keys = [self.keys.dead_letters(), self.keys.status(job.job_id), self.keys.results(job.job_id), dl.stream]
+        script_keys = [self.keys.dead_letters(), self.keys.status(job.job_id), self.keys.results(job.job_id), dl.stream,
+                       self.keys.backlog(job.lane)]
         new_id = self.send(Script(REQUEUE_DEAD_LETTER, script_keys, argv))
         if new_id is None:  # requeued or purged since it was read
             raise KeyError(entry_id)

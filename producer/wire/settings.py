@@ -93,6 +93,13 @@ class QueueSettings:
     """The bulk lane's limit in segments; 0: no limit."""
     max_backlog_bulk_seconds: float = 720_000.0
     """The bulk lane's limit in predicted audio seconds."""
+    admission_horizon_s: float = 4.0
+    """Audio of an interactive job admitted to the streams ahead of its playback (just-in-time admission,
+    producer/wire/admission.py); 0: a job's segments all at once."""
+    admission_idle_ahead: int = 3
+    """With nothing else queued, a job runs this many segments ahead of the horizon rule."""
+    admission_sweep_ms: int = 250
+    """How often each worker admits staged segments that fell due between publishes."""
 
     @property
     def n_buckets(self) -> int:
