@@ -93,6 +93,8 @@ def test_a_long_interactive_job_is_staged_and_a_cancel_drops_what_is_staged(sett
     assert float(st["admitted_s"]) >= settings.queue.admission_horizon_s or in_streams == 12
     backlog = r.hgetall(keys.backlog("interactive"))
     assert int(backlog[b"n"]) == 12 and int(backlog[b"q"]) == in_streams  # the whole job counts; q: in the streams
+    lane = RedisBroker(r, keys).queue_snapshot(settings.queue.n_buckets).backlog["interactive"]  # ttsfarm status
+    assert lane.segments == 12 and lane.staged == 12 - in_streams
     assert job.cancel()
     assert r.llen(keys.staged(job.id)) == 0 and r.xlen(keys.staging("interactive")) == 0
     assert r.zscore(keys.admission_due(), job.id) is None

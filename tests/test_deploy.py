@@ -267,8 +267,11 @@ def test_scaled_object_covers_every_queue_stream() -> None:
     settings = load_settings(env={k: v for k, v in _one("ConfigMap")["data"].items() if k.startswith("TTSFARM_")})
     keys = Keys(settings.redis.key_prefix)
     streams = keys.queues(settings.queue.n_buckets)
-    triggers = so["spec"]["triggers"]
+    triggers = [t for t in so["spec"]["triggers"] if t["metadata"]["stream"] != keys.staging("interactive")]
     assert sorted(t["metadata"]["stream"] for t in triggers) == sorted(streams)
+    # staged work (just-in-time admission) counts too: the staging stream's length
+    (staged,) = [t for t in so["spec"]["triggers"] if t["metadata"]["stream"] == keys.staging("interactive")]
+    assert "consumerGroup" not in staged["metadata"] and int(staged["metadata"]["streamLength"]) > 0
     auth = _one("TriggerAuthentication")
     secret = next(d for _, d in _k8s() if d["kind"] == "Secret" and d["metadata"]["name"] == "ttsfarm-credentials")
     for t in triggers:

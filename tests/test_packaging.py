@@ -83,7 +83,9 @@ def test_the_wheel_alone_says_english_and_chinese(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         src.mkdir(exist_ok=True)
         shutil.copy(ROOT / name, src / name)
-    for name in ("configs", "producer", "gateway", "pipeline", "workers"):
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {setuptools["package-dir"].get(p, p).split(".")[0] for p in setuptools["packages"]}  # every top package
+    for name in sorted(folders):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)],

@@ -103,7 +103,8 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
     out.append("")
     out.append("LANES")
     for lane, b in snap.queues.backlog.items():
-        out.append(f"  {lane:<12} backlog {int(b.segments):>7} segments  {b.seconds:>10.1f} s of audio predicted")
+        out.append(f"  {lane:<12} backlog {int(b.segments):>7} segments  {b.seconds:>10.1f} s of audio predicted"
+                   f"  ({b.staged} staged)")
     out.append(f"  {'stream':<32} {'length':>7} {'lag':>7} {'pending':>8} {'consumers':>10}")
     for q in snap.queues.buckets:
         lag = "-" if q.lag is None else str(q.lag)

@@ -2,12 +2,15 @@
 
 =================  ===========================================================================================
 ``keys``           every Redis key (``Keys``), the consumer group, the lanes, the job states, the job id rule
-``records``        the job record (``SegmentJob``), chunk and final records, word timings, the dead-letter
-                   record: each built and parsed here and nowhere else
+``records``        the job record (``SegmentJob``), a job's ``Submission``, chunk and final records, word timings,
+                   the dead-letter record: each built and parsed here and nowhere else
+``status``         ``JobStatus``: a job's status record, the one reader of the status hash
+``queue``          what a worker reads off the queue: a stream's ``Head``, a claimed ``Entry``
 ``lua``            every Lua script (admission, cancel, reading results, the final record, ...)
 ``broker``         ``Broker``, the seam where another backend goes: every step the farm takes (the SDK's
                    sans-IO producing steps, the workers' blocking consuming and results steps, admin steps)
-``redis_broker``   ``RedisBroker``: those steps on Redis (the only code of the farm that speaks Redis)
+``redis_broker``   ``RedisBroker``: those steps on Redis (with ``redis_consumer``: the only code that speaks Redis)
+``admission``      just-in-time admission: a listener's segments enter the streams a little ahead of playback
 ``backlog``        the backpressure arithmetic around ``lua.ADMIT``
 ``tasks``          Celery task names and the sender the book runner uses
 ``storage``        where full outputs go (``storage_s3`` for S3): workers write, the SDK and front ends read
@@ -31,6 +34,8 @@ with the codes of ``errors`` (declare any new code there, once). It never import
 from the workers belongs here. What else of ``producer/`` it may use is ``tests/test_structure.py``'s
 ``FRONT_END_MAY_IMPORT`` (the SDK).
 
-Adding a broker: implement ``broker.Broker`` (its docstring lists the steps and how atomic each must be), keep
-the records of ``records`` unchanged on the wire, and name your store's objects after ``keys.Keys``.
+Adding a broker: implement ``broker.Broker`` and its ``broker.Consumer`` (the docstrings list every step and how
+atomic each must be; ``redis_broker`` is the worked example), keep the records of ``records`` unchanged on the
+wire, and name your store's objects after ``keys.Keys``. Hand it to ``Client(connection, settings, broker=...)``
+and to the worker process (``workers.farm.FarmWorker`` builds its broker in one place).
 """

@@ -1,10 +1,11 @@
-"""The broker seam: the farm's atomic wire steps, as one small interface, and its Redis implementation.
+"""The broker seam: every step the farm takes in its message store, as one interface (``Broker``, with the
+queue reading of ``Consumer``); ``producer.wire.redis_broker`` implements it on Redis.
 
-Everything the farm keeps in its message store goes through names (``keys``), records (``records``) and a
-handful of steps that must each happen at once (two producers must not both slip past a backlog limit; a
-client's cancel must not be undone by a worker's finish). ``Broker`` names those steps; ``RedisBroker`` runs
-each as one Lua script (``lua``) or one command. The SDK and front ends use the producing steps, workers the
-consuming ones.
+Everything the farm keeps in its message store goes through names (``keys``), records (``records``) and these
+steps, each happening at once where it must (two producers must not both slip past a backlog limit; a client's
+cancel must not be undone by a worker's finish; a published piece and the admission it allows go together).
+The SDK and front ends use the producing steps, workers the consuming and results ones, the CLI and front ends
+the admin ones. Nothing outside ``producer/wire`` speaks to the store itself.
 
 The producing steps are sans-IO, so one broker serves the blocking and the asyncio SDK alike
 (``producer.core``): each returns an ``Op``, a generator that yields the broker's own IO steps (for Redis a

@@ -268,6 +268,7 @@ class RedisBroker:
         pipe = self.r.pipeline(transaction=True)  # MULTI: every figure from the same moment
         for lane in LANES:
             pipe.hgetall(keys.backlog(lane))
+            pipe.xlen(keys.staging(lane))
         for _, _, stream in streams:
             pipe.xlen(stream)
             pipe.xinfo_groups(stream)  # an error reply while the stream does not exist: read as no group
@@ -275,7 +276,7 @@ class RedisBroker:
         if dead_letters > 0:
             pipe.xrevrange(keys.dead_letters(), count=dead_letters)
         replies = iter(pipe.execute(raise_on_error=False))
-        backlog = {lane: _backlog(next(replies)) for lane in LANES}
+        backlog = {lane: _backlog(next(replies), next(replies)) for lane in LANES}
         buckets = tuple(_bucket(lane, b, stream, next(replies), next(replies)) for lane, b, stream in streams)
         count = next(replies)
         tail = next(replies) if dead_letters > 0 else []
@@ -302,7 +303,7 @@ class RedisBroker:
         new_id = self.send(Script(REQUEUE_DEAD_LETTER, script_keys, argv))
         if new_id is None:  # requeued or purged since it was read
             raise KeyError(entry_id)
-        return new_id.decode() if isinstance(new_id, bytes) else str(new_id)
+        return text_of(new_id)
 
     def purge_dead_letters(self) -> int:
         pipe = self.r.pipeline(transaction=True)
@@ -327,9 +328,9 @@ def _int(reply: Any) -> int:
     return 0 if isinstance(reply, Exception) else int(reply or 0)
 
 
-def _backlog(reply: Any) -> LaneBacklog:
+def _backlog(reply: Any, staged: Any) -> LaneBacklog:
     raw = {} if isinstance(reply, Exception) else {text_of(k): text_of(v) for k, v in reply.items()}
-    return LaneBacklog(segments=float(raw.get("n") or 0), seconds=float(raw.get("s") or 0))
+    return LaneBacklog(segments=float(raw.get("n") or 0), seconds=float(raw.get("s") or 0), staged=_int(staged))
 
 
 def _bucket(lane: str, bucket: int, stream: str, length: Any, groups: Any) -> BucketState:

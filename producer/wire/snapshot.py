@@ -16,10 +16,13 @@ from producer.wire.records import DeadLetter
 
 @dataclass(frozen=True)
 class LaneBacklog:
-    """A lane's admission counters: segments queued and the predicted seconds of audio they make."""
+    """A lane's admission counters: segments admitted to the farm (in its bucket streams or staged) and the
+    predicted seconds of audio they make; ``staged``: of those, segments of long interactive jobs waiting for their
+    turn to enter a bucket stream (``producer.wire.admission``)."""
 
     segments: float = 0.0
     seconds: float = 0.0
+    staged: int = 0
 
 
 @dataclass(frozen=True)
