@@ -11,9 +11,10 @@ Scenarios, each from a drained farm:
 - ``lone``: one long English job alone (41 s of audio): first chunk and time to its last chunk;
 - ``four_long``: four such jobs submitted together: each one's first chunk;
 - ``long_short``: the four long jobs and six short requests arriving 0.5 s apart from 0.5 s;
-- ``capacity`` (``en`` and ``mixed``: half Chinese): N long listeners (25-45 s each) start together while short
-  English requests arrive as a Poisson stream; N grows by 2 until a run has an underrun or a first chunk P99 over
-  300 ms: the largest N that passed is the worker's count of concurrent real-time listeners;
+- ``capacity`` (``en`` and ``mixed``: half Chinese): N long listeners (25-45 s each) start together (or, ``en@0.5``,
+  half a second apart) while short English requests arrive as a Poisson stream; N grows by 2 until a run has an
+  underrun or a first chunk P99 over 300 ms: the largest N that passed is the worker's count of concurrent
+  real-time listeners;
 - ``en_short``: short English requests closed-loop (8 in flight) for the saturation throughput, then Poisson arrivals
   at 70 % of that: first chunk P50/P99.
 
@@ -88,17 +89,21 @@ def scenario_rows(settings: Settings, farm: LocalFarm) -> dict[str, Any]:
     return out
 
 
-def capacity(settings: Settings, farm: LocalFarm, mix: str, start: int, short_rate: float, seed: int) -> dict[str, Any]:
+def capacity(settings: Settings, farm: LocalFarm, spec: str, start: int, short_rate: float, seed: int,
+             max_n: int = 14) -> dict[str, Any]:
     """Largest N of long listeners (with Poisson short requests among them) with no underrun and first chunk P99
-    within the goal; every run tried."""
+    within the goal; every run tried. ``spec``: the mix, and after an ``@`` the seconds between two listeners'
+    starts (none: all at once)."""
+    mix, _, gap = spec.partition("@")
+    stagger = float(gap or 0)
     tried, best = [], 0
     n = start
-    while n <= 20:
+    while n <= max_n:
         rng = random.Random(seed + n)
         jobs: list[tuple[str, str, float]] = []
         for i in range(n):
             zh = mix == "mixed" and i % 2 == 1
-            jobs.append(("long_zh" if zh else "long_en", long_zh(i) if zh else long_en(i), 0.0))
+            jobs.append(("long_zh" if zh else "long_en", long_zh(i) if zh else long_en(i), round(i * stagger, 3)))
         at = rng.expovariate(short_rate)
         while at < 30.0:
             jobs.append(("short", rng.choice(SHORT_EN), round(at, 3)))
@@ -177,7 +182,8 @@ def report(doc: dict[str, Any]) -> str:
     row("en_short saturation speech s/s", lambda m: f"{m['en_short']['saturation']['speech_s_per_s']:.2f}")
     row("en_short at 70 %: first chunk P50 / P99 ms",
         lambda m: f"{_ms(m['en_short']['first_chunk_ms_70']['p50'])} / {_ms(m['en_short']['first_chunk_ms_70']['p99'])}")
-    lines += ["", "Capacity runs (listeners started together, short English requests as a Poisson stream for 30 s):", "",
+    lines += ["", "Capacity runs (mix@S: listeners started S s apart, else together; short English requests as a Poisson "
+              "stream for 30 s):", "",
               "| mode | mix | N | jobs | first chunk P50 / P99 ms | listeners' first chunk max ms | jobs with an underrun | "
               "listeners' underrun s P50 / max | passed |",
               "|---|---|---:|---:|---|---:|---:|---|---|"]
@@ -196,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench-results/listeners"))
     ap.add_argument("--modes", default="fifo,deadline,jit")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--capacity-mixes", default="en,mixed")
+    ap.add_argument("--capacity-mixes", default="en,mixed,en@0.5,mixed@0.5",
+                    help="mixes of the capacity runs; MIX@S: listeners start S seconds apart (else all at once)")
     ap.add_argument("--capacity-start", type=int, default=4)
     ap.add_argument("--short-rate", type=float, default=0.5, help="short requests per second among the listeners")
     ap.add_argument("--saturate-s", type=float, default=20.0)

@@ -34,12 +34,15 @@ def test_another_segment_is_admitted_under_the_horizon_or_on_an_idle_farm() -> N
     # nothing of another job queued and fewer than idle_ahead in flight: run ahead anyway
     assert admit_another(admitted_s=8.0, played_s=3.0, **{**base, "queued": 2})
     assert not admit_another(admitted_s=8.0, played_s=3.0, **{**base, "queued": 3, "in_flight": 3})
+    # a segment that just ended is done but still queued until acked: not another job's work
+    assert not admit_another(admitted_s=8.0, played_s=3.0, **{**base, "queued": 3, "in_flight": 2})
+    assert admit_another(admitted_s=8.0, played_s=3.0, **{**base, "queued": 3, "in_flight": 2}, ending=True)
 
 
 def _staged_job(r: redis.Redis, keys: Keys, job: str, *, n: int, est: float, first_chunk: float, delivered_s: float,
                 admitted_n: int, admitted_s: float, done: int, queued: int) -> None:
     """A job as ADMIT leaves it, then moved on: ``n`` staged segments of ``est`` seconds each."""
-    r.hset(keys.status(job), mapping={"state": "running", "lane": "interactive", "first_chunk": first_chunk,
+    r.hset(keys.status(job), mapping={"state": "running", "lane": "interactive", "first_chunk": first_chunk, "horizon_s": 4.0,
                                       "delivered_s": delivered_s, "admitted_n": admitted_n, "admitted_s": admitted_s})
     for seg in range(n):
         fields = SegmentJob(job_id=job, seg=admitted_n + seg, total=admitted_n + n, text="Hello.", lang="en", voice="joe",
@@ -52,25 +55,27 @@ def _staged_job(r: redis.Redis, keys: Keys, job: str, *, n: int, est: float, fir
     r.zadd(keys.admission_due(), {job: 0})
 
 
-@pytest.mark.parametrize("played, admitted_s, done, queued", [
-    (0.0, 4.0, 0, 2), (2.5, 4.0, 1, 2), (9.0, 6.0, 2, 3), (1.0, 4.0, 2, 2), (1.0, 4.0, 0, 9), (30.0, 4.0, 2, 0),
+@pytest.mark.parametrize("played, admitted_s, done, queued, ending", [
+    (0.0, 4.0, 0, 2, 0), (2.5, 4.0, 1, 2, 0), (9.0, 6.0, 2, 3, 0), (1.0, 4.0, 2, 2, 0), (1.0, 4.0, 0, 9, 0),
+    (30.0, 4.0, 2, 0, 0), (0.5, 6.0, 1, 2, 1), (0.5, 6.0, 1, 2, 0),
 ])
 def test_the_lua_admits_as_many_as_the_rules_say(r: redis.Redis, played: float, admitted_s: float, done: int,
-                                                 queued: int) -> None:
-    keys, admission = Keys("adm"), Admission(horizon_s=4.0, idle_ahead=3)
+                                                 queued: int, ending: int) -> None:
+    keys, admission = Keys("adm"), Admission(idle_ahead=3)
     now = time.time()
     _staged_job(r, keys, "jobadmit01", n=6, est=1.5, first_chunk=now - played, delivered_s=played + 0.5,
                 admitted_n=2, admitted_s=admitted_s, done=done, queued=queued)
     expect, a_s, in_flight, q = 0, admitted_s, 2 - done, queued
     for _ in range(6):
-        if not admit_another(admitted_s=a_s, played_s=played, horizon_s=4.0, queued=q, in_flight=in_flight, idle_ahead=3):
+        if not admit_another(admitted_s=a_s, played_s=played, horizon_s=4.0, queued=q, in_flight=in_flight, idle_ahead=3,
+                             ending=bool(ending)):
             break
         expect, a_s, in_flight, q = expect + 1, a_s + 1.5, in_flight + 1, q + 1
     from producer.wire.lua import ADMIT_NEXT
     from producer.wire.broker import Script
 
     broker = RedisBroker(r, keys)
-    added = broker.send(Script(ADMIT_NEXT, [], [keys.prefix, "jobadmit01", now, admission.horizon_s, admission.idle_ahead]))
+    added = broker.send(Script(ADMIT_NEXT, [], [keys.prefix, "jobadmit01", now, admission.idle_ahead, ending]))
     assert added == expect
     assert r.xlen(keys.queue("interactive", 0)) == expect
     assert r.llen(keys.staged("jobadmit01")) == 6 - expect and r.xlen(keys.staging("interactive")) == 6 - expect

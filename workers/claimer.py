@@ -71,9 +71,10 @@ class Claimer:
             if not heads:
                 return []
         if self.lane_filter is None and self.ctx.reserved_loop_free():
-            # a reserved loop of this process is free: it takes the callers' first segments, on its own
-            # session with a thread per core, while this loop keeps to the rest
-            others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0)]
+            # a reserved loop of this process is free: it takes a caller's first segment, on its own session with
+            # a thread per core, while this loop keeps to the rest; when another caller's first segment waits behind
+            # it (several listeners starting at once), this loop takes one too
+            others = [h for h in heads if not (h.lane == "interactive" and h.seg == 0 and not h.first_behind)]
             if heads and not others:
                 if handover_wait:
                     self.ctx.stopping.wait(RESERVED_HANDOVER_S)  # the reserved loop is claiming it: do not spin

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.wire.admission import Admission
+from producer.wire.admission import Admission, may_stage
 from producer.wire.broker import Broker, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
@@ -103,7 +103,8 @@ class Publisher:
             end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
         seconds = len(pcm) / 2 / job.sample_rate
         reply = self.broker.publish_piece(job.job_id, job.seg, chunks, piece=seg.pieces, seconds=seconds, end=end,
-                                          maxlen=self.maxlen, ttl_s=self.ttl, admission=self.admission)
+                                          maxlen=self.maxlen, ttl_s=self.ttl,
+                                          admission=self.admission if may_stage(job) else None)
         seg.part += len(pieces)
         seg.pieces += 1
         seg.samples += len(pcm) // 2

@@ -4,7 +4,7 @@ next job's first segment is a stream head at once instead of waiting behind the 
 At submit (``lua.ADMIT``) an interactive job's first segments covering ``queue.admission_horizon_s`` of predicted
 audio go to their bucket streams; the rest wait staged (``Keys.staging``, ``Keys.staged``). Whenever the job's
 audio is published, the same atomic step (``lua.ADMIT_NEXT``, inside the publish) admits its next segments so that
-the audio admitted and not yet played stays at the horizon; the workers' sweep (``lua.ADMIT_DUE``, every
+the audio admitted and not yet played stays at the job's horizon (its submit's, kept in its status); the workers' sweep (``lua.ADMIT_DUE``, every
 ``queue.admission_sweep_ms``) does the same for jobs whose listener played on between publishes. When nothing else
 waits in the streams (an idle farm) a job runs further ahead, up to ``queue.admission_idle_ahead`` segments in
 flight, so a lone long job still finishes at full speed. Bulk jobs (books) have no listener: they are admitted
@@ -24,19 +24,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from producer.wire.records import SegmentJob
 from producer.wire.settings import QueueSettings
 
 
 @dataclass(frozen=True)
 class Admission:
-    """The admission policy of the farm's settings, as the broker's steps take it."""
+    """The workers' side of the admission policy, as the broker's steps take it. (A job's horizon is its submit's:
+    ``horizon_s`` in its status record.)"""
 
-    horizon_s: float = 4.0
     idle_ahead: int = 3
 
     @classmethod
     def of(cls, q: QueueSettings) -> Admission:
-        return cls(q.admission_horizon_s, q.admission_idle_ahead)
+        return cls(q.admission_idle_ahead)
 
 
 def admitted_at_submit(est_s: Sequence[float], lane: str, horizon_s: float) -> int:
@@ -52,11 +53,18 @@ def admitted_at_submit(est_s: Sequence[float], lane: str, horizon_s: float) -> i
     return len(est_s)
 
 
+def may_stage(job: SegmentJob) -> bool:
+    """Whether a job can have staged segments at all (else its publishes skip the admission step): an interactive
+    job of more than one segment (its first segment always enters at submit)."""
+    return job.lane == "interactive" and job.total > 1
+
+
 def admit_another(*, admitted_s: float, played_s: float, horizon_s: float, queued: int, in_flight: int,
-                  idle_ahead: int) -> bool:
+                  idle_ahead: int, ending: bool = False) -> bool:
     """Whether a job's next staged segment is admitted now. ``admitted_s``: its predicted audio admitted so far;
     ``played_s``: how much of it the listener has played (wall time since its first chunk, at most what was
     delivered); ``queued``: segments in the lane's bucket streams not yet acked (every job's); ``in_flight``: the
-    job's admitted segments not yet done."""
-    idle = queued - in_flight <= 0 and in_flight < idle_ahead
+    job's admitted segments not yet done; ``ending``: a segment of the job ended with this publish (done, its entry
+    not yet acked: still in ``queued``)."""
+    idle = queued - int(ending) - in_flight <= 0 and in_flight < idle_ahead
     return admitted_s - played_s < horizon_s or idle

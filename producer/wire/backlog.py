@@ -37,7 +37,7 @@ def admit_args(sub: Submission, keys: Keys, q: QueueSettings) -> tuple[list[str]
     now_n = admitted_at_submit([s.est_s for s in sub.segments], lane, q.admission_horizon_s)
     script_keys = [keys.status(sub.job_id), keys.backlog(lane), keys.staging(lane), keys.staged(sub.job_id),
                    keys.admission_due(), *sub.streams]
-    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(JobStatus.admitted(**sub.status)), now_n, sub.job_id,
+    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(JobStatus.admitted(**sub.status, horizon_s=q.admission_horizon_s)), now_n, sub.job_id,
                        time.time()]
     argv += [json.dumps({**seg.to_fields(), "est": round(seg.est_s, 3)}, ensure_ascii=False) for seg in sub.segments]
     return script_keys, argv

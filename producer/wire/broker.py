@@ -184,11 +184,12 @@ class Broker(Protocol):
         ...
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission) -> PieceReply:
+                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
         """Publish chunk records (``records.chunk_fields``) of a segment's piece number ``piece`` and move the job's
         playback clock by ``seconds``, all at once; with ``end``, also the segment's part for assembly, its words
         and bookkeeping, counted done; and, in the same atomic step, admit the job's next staged segments that are
-        due by ``admission`` (``producer.wire.admission``). No chunks and no end: nothing is written."""
+        due by ``admission`` (``producer.wire.admission``; None: the job has none staged). No chunks and no end:
+        nothing is written."""
         ...
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:

@@ -42,7 +42,7 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 # ``Keys.admission_due`` set, scored by when its next segment falls due. ``admit_next`` moves the job's next staged
 # segments to their bucket streams while the audio admitted and not yet played is under the horizon, or while the
 # farm has nothing else queued and the job has fewer than ``idle_ahead`` segments in flight. The status keeps
-# ``admitted_n``, ``admitted_s`` (predicted audio seconds admitted) and ``staged``; the lane's backlog hash keeps ``q``
+# ``admitted_n``, ``admitted_s`` (predicted audio seconds admitted), ``staged`` and ``horizon_s`` (its submit's); the lane's backlog hash keeps ``q``
 # (segments in its bucket streams, not yet acked). Key names are ``Keys``' (producer/wire/keys.py), built here from
 # the prefix because the due set names jobs, not keys.
 ADMISSION_FUNCTIONS = f"""
@@ -50,10 +50,11 @@ local function final_state(state)
   return {" or ".join(f"state == '{s}'" for s in STATES_FINAL)}
 end
 
-local function admit_next(prefix, job, now, horizon, idle_ahead)
+local function admit_next(prefix, job, now, idle_ahead, ending)
   local k_status, k_staged, k_due = prefix .. ':job:' .. job, prefix .. ':staged:' .. job, prefix .. ':admission_due'
   local staged = redis.call('LLEN', k_staged)
-  local st = redis.call('HMGET', k_status, 'state', 'lane', 'first_chunk', 'delivered_s', 'admitted_s', 'admitted_n')
+  local st = redis.call('HMGET', k_status, 'state', 'lane', 'first_chunk', 'delivered_s', 'admitted_s', 'admitted_n',
+                        'horizon_s')
   if staged == 0 or not st[1] or final_state(st[1]) then
     redis.call('ZREM', k_due, job)
     return 0
@@ -62,8 +63,10 @@ local function admit_next(prefix, job, now, horizon, idle_ahead)
   local played = 0
   if first > 0 then played = math.max(0, math.min(now - first, tonumber(st[4] or '0') or 0)) end
   local admitted_s, admitted_n = tonumber(st[5] or '0') or 0, tonumber(st[6] or '0') or 0
+  local horizon = tonumber(st[7] or '0') or 0  -- the job's own, from its submit
   local k_backlog, k_staging = prefix .. ':backlog:' .. lane, prefix .. ':staging:' .. lane
-  local queued = tonumber(redis.call('HGET', k_backlog, 'q') or '0') or 0
+  -- a segment that ends with this publish is done but not yet acked: in the lane's q, no longer in flight
+  local queued = (tonumber(redis.call('HGET', k_backlog, 'q') or '0') or 0) - ending
   local in_flight = math.max(0, admitted_n - redis.call('SCARD', prefix .. ':done:' .. job))
   local added = 0
   while staged > 0 do
@@ -162,24 +165,25 @@ redis.call('HINCRBY', KEYS[2], 'q', now_n)
 return {1, n + add_n, tostring(s + add_s)}
 """
 
-# ARGV: prefix, job id, now, horizon, idle_ahead. A job's audio was just published (run inside the same MULTI as the
-# piece, so the publish and the admission it allows happen at once): admit its next segments if they are due.
+# ARGV: prefix, job id, now, idle_ahead, 1 if the piece ended its segment (else 0). A job's audio was just
+# published (run inside the same MULTI as the piece, so the publish and the admission it allows happen at once):
+# admit its next segments if they are due.
 ADMIT_NEXT = ADMISSION_FUNCTIONS + """
 return admit_next(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
 """
 
-# ARGV: prefix, now, horizon, idle_ahead, at most this many jobs. The workers' periodic sweep: admits for the jobs
+# ARGV: prefix, now, idle_ahead, at most this many jobs. The workers' periodic sweep: admits for the jobs
 # whose next segment fell due (a listener plays on between publishes); when nothing waits in the interactive streams
 # (an idle farm), for any job with staged segments. Returns how many segments it admitted.
 ADMIT_DUE = ADMISSION_FUNCTIONS + """
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local k_due = prefix .. ':admission_due'
-local jobs = redis.call('ZRANGEBYSCORE', k_due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+local jobs = redis.call('ZRANGEBYSCORE', k_due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 if #jobs == 0 and (tonumber(redis.call('HGET', prefix .. ':backlog:interactive', 'q') or '0') or 0) <= 0 then
-  jobs = redis.call('ZRANGE', k_due, 0, tonumber(ARGV[5]) - 1)
+  jobs = redis.call('ZRANGE', k_due, 0, tonumber(ARGV[4]) - 1)
 end
 local added = 0
-for _, job in ipairs(jobs) do added = added + admit_next(prefix, job, now, tonumber(ARGV[3]), tonumber(ARGV[4])) end
+for _, job in ipairs(jobs) do added = added + admit_next(prefix, job, now, tonumber(ARGV[3]), 0) end
 return added
 """
 

@@ -27,6 +27,7 @@ class Head:
     job_id: str = ""  # for its playback clock (workers/schedule.py)
     created: float = 0.0
     deadline: float = 0.0
+    first_behind: bool = False  # the next entry of its stream is a job's first segment too
 
     @property
     def order(self) -> tuple[int, int]:
@@ -56,10 +57,11 @@ def parse_entry(stream: str, entry_id: Any, fields: dict[Any, Any]) -> Entry:
         return Entry(stream, text_of(entry_id), fields, None, exc)
 
 
-def head_of(stream: str, entry_id: Any, fields: dict[Any, Any]) -> Head:
-    """The head a peek saw: the stream's lane (``Keys.queue``: ``...:q:<lane>:<bucket>``) and its job's timing."""
+def head_of(stream: str, entry_id: Any, fields: dict[Any, Any], *, first_behind: bool = False) -> Head:
+    """The head a peek saw: the stream's lane (``Keys.queue``: ``...:q:<lane>:<bucket>``), its job's timing, and
+    whether another job's first segment waits behind it."""
     e = parse_entry(stream, entry_id, fields)
     job = e.job
     return Head(stream=stream, lane=stream.split(":")[-2], arrived_ms=e.arrived_ms, est_s=job.est_s if job else 0.0,
                 voice=job.voice if job else "", seg=job.seg if job else 0, job_id=job.job_id if job else "",
-                created=job.created if job else 0.0, deadline=job.deadline if job else 0.0)
+                created=job.created if job else 0.0, deadline=job.deadline if job else 0.0, first_behind=first_behind)

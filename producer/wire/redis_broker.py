@@ -123,10 +123,9 @@ class RedisBroker:
         return bool(int(won)), text_of(tag), frames if int(won) else bytes(stored or b""), int(windows or 0)
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission) -> PieceReply:
+                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
         k_status, k_res = self.keys.status(job_id), self.keys.results(job_id)
         pipe = self.r.pipeline(transaction=True)
-        admit_at = -1
         clock_at = -1
         if chunks:
             for fields in chunks:
@@ -153,19 +152,21 @@ class RedisBroker:
             pipe.hget(k_status, "state")
         if not len(pipe):
             return PieceReply()
-        # the job's next segments, admitted in the same transaction as the audio that makes them due
-        admit = [self.keys.prefix, job_id, time.time(), admission.horizon_s, admission.idle_ahead]
-        pipe.evalsha(self._sha(ADMIT_NEXT), 0, *admit)
-        replies = pipe.execute(raise_on_error=False)
-        for reply in replies[:-1]:
-            if isinstance(reply, Exception):
-                raise reply
-        if isinstance(replies[-1], redis.exceptions.NoScriptError):  # Redis restarted and lost its scripts
-            self._shas.clear()
-            self.send(Script(ADMIT_NEXT, [], admit))
-        elif isinstance(replies[-1], Exception):
-            raise replies[-1]
-        replies = replies[:-1]
+        if admission is None:
+            replies = pipe.execute()
+        else:  # the job's next segments, admitted in the same transaction as the audio that makes them due
+            admit = [self.keys.prefix, job_id, time.time(), admission.idle_ahead, int(end is not None)]
+            pipe.evalsha(self._sha(ADMIT_NEXT), 0, *admit)
+            replies = pipe.execute(raise_on_error=False)
+            for reply in replies[:-1]:
+                if isinstance(reply, Exception):
+                    raise reply
+            if isinstance(replies[-1], redis.exceptions.NoScriptError):  # Redis restarted and lost its scripts
+                self._shas.clear()
+                self.send(Script(ADMIT_NEXT, [], admit))
+            elif isinstance(replies[-1], Exception):
+                raise replies[-1]
+            replies = replies[:-1]
         clock = PieceReply() if clock_at < 0 else PieceReply(float(replies[clock_at + 2] or 0.0), float(replies[clock_at]))
         if end is None:
             return clock
@@ -174,8 +175,7 @@ class RedisBroker:
         return PieceReply(clock.first_chunk, clock.delivered_s, done, text_of(state) if state else "")
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
-        return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.horizon_s,
-                                                     admission.idle_ahead, limit])))
+        return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.idle_ahead, limit])))
 
     def segments_done(self, job_id: str) -> int:
         return int(self.r.scard(self.keys.done(job_id)))

@@ -50,10 +50,16 @@ class RedisConsumer:
         return ids
 
     def heads(self, block_ms: int) -> list[Head]:
-        """Heads of all queues with undelivered entries; blocks up to ``block_ms`` while all are empty (0: no wait)."""
+        """Heads of all queues with undelivered entries; blocks up to ``block_ms`` while all are empty (0: no wait).
+        Each stream's second entry is read too, to tell whether another caller's first segment waits behind."""
         ids = self._delivered_ids()
-        reply = self.r.xread(ids, count=1, block=block_ms if block_ms > 0 else None) if ids else []
-        return [head_of(text_of(stream), entry_id, fields) for stream, entries in reply or [] for entry_id, fields in entries]
+        reply = self.r.xread(ids, count=2, block=block_ms if block_ms > 0 else None) if ids else []
+        heads = []
+        for stream, entries in reply or []:
+            behind = parse_entry(text_of(stream), *entries[1]) if len(entries) > 1 else None
+            first_behind = behind is not None and behind.job is not None and behind.job.seg == 0
+            heads.append(head_of(text_of(stream), *entries[0], first_behind=first_behind))
+        return heads
 
     def claim(self, stream: str, count: int) -> list[Entry]:
         reply = self.r.xreadgroup(GROUP, self.name, {stream: ">"}, count=count)

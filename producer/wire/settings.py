@@ -95,7 +95,7 @@ class QueueSettings:
     """The bulk lane's limit in predicted audio seconds."""
     admission_horizon_s: float = 4.0
     """Audio of an interactive job admitted to the streams ahead of its playback (just-in-time admission,
-    producer/wire/admission.py); 0: a job's segments all at once."""
+    producer/wire/admission.py), fixed at submit (the submitting client's setting); 0: a job's segments all at once."""
     admission_idle_ahead: int = 3
     """With nothing else queued, a job runs this many segments ahead of the horizon rule."""
     admission_sweep_ms: int = 250
