@@ -33,7 +33,7 @@ class Admission:
     """The workers' side of the admission policy, as the broker's steps take it. (A job's horizon is its submit's:
     ``horizon_s`` in its status record.)"""
 
-    idle_ahead: int = 3
+    idle_ahead: int = 6
 
     @classmethod
     def of(cls, q: QueueSettings) -> Admission:

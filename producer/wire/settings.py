@@ -96,8 +96,9 @@ class QueueSettings:
     admission_horizon_s: float = 4.0
     """Audio of an interactive job admitted to the streams ahead of its playback (just-in-time admission,
     producer/wire/admission.py), fixed at submit (the submitting client's setting); 0: a job's segments all at once."""
-    admission_idle_ahead: int = 3
-    """With nothing else queued, a job runs this many segments ahead of the horizon rule."""
+    admission_idle_ahead: int = 6
+    """With nothing else queued, a job keeps up to this many segments in flight past its horizon (a lone long job
+    then keeps every loop busy)."""
     admission_sweep_ms: int = 250
     """How often each worker admits staged segments that fell due between publishes."""
 
