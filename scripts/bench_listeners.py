@@ -137,6 +137,16 @@ def en_short(settings: Settings, farm: LocalFarm, saturate_s: float, load_s: flo
             "underruns_70": load["underruns"]["all"]}
 
 
+def overload(settings: Settings, farm: LocalFarm, n: int, stagger: float) -> dict[str, Any]:
+    """More listeners than the worker can serve in real time (``n``, starting ``stagger`` s apart, half Chinese):
+    who gets the shortfall, every listener a little or a few a lot."""
+    jobs = [("long_zh" if i % 2 else "long_en", long_zh(i) if i % 2 else long_en(i), round(i * stagger, 3)) for i in range(n)]
+    rows = run(settings, farm, plan(jobs))
+    return {"listeners": n, "stagger_s": stagger, "not_done": sum(1 for r in rows if r["state"] != "done"),
+            "with_underrun": sum(1 for r in rows if r["underruns"]), "underrun_s": pct(r["underrun_s"] for r in rows),
+            "first_chunk_ms": pct(r["first_chunk_ms"] for r in rows)}
+
+
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     env = worker_env(extra=MODES[mode])
     farm = LocalFarm(workers=args.workers, env=env)
@@ -144,11 +154,15 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         farm.start()
         conf = load_settings(env={**env, "TTSFARM_REDIS_URL": farm.url, "TTSFARM_REDIS_KEY_PREFIX": farm.prefix})
         run(conf, farm, plan([("short", SHORT_EN[0], 0.0), ("long_zh", long_zh(0), 0.0)]))  # warm-up
-        out: dict[str, Any] = {"scenarios": scenario_rows(conf, farm)}
-        for mix in args.capacity_mixes.split(","):
-            if mix:
-                out[f"capacity_{mix}"] = capacity(conf, farm, mix, args.capacity_start, args.short_rate, seed=11)
-        out["en_short"] = en_short(conf, farm, args.saturate_s, args.load_s)
+        out: dict[str, Any] = {}
+        if not args.overload_only:
+            out["scenarios"] = scenario_rows(conf, farm)
+            for mix in args.capacity_mixes.split(","):
+                if mix:
+                    out[f"capacity_{mix}"] = capacity(conf, farm, mix, args.capacity_start, args.short_rate, seed=11)
+            out["en_short"] = en_short(conf, farm, args.saturate_s, args.load_s)
+        if args.overload:
+            out["overload"] = overload(conf, farm, args.overload, 0.25)
         return out
     finally:
         farm.stop()
@@ -158,8 +172,22 @@ def _ms(v: Any) -> str:
     return "–" if v is None else f"{v:,.0f}"
 
 
+def report_overload(doc: dict[str, Any]) -> str:
+    lines = ["| mode | listeners | not done | with an underrun | underrun s P50 / P95 / max | first chunk P50 / P99 ms |",
+             "|---|---:|---:|---:|---|---|"]
+    for mode, m in doc["modes"].items():
+        o = m.get("overload")
+        if o:
+            u, f = o["underrun_s"], o["first_chunk_ms"]
+            lines.append(f"| {mode} | {o['listeners']} ({o['stagger_s']} s apart) | {o['not_done']} | {o['with_underrun']} | "
+                         f"{u['p50']:.2f} / {u['p95']:.2f} / {u['max']:.2f} | {_ms(f['p50'])} / {_ms(f['p99'])} |")
+    return "\n".join(lines)
+
+
 def report(doc: dict[str, Any]) -> str:
     modes = list(doc["modes"])
+    if all("scenarios" not in m for m in doc["modes"].values()):
+        return report_overload(doc)
     lines = [f"One worker process ({doc['workers']} worker), the default layout; {doc['cores']} cores. Times from each job's "
              "scheduled arrival.", ""]
     lines += ["| scenario | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
@@ -194,6 +222,8 @@ def report(doc: dict[str, Any]) -> str:
                 lines.append(f"| {mode} | {key[9:]} | {r['listeners']} | {r['jobs']} | {_ms(f['p50'])} / {_ms(f['p99'])} | "
                              f"{_ms(lf['max'])} | {r['jobs_with_underrun']} | {u['p50']:.2f} / {u['max']:.2f} | "
                              f"{'yes' if r['passed'] else 'no'} |")
+    if any("overload" in m for m in doc["modes"].values()):
+        lines += ["", "Overload:", "", report_overload(doc)]
     return "\n".join(lines)
 
 
@@ -208,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--short-rate", type=float, default=0.5, help="short requests per second among the listeners")
     ap.add_argument("--saturate-s", type=float, default=20.0)
     ap.add_argument("--load-s", type=float, default=30.0)
+    ap.add_argument("--overload", type=int, default=0, help="also N listeners, 0.25 s apart, past the capacity")
+    ap.add_argument("--overload-only", action="store_true", help="only the overload run")
     ap.add_argument("--report", action="store_true", help="print the tables of <out>/listeners.json again")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
