@@ -400,6 +400,7 @@ def test_nothing_cites_a_file_outside_the_repository() -> None:
 
 
 def test_the_citation_check_finds_a_citation() -> None:
-    assert OUTSIDE_CITATION.search("max abs diff 0.0, /work/" + "shared/FINDINGS.md)")
-    assert OUTSIDE_CITATION.search("measured in " + "FINDINGS \"Streaming feasibility\"")
+    assert OUTSIDE_CITATION.search("max abs diff 0.0, /work/" + "shared/notes.md)")
+    assert OUTSIDE_CITATION.search("measured in FIND" + "INGS \"Streaming feasibility\"")
+    assert OUTSIDE_CITATION.search("see .." + "/shared/notes.md")
     assert not OUTSIDE_CITATION.search("The committee will publish its findings next spring")
