@@ -59,10 +59,30 @@ def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def value(text: str, name: str, **labels: str) -> float:
-    """The sum of the samples named ``name`` whose labels include ``labels``."""
+    """The sum of the samples named ``name`` whose labels include ``labels``; there must be one."""
     found = [v for n, lab, v in samples(text) if n == name and labels.items() <= lab.items()]
     assert found, f"no sample {name}{labels}"
     return sum(found)
+
+
+# The sample names a family of each type exposes (a counter ``x`` as ``x_total``, a histogram as three series).
+SERIES_OF_TYPE = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("", "_sum", "_count")}
+
+
+def value_or_zero(text: str, name: str, **labels: str) -> float:
+    """As ``value``, but 0 while no sample has ``labels`` yet (a labelled counter before its first increment).
+    The series itself must be declared (its family's ``# TYPE`` line, there from the start in a process's own
+    registry), and once it has samples they must carry these label names: a renamed metric or label fails here
+    instead of reading as 0."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f"{fam.name}{suffix}": fam for fam in text_string_to_metric_families(text)
+                for suffix in SERIES_OF_TYPE.get(fam.type, ("",))}
+    assert name in families, f"no series {name} declared (families: {sorted(families)})"
+    present = [s for s in families[name].samples if s.name == name]
+    for s in present:
+        assert set(labels) <= set(s.labels), f"{name} has labels {sorted(s.labels)}, not {sorted(labels)}"
+    return sum(s.value for s in present if labels.items() <= s.labels.items())
 
 
 # -- hooks ---------------------------------------------------------------------------------------
@@ -90,6 +110,28 @@ def test_hooks_never_raise_and_keep_the_heartbeat_counters() -> None:
     off.batch({"voice": "joe", "size": 1})
     off.error("X")
     assert off.registry is None and off.heartbeat_fields(0)["errors"] == {"X": 1}
+
+
+def test_value_or_zero_reads_an_absent_label_set_as_zero_and_fails_on_a_missing_series() -> None:
+    from prometheus_client import generate_latest
+
+    m = WorkerMetrics(enabled=True)
+    text = generate_latest(m.registry).decode()
+    assert value_or_zero(text, "ttsfarm_segments_total", lane="bulk") == 0  # declared, no segment yet
+    with pytest.raises(AssertionError):
+        value(text, "ttsfarm_segments_total", lane="bulk")
+    m.segment_published(SimpleNamespace(voice="joe", lane="interactive", seg=1, created=time.time()), 2.0, first_chunk=False)
+    m.segment_published(SimpleNamespace(voice="joe", lane="bulk", seg=1, created=time.time()), 2.0, first_chunk=False)
+    m.segment_published(SimpleNamespace(voice="joe", lane="bulk", seg=2, created=time.time()), 2.0, first_chunk=False)
+    text = generate_latest(m.registry).decode()
+    assert value_or_zero(text, "ttsfarm_segments_total", lane="bulk") == 2
+    assert value_or_zero(text, "ttsfarm_segments_total", lane="interactive", voice="kumo") == 0
+    assert value_or_zero(text, "ttsfarm_queue_wait_seconds_count", lane="bulk") == 0  # a histogram's series
+    for name, labels in (("ttsfarm_segments_made_total", {"lane": "bulk"}),  # a renamed metric
+                         ("ttsfarm_segments", {"lane": "bulk"}),  # the family's name is not a series
+                         ("ttsfarm_segments_total", {"queue": "bulk"})):  # a renamed label
+        with pytest.raises(AssertionError):
+            value_or_zero(text, name, **labels)
 
 
 def test_voice_info_says_what_each_voice_is_served_on_and_follows_a_reload() -> None:

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -89,8 +90,8 @@ def kind(cmd: str) -> str:
 
 # kind -> the test that runs it, or why it is only parsed or skipped here
 CHECKS = {
-    "make demo": "test_make_targets",
-    "make test": "test_make_targets",
+    "make demo": "test_make_demo",
+    "make test": "test_make_recipes",
     "ttsfarm say": "test_offline_commands",
     "ttsfarm phonemize": "test_offline_commands",
     "ttsfarm --version": "test_offline_commands",
@@ -287,22 +288,66 @@ def test_offline_commands(shell: Shell) -> None:
             assert "tokens:" in done.stdout and "yin2 hang2" in done.stdout
 
 
+def make_dry_run(cmd: str) -> list[str]:
+    """The recipe lines a README ``make`` command would run (``make -n``: printed, nothing run)."""
+    # under `make test` (CI) this make is a sub-make: without these it prints "make[1]: Entering directory" lines
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    done = subprocess.run(["make", "--no-print-directory", "-n", *words(cmd)[1:]], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()
+
+
+PYTEST_OUTPUT_FLAGS = {"-q", "-qq", "-v", "-vv", "-ra", "-rA"}  # flags of `make test`'s pytest that leave no test out
+
+
+def test_make_recipes() -> None:
+    """What the README promises of its two make commands: both run ``scripts/setup.sh`` first; ``make test`` then
+    runs every test (this suite: pytest over tests/, no marker, keyword or path leaving some out), checked here
+    without running it; ``make demo`` then runs ``ttsfarm -v demo`` (run by ``test_make_demo``)."""
+    recipes = {kind(cmd): make_dry_run(cmd) for cmd in of_kind("make demo", "make test")}
+    assert set(recipes) == {"make demo", "make test"}, recipes
+    for lines in recipes.values():
+        assert lines[0] == "./scripts/setup.sh", lines
+    setup, *run = recipes["make test"]
+    assert len(run) == 1, run
+    argv = shlex.split(run[0])
+    assert argv[:3] == [".venv/bin/python", "-m", "pytest"], argv
+    paths = [a for a in argv[3:] if not a.startswith("-")]
+    flags = [a for a in argv[3:] if a.startswith("-")]
+    assert set(flags) <= PYTEST_OUTPUT_FLAGS, f"`make test` leaves tests out or stops early: {flags}"
+    if paths:
+        assert [p.rstrip("/") for p in paths] == ["tests"], paths
+    else:  # pytest then collects its testpaths
+        testpaths = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
+        assert testpaths == ["tests"], testpaths
+    assert recipes["make demo"][-1] == ".venv/bin/ttsfarm -v demo", recipes["make demo"]
+
+
+@pytest.mark.parametrize("recipe", ['.venv/bin/python -m pytest -q -m "not slow"', ".venv/bin/python -m pytest -q -x",
+                                    ".venv/bin/python -m pytest -q tests/test_cli.py"])
+def test_a_make_test_recipe_that_leaves_tests_out_fails_the_check(recipe: str, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\t.venv/bin/python -m pytest -q\n" in makefile
+    (tmp_path / "Makefile").write_text(makefile.replace("\t.venv/bin/python -m pytest -q\n", f"\t{recipe}\n", 1))
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "readme_commands", lambda: ["make demo", "make test"])
+    with pytest.raises(AssertionError):
+        test_make_recipes()
+
+
 @pytest.mark.slow
-def test_make_targets(shell: Shell) -> None:
-    """``make test`` is this suite: its recipe is checked (make -n), not run. ``make demo`` is setup (run by every
-    session that runs this) and ``ttsfarm -v demo``, which runs here with its output in the temp folder."""
-    for cmd in of_kind("make demo", "make test"):
-        # under `make test` (CI) this make is a sub-make: without these it prints "make[1]: Entering directory" lines
-        env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
-        done = subprocess.run(["make", "--no-print-directory", "-n", *words(cmd)[1:]], cwd=ROOT, capture_output=True,
-                              text=True, timeout=60, env=env)
-        assert done.returncode == 0, done.stderr
-        recipe = done.stdout.strip().splitlines()[-1]
-        if cmd == "make demo":
-            assert recipe == ".venv/bin/ttsfarm -v demo", recipe
-            out = shell.run(f"{recipe} -o demo/demo.wav", timeout=600)
-            assert "time to first chunk" in out.stdout
-            audio_ok(shell.work / "demo" / "demo.wav", 24000)
+def test_make_demo(shell: Shell) -> None:
+    """``make demo`` is setup (run by every session that runs this) and ``ttsfarm -v demo``, which runs here with
+    its output in the temp folder."""
+    (cmd,) = of_kind("make demo")
+    recipe = make_dry_run(cmd)[-1]
+    assert recipe == ".venv/bin/ttsfarm -v demo", recipe
+    out = shell.run(f"{recipe} -o demo/demo.wav", timeout=600)
+    assert "time to first chunk" in out.stdout
+    audio_ok(shell.work / "demo" / "demo.wav", 24000)
 
 
 @pytest.mark.slow

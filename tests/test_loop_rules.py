@@ -1,0 +1,204 @@
+"""Two rules of a loop, on its real parts: the small first window only while the loop has nothing else
+(``workers/runner.py``), and ``scheduling.max_open`` (``workers/scheduler.py``).
+
+An ``InferenceLoop`` is built as a worker builds it (its ``Claimer``, ``DeadlineScheduler``, ``BatchRunner``,
+``Outcomes`` and ``Publisher`` are the real ones) on a ``LoopContext`` whose broker and queue consumer answer
+without Redis: every job runs, none is playing yet, a piece is always accepted, and the queue offers what a test
+puts on it. The voice is the tiny generated two-stage voice (``tests/generate_tiny_voice.py``): 100 frames a
+second, so with the windows below a segment's first window is 10 frames when small and 40 when not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from generate_tiny_voice import write_tiny_voice
+
+from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
+from pipeline.voices import twostage
+from pipeline.voices.bank import VoiceBank
+from producer.wire.broker import PieceReply
+from producer.wire.keys import Keys
+from producer.wire.queue import Entry, Head
+from producer.wire.records import SegmentJob
+from producer.wire.settings import Settings, load_settings
+from workers.context import LoopContext, LoopHooks
+from workers.events import JobEvents
+from workers.loop import InferenceLoop
+from workers.metrics import WorkerMetrics
+from workers.publisher import Publisher
+from workers.scheduler import DeadlineScheduler
+
+SMALL, LARGE = 10, 40  # first-window frames: streaming.first_window_ms 100 and window_ms 400 at 100 frames/s
+CALLER = "the first segment of a caller is long enough for several windows of audio"
+BOOK = "a segment of a book that runs in the background for several windows too"
+_ids = itertools.count(1)
+
+
+class QueueConsumer:
+    """The loop's queue consumer: offers the heads a test puts on it, hands out their entries, counts its peeks."""
+
+    undelivered = 0
+
+    def __init__(self, name: str, streams: Sequence[str]) -> None:
+        self.name, self.streams = name, list(streams)
+        self.offered: list[tuple[Head, Entry]] = []
+        self.peeks = 0
+        self.claimed: list[Entry] = []
+        self.acked: list[Entry] = []
+
+    def heads(self, block_ms: int) -> list[Head]:
+        self.peeks += 1
+        return [h for h, _ in self.offered]
+
+    def claim(self, stream: str, count: int) -> list[Entry]:
+        out = [e for h, e in self.offered if h.stream == stream][:count]
+        self.offered = [(h, e) for h, e in self.offered if e not in out]
+        self.claimed += out
+        return out
+
+    def ack(self, entries: Sequence[Entry]) -> None:
+        self.acked += entries
+
+
+class StorelessBroker:
+    """The wire steps a loop's parts take, answered without a store: every job runs and none is playing yet."""
+
+    def __init__(self) -> None:
+        self.keys = Keys("rules")
+        self.pieces = 0
+
+    def consumer(self, name: str, streams: Sequence[str]) -> QueueConsumer:
+        return QueueConsumer(name, streams)
+
+    def job_states(self, job_ids: Sequence[str]) -> list[str]:
+        return ["running"] * len(job_ids)
+
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        return {}
+
+    def mark_started(self, job_id: str, worker: str) -> bool:
+        return False
+
+    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
+        return True, attempt, frames, 0
+
+    def publish_piece(self, job_id: str, seg: int, chunks: list[Any], **_: Any) -> PieceReply:
+        self.pieces += 1
+        return PieceReply(state="running")
+
+
+@pytest.fixture(scope="module")
+def bank(tmp_path_factory: pytest.TempPathFactory) -> VoiceBank:
+    root = tmp_path_factory.mktemp("tiny")
+    acoustic, vocoder = write_tiny_voice(root)
+    spec = VoiceSpec("tiny", "twostage", ("en",), source="tiny", acoustic=str(acoustic), vocoder=str(vocoder),
+                     max_batch=1, sample_rate=6400)
+    runtime = RuntimeSettings(device="cpu", intra_op_threads=1, model_cache_dir=str(root / "cache"))
+    b = VoiceBank(Catalogue({"tiny": spec}, "tiny"), runtime)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(twostage.STAGE_BUILDERS, "tiny", "generate_tiny_voice:build_tiny")
+        assert isinstance(b.get("tiny"), twostage.TwoStageVoice)  # loaded now; the loop gets it from the bank
+    return b
+
+
+def settings(**extra: str) -> Settings:
+    env = {"scheduling_mode": "deadline", "scheduling_max_open": "2", "streaming_windowed": "true",
+           "streaming_first_window_ms": "100", "streaming_window_ms": "400",
+           "streaming_first_window_when_queued": "false", **extra}
+    return load_settings(env={f"TTSFARM_{k.upper()}": v for k, v in env.items()})
+
+
+@pytest.fixture
+def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
+    loops: list[InferenceLoop] = []
+
+    def make(**extra: str) -> InferenceLoop:
+        s = settings(**extra)
+        broker = StorelessBroker()
+        publisher = Publisher(broker, storage=None, chunk_ms=s.queue.chunk_ms,  # type: ignore[arg-type]
+                              maxlen=s.queue.results_maxlen, ttl_s=s.queue.job_ttl_s)
+        ctx = LoopContext(s, "rules", broker, bank, bank, publisher, JobEvents(None, "rules", enabled=False),  # type: ignore[arg-type]
+                          WorkerMetrics(enabled=False), threading.Event(), LoopHooks(), device_max_batch=lambda: 8,
+                          reserved_loop_free=lambda: False, shared_loop_serving_interactive=lambda: False)
+        loop = InferenceLoop(ctx, 0)
+        assert isinstance(loop.scheduler, DeadlineScheduler)
+        loops.append(loop)
+        return loop
+
+    yield make
+    for loop in loops:
+        loop.runner.close()
+
+
+def entry(loop: InferenceLoop, lane: str, text: str) -> tuple[Head, Entry]:
+    """A job's first segment as the queue holds it: its stream head and the entry a claim returns."""
+    n = next(_ids)
+    job = SegmentJob(job_id=f"rules{n:05d}", seg=0, total=1, text=text, lang="en", voice="tiny", request_voice="tiny",
+                     format="wav", sample_rate=8000, lane=lane, est_s=1.0)
+    stream = loop.ctx.broker.keys.queue(lane, 0)
+    now_ms = int(time.time() * 1000)
+    head = Head(stream, lane, now_ms, job.est_s, job.voice, job.seg, job.job_id, job.created, job.deadline)
+    return head, Entry(stream, f"{now_ms}-{n}", {}, job)
+
+
+def first_window(loop: InferenceLoop, e: Entry) -> int:
+    """Frames in the first window of ``e``'s segment, as the loop's runner plans it (the batch is held after its
+    acoustic pass, as the deadline scheduler holds it)."""
+    loop.runner.run([e], hold=loop.scheduler.held.append)
+    batch = loop.scheduler.held[-1]
+    (streamed,) = batch.live
+    assert streamed.entry is e and len(streamed.item.windows) > 2
+    return streamed.item.windows[0].end
+
+
+# -- the small first window ------------------------------------------------------------------------------------
+def test_a_first_segment_gets_the_small_first_window_when_the_loop_has_nothing_else(make_loop: Any) -> None:
+    loop = make_loop()
+    assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == SMALL
+
+
+@pytest.mark.parametrize("situation", ["others wait", "it carries a claimed batch", "it holds a segment"])
+def test_no_small_first_window_while_the_loop_has_other_work(make_loop: Any, situation: str) -> None:
+    loop = make_loop()
+    if situation == "others wait":
+        loop.claimer.waiting = 3  # entries of its lanes left in the queue when it claimed
+    elif situation == "it carries a claimed batch":
+        loop.claimer.carry = [entry(loop, "interactive", CALLER)[1]]
+    else:  # a segment between two windows, held by the scheduler (the runner asks the loop through ``holding``)
+        loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
+        assert len(loop.scheduler.held) == 1
+    assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == LARGE
+
+
+def test_first_window_when_queued_gives_it_anyway(make_loop: Any) -> None:
+    loop = make_loop(streaming_first_window_when_queued="true")
+    loop.claimer.waiting = 3
+    loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
+    assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == SMALL
+
+
+# -- scheduling.max_open ---------------------------------------------------------------------------------------
+def test_a_loop_holding_max_open_segments_looks_at_no_new_work(make_loop: Any) -> None:
+    loop = make_loop(scheduling_max_open="2")
+    for _ in range(2):  # two book segments held between windows: max_open
+        loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
+    held = list(loop.scheduler.held)
+    consumer, broker = loop.queue, loop.ctx.broker
+    head, caller = entry(loop, "interactive", CALLER)  # a caller's first segment, due long before the book's windows
+    consumer.offered.append((head, caller))
+
+    loop.scheduler.step()
+    assert consumer.peeks == 0 and consumer.claimed == []  # the queue was not even looked at
+    assert broker.pieces == 1 and loop.scheduler.held == held  # a held segment's window ran instead
+
+    loop.scheduler.held.remove(held[1])  # one fewer held: under max_open, the loop takes the caller's segment
+    loop.scheduler.step()
+    assert consumer.peeks == 1 and consumer.claimed == [caller]
+    assert loop.scheduler.held[0] is held[0] and loop.scheduler.held[1].live[0].entry is caller
