@@ -262,6 +262,7 @@ def test_chapters_have_captions_listed_in_the_manifest(farm: Farm, md_run: tuple
     # the chapter's words are its text's words: the third chapter (Chinese) as the characters read
     third = _parse_vtt((out / result.chapters[2].captions).read_text(encoding="utf-8"))
     assert any("\u4e00" <= ch <= "\u9fff" for _, _, text in third for ch in text)
+    assert [text for _, _, text in third][-2:] == ["We sold apples and pears.", "我们卖苹果。"]  # a cue a paragraph, marks kept
 
 
 # -- one file a listener can carry -------------------------------------------------------------------------------
