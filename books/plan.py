@@ -91,9 +91,9 @@ class BookProgress:
     total: int
     reused: int
     skipped: int
-    audio_s: float
+    audio_s: float  # the book's audio done so far, as its chapter files lay it out (the manifest's at the end)
     elapsed_s: float
-    rate_x: float  # audio seconds made per second, this run
+    rate_x: float  # seconds of the book's audio this run added, per second
     eta_s: float | None
     chapters_done: int
     chapters_total: int
