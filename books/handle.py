@@ -12,7 +12,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,20 @@ def normalize_out(out: str) -> str:
     return str(folder)
 
 
+def book_audio_s(plan: BookPlan, duration: Mapping[str, float], state: Mapping[str, str], opts: BookOptions) -> float:
+    """Seconds of the book's audio whose segments are done (made in this run or an earlier one), laid out as
+    ``join_chapter`` lays out the chapter files: every use of a segment with its pause, and a chapter's head and
+    tail once all of it is done. Once the book is written, the manifest's total."""
+    total = 0.0
+    for ch in plan.chapters:
+        kept = [s for s in ch.segments if state.get(s.job_id) != "skipped"]
+        done = [s for s in kept if s.job_id in duration]
+        total += sum(duration[s.job_id] + max(0.0, s.pause_after_s) for s in done)
+        if kept and len(done) == len(kept):
+            total += opts.head_s + opts.tail_s
+    return total
+
+
 class BookHandle:
     """A book on the farm: ``progress()`` any time, ``results()`` yields chapters as they are written,
     ``wait()`` returns the ``BookResult``. The caller's thread drives the assembly steps."""
@@ -129,7 +143,8 @@ class BookHandle:
         self.attempts: dict[str, int] = {}
         self.skipped: dict[str, str] = {}
         self.started = time.monotonic()
-        self.made_s = 0.0  # audio made in this run
+        self.made_s = 0.0  # segment audio made in this run (the ETA's pace)
+        self.ready_at_start = 0.0  # the book's audio that earlier runs had made (``book_audio_s``)
         self.measured: dict[int, dict[str, Any]] = {}
         self.written: dict[int, ChapterResult] = {}
         self.tasks: dict[str, tuple[str, dict[str, Any], int]] = {}  # reply key -> (task, spec, chapter)
@@ -150,6 +165,7 @@ class BookHandle:
         states = self._submit_jobs(list(self.jobs), force=False)
         self.reused = {j for j, st in states.items() if st == "done"}
         self._refresh(all_jobs=True)
+        self.ready_at_start = book_audio_s(self.plan, self.duration, self.state, self.opts)
         log.info("book %s: %d chapters, %d segments (%d done before, %d queued, %d held: the bulk lane is full)",
                  self.id, len(self.plan.chapters), len(self.jobs), len(self.reused),
                  sum(st == "submitted" for st in states.values()), sum(st == "full" for st in states.values()))
@@ -198,11 +214,12 @@ class BookHandle:
         finished, failed = [], []
         for j, (st, dur, code, msg) in zip(ids, rows):
             st = st or "absent"
-            if st == "done" and self.state[j] != "done":
-                finished.append(j)
+            if st == "done" and j not in self.duration:  # made now, or reused: admitted as done already
                 self.duration[j] = float(dur or 0.0)
                 if j not in self.reused:
                     self.made_s += self.duration[j]
+            if st == "done" and self.state[j] != "done":
+                finished.append(j)
             elif st in ("failed", "cancelled", "expired", "absent"):
                 failed.append((j, code or f"JOB_{st.upper()}", msg or ""))
             self.state[j] = st
@@ -236,14 +253,16 @@ class BookHandle:
     def _progress(self) -> BookProgress:
         done = sum(st in ("done", "skipped") for st in self.state.values())
         elapsed = time.monotonic() - self.started
-        rate = self.made_s / elapsed if elapsed > 0 else 0.0
+        pace = self.made_s / elapsed if elapsed > 0 else 0.0
         est_done = sum(self.jobs[j].est_s for j in self.duration) or 1.0
         ratio = sum(self.duration.values()) / est_done if self.duration else 1.0
         left = sum(self.jobs[j].est_s for j in self._pending()) * ratio
-        eta = left / rate if rate > 0 else (0.0 if not left else None)
+        eta = left / pace if pace > 0 else (0.0 if not left else None)
         phase = "synthesizing" if done < len(self.jobs) else ("done" if self.files else "assembling")
+        audio = book_audio_s(self.plan, self.duration, self.state, self.opts)
+        rate = max(0.0, audio - self.ready_at_start) / elapsed if elapsed > 0 else 0.0
         return BookProgress(phase, done, len(self.jobs), len(self.reused), len(self.skipped),
-                            sum(self.duration.values()), elapsed, rate, eta, len(self.written), len(self.plan.chapters))
+                            audio, elapsed, rate, eta, len(self.written), len(self.plan.chapters))
 
     # -- assembly tasks ----------------------------------------------------------------------------
     def _send(self, task: str, spec: dict[str, Any], chapter: int) -> None:

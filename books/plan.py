@@ -54,7 +54,7 @@ class PlannedSegment:
     voice: str
     pause_after_s: float
     est_s: float
-    words: tuple[tuple[int, int, int, int, str], ...] = ()  # as SegmentJob.words (offsets into the paragraphs)
+    words: tuple[tuple[int, int, int, int, str, str], ...] = ()  # as SegmentJob.words (offsets into the paragraphs)
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,9 @@ class BookProgress:
     total: int
     reused: int
     skipped: int
-    audio_s: float
+    audio_s: float  # the book's audio done so far, as its chapter files lay it out (the manifest's at the end)
     elapsed_s: float
-    rate_x: float  # audio seconds made per second, this run
+    rate_x: float  # seconds of the book's audio this run added, per second
     eta_s: float | None
     chapters_done: int
     chapters_total: int
@@ -193,6 +193,7 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     from pipeline.audio import output_rate as encoded_rate
     from pipeline.encoders import check_bitrate
     from pipeline.text.segment import Segmenter
+    from pipeline.text.sources import words_after
     from pipeline.voices.bank import output_rate
     from pipeline.voices.base import SynthesisOptions
 
@@ -213,7 +214,9 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     for n, ch in enumerate(book.chapters, 1):
         paras = [apply_lexicon(p, lexicon) for p in ([ch.title] if opts.read_titles and ch.title else []) + list(ch.paragraphs)]
         segs, skipped = _segment_paragraphs(segmenter, paras, fe.paragraph_pause_s)
-        planned = tuple(_planned(settings, spec.name, s, book_id, rate, options, source) for s, source in segs)
+        after = words_after([(s.words, source) for s, source in segs])
+        planned = tuple(_planned(settings, spec.name, s, book_id, rate, options, source, tails)
+                        for (s, source), tails in zip(segs, after))
         chapters.append(ChapterPlan(n, ch.title or f"{n}", planned, tuple(skipped)))
     chapters = [c for c in chapters if c.segments]
     if not chapters:
@@ -246,11 +249,11 @@ def _segment_paragraphs(segmenter: Any, paras: list[str], paragraph_pause: float
 
 
 def _planned(settings: Settings, voice: str, seg: Any, book_id: str, rate: int, options: dict[str, float],
-             source: str) -> PlannedSegment:
+             source: str, after: list[str]) -> PlannedSegment:
     from pipeline.voices.bank import route
 
     concrete = route(settings.catalogue, voice, seg.lang, settings.runtime.cache_dir).name
-    words = tuple((a, b, c, d, source[c:d]) for a, b, c, d in seg.words)
+    words = tuple((a, b, c, d, source[c:d], tail) for (a, b, c, d), tail in zip(seg.words, after))
     return PlannedSegment(segment_job_id(book_id, concrete, seg.lang, seg.text, rate, options), seg.text, seg.lang,
                           concrete, float(seg.pause_after_s), round(max(0.0, seg.est_seconds - seg.pause_after_s), 3), words)
 

@@ -43,8 +43,8 @@ makes them. `POST /v1/jobs` queues text; follow a job with `GET /v1/jobs/{id}/ev
 or the WebSocket `/v1/jobs/{id}/stream` (not listed below: OpenAPI has no WebSockets). Both send numbered
 chunks `{type: "chunk", seq, seg, sample_rate, last, bytes, words, pcm}` (PCM16 little-endian mono, base64; on
 the WebSocket with `?binary=1` the PCM comes as the binary frame after each chunk message; `words`: the words that
-end inside the chunk, `{text, start_s, end_s, char_start, char_end, approx}`, times in the job's audio, offsets in
-code points of the submitted text; `GET /v1/jobs/{id}/captions?format=vtt|srt` once it is done), resume with
+end inside the chunk, `{text, start_s, end_s, char_start, char_end, approx, after}`, times in the job's audio, offsets in
+code points of the submitted text, `after` the punctuation and space that follow the word there; `GET /v1/jobs/{id}/captions?format=vtt|srt` once it is done), resume with
 `?after_seq=N`, and end with `{type: "done", ...}` or `{type: "error", error: {code, message}}` (code
 STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fetch `audio` instead).
 On the WebSocket, send `{"type": "cancel"}` to cancel the job.

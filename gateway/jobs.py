@@ -110,7 +110,8 @@ async def job_audio(job_id: str, request: Request) -> Response:
     **error_responses(400, 401, 404, 409)})
 async def job_captions(job_id: str, request: Request,
                        format: str = Query("vtt", description="vtt (WebVTT) or srt")) -> Response:  # noqa: A002
-    """Captions from the job's word timings; 409 JOB_NOT_DONE until it is done. Cue text is the spoken words."""
+    """Captions from the job's word timings; 409 JOB_NOT_DONE until it is done. Cues end at sentences and
+    clauses (``pipeline.captions``); their text is the submitted text's, punctuation kept (each word's ``after``)."""
     from pipeline.captions import caption_format, render
 
     fmt = caption_format(format)

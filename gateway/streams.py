@@ -82,7 +82,7 @@ async def follow(job: AsyncJob, *, after_seq: int = -1, timeout_s: float, keepal
 
 def chunk_meta(chunk: Chunk) -> dict[str, Any]:
     """A chunk's fields; ``words``: those that end inside it (text, start_s, end_s, char_start, char_end,
-    approx), times in the job's audio, char offsets into the submitted text (code points)."""
+    approx, after), times in the job's audio, char offsets into the submitted text (code points)."""
     return {"type": "chunk", "seq": chunk.seq, "seg": chunk.seg, "sample_rate": chunk.sample_rate,
             "last": chunk.last, "bytes": len(chunk.pcm), "words": [w.to_dict() for w in chunk.words]}
 

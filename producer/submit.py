@@ -60,6 +60,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
     from pipeline.encoders import check_bitrate
     from pipeline.synth import plan
     from pipeline.text.clean import decode
+    from pipeline.text.sources import words_after
     from pipeline.voices.bank import output_rate
     from pipeline.voices.base import SynthesisOptions
 
@@ -86,6 +87,7 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
     bitrate = check_bitrate(fmt, request.get("bitrate"), pipeline_output_rate(fmt, rate)) or 0
     planned = plan(text, spec.name, settings, lexicon=lexicon_arg(request.get("lexicon")),
                    ssml=bool_arg("ssml", request.get("ssml"), optional=True))
+    after = words_after([(p.segment.words, p.source) for p in planned])
     job_id = job_id or new_job_id()
     now = time.time()
     deadline = now + deadline_s if deadline_s else 0.0
@@ -108,10 +110,10 @@ def prepare_submission(settings: Settings, text: Any, **request: Any) -> Submiss
             options=_rated(opts, p.rate),
             created=now,
             chunk_ms=chunk_ms or 0,
-            words=[[a, b, c, d, p.source[c:d]] for a, b, c, d in p.segment.words],
+            words=[[a, b, c, d, p.source[c:d], tail] for (a, b, c, d), tail in zip(p.segment.words, after[n])],
             bitrate=bitrate,
         )
-        for p in planned
+        for n, p in enumerate(planned)
     ]
     streams = [keys.queue(lane, bucket_of(s.est_s, settings.queue.bucket_edges_s)) for s in segments]
     status = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -122,6 +123,13 @@ def _check_chapters(farm: Farm, plan: BookPlan, result: BookResult, read: Any) -
             "max_duration_error_s": max(errors), "gain_db": round(result.gain_db, 2)}
 
 
+def _bar_minutes(progress: str) -> float:
+    """The audio minutes on the progress bar's last line."""
+    m = re.search(r"segments  ([\d.]+) min audio", progress.strip().splitlines()[-1])
+    assert m, progress
+    return float(m.group(1))
+
+
 @pytest.mark.slow
 def test_markdown_book_into_a_folder(farm: Farm, md_run: tuple[BookResult, Path, str]) -> None:
     result, out, progress = md_run
@@ -139,6 +147,7 @@ def test_markdown_book_into_a_folder(farm: Farm, md_run: tuple[BookResult, Path,
     assert m3u[0] == "#EXTM3U" and m3u[-1] == "011-第十章-再见.flac" and m3u[-2].endswith(",第十章 再见")
     last = progress.strip().splitlines()[-1]
     assert last.startswith("done") and f"{len(plan.jobs)}/{len(plan.jobs)} segments" in last and "chapters 11/11" in last
+    assert _bar_minutes(progress) == pytest.approx(result.duration_s / 60, abs=0.051)  # the manifest's audio
     assert sf.info(str(out / result.chapters[2].file)).format == "FLAC"
 
 
@@ -155,8 +164,10 @@ def test_epub_of_the_same_book_into_s3_reuses_every_segment(farm: Farm, md_run: 
     bucket = f"books-{uuid.uuid4().hex[:10]}"
     s3 = S3Storage(StorageSettings(s3_bucket=bucket, s3_endpoint_url=farm.settings.storage.s3_endpoint_url, prefix="audio/small"))
     s3.ensure_bucket()
-    result = run_book(farm.settings, epub, None, f"s3://{bucket}/audio/small", book_id=BOOK_ID, timeout=120)
+    err = io.StringIO()
+    result = run_book(farm.settings, epub, None, f"s3://{bucket}/audio/small", book_id=BOOK_ID, progress=err, timeout=120)
     assert result.reused == result.segments == first.segments and result.synthesized == 0
+    assert _bar_minutes(err.getvalue()) == pytest.approx(result.duration_s / 60, abs=0.051)  # reused audio counts
     assert result.manifest_url == f"s3://{bucket}/audio/small/manifest.json"
     listing = s3.client.list_objects_v2(Bucket=bucket)["Contents"]
     assert len(listing) == 11 * 2 + 2 + 1  # a chapter file and its captions each, manifest and playlist, the book's M4B
@@ -262,6 +273,10 @@ def test_chapters_have_captions_listed_in_the_manifest(farm: Farm, md_run: tuple
     # the chapter's words are its text's words: the third chapter (Chinese) as the characters read
     third = _parse_vtt((out / result.chapters[2].captions).read_text(encoding="utf-8"))
     assert any("\u4e00" <= ch <= "\u9fff" for _, _, text in third for ch in text)
+    assert [text for _, _, text in third] == ["第二章 雨", "今天下雨了。"]  # a cue a paragraph, its marks kept
+    chapter3 = next(c for c in result.chapters if c.title == "Chapter 3: The Market")
+    market = _parse_vtt((out / chapter3.captions).read_text(encoding="utf-8"))
+    assert [text for _, _, text in market] == ["Chapter 3: The Market", "We sold apples and pears.", "我们卖苹果。"]
 
 
 # -- one file a listener can carry -------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from pipeline.audio import from_pcm16
-from pipeline.captions import to_srt, to_vtt
+from pipeline.captions import render, to_srt, to_vtt
+from pipeline.text.sources import word_after
 from producer.wire.records import Word, merge_words
 from tests.conftest import Farm
 
@@ -55,6 +56,8 @@ def _check_words(text: str, words: list[Word], duration_s: float) -> None:
         assert w.text == text[w.char_start : w.char_end]
         assert 0 <= w.start_s <= w.end_s <= duration_s + 1e-3, w
         covered.update(range(w.char_start, w.char_end))
+    for i, w in enumerate(words):  # what follows each word, for captions: up to the next word
+        assert w.after == word_after(text, w.char_end, words[i + 1].char_start if i + 1 < len(words) else None), w
     for a, b in zip(words, words[1:]):
         assert a.char_end <= b.char_start, (a, b)  # in the text's order, no overlap
         assert a.end_s <= b.start_s + 1e-3, (a, b)  # monotonic in time
@@ -156,6 +159,16 @@ def test_submit_writes_captions_that_parse(farm: Farm, tmp_path: Path) -> None:
         cues = _parse_vtt(out.read_text()) if ext == "vtt" else _parse_srt(out.read_text())
         assert [c[2] for c in cues] == ["Hello from the farm.", "It is 5km away."]
         assert all(s < e for s, e, _ in cues) and cues[0][1] <= cues[1][0]
+
+
+def test_a_mixed_job_has_a_cue_per_sentence_with_its_punctuation(farm: Farm) -> None:
+    text = "Hello there, how are you? 我很好。"
+    words = list(farm.client().submit(text).wait(timeout=180).words)
+    for fmt in ("vtt", "srt"):  # from the words alone, as the gateway and a book's chapters have them
+        got = _parse_vtt(render(words, fmt)) if fmt == "vtt" else _parse_srt(render(words, fmt))
+        assert [c[2] for c in got] == ["Hello there, how are you?", "我很好。"]
+        assert got[0][0] == pytest.approx(words[0].start_s, abs=1e-3) and got[0][1] <= got[1][0]
+        assert got[-1][1] == pytest.approx(words[-1].end_s, abs=1e-3)
 
 
 _STAMP = r"(\d\d):(\d\d):(\d\d)[.,](\d{3})"

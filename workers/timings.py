@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def segment_words(job: SegmentJob, ph: Phonemized | None, durations: np.ndarray | None, *, hop: int, voice_rate: int,
                   model_samples: int) -> list[list[Any]]:
-    """``[start, end, char_start, char_end, text, approx]`` per word; samples at the job's rate from the
+    """``[start, end, char_start, char_end, text, approx, after]`` per word; samples at the job's rate from the
     segment's start. ``model_samples``: the voice's audio of the segment (before resampling and pause)."""
     if not job.words or ph is None:
         return []
@@ -33,4 +33,5 @@ def segment_words(job: SegmentJob, ph: Phonemized | None, durations: np.ndarray 
     except Exception:  # noqa: BLE001 - timings are an extra: the audio goes out without them
         log.warning("job %s segment %d: word timings failed", job.job_id, job.seg, exc_info=True)
         return []
-    return [[t.start, t.end, t.char_start, t.char_end, str(w[4]), int(t.approx)] for t, w in zip(times, job.words)]
+    return [[t.start, t.end, t.char_start, t.char_end, str(w[4]), int(t.approx), *([str(w[5])] if len(w) > 5 else [])]
+            for t, w in zip(times, job.words)]

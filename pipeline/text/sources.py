@@ -170,5 +170,35 @@ def segment_words(text: str, spans: Sequence[Span]) -> tuple[WordRef, ...]:
     return tuple((a, b, c, d) for a, b, c, d in out)
 
 
+AFTER_MAX = 16  # longer runs of marks between two words are decoration, not punctuation a caption keeps
+
+
+def word_after(source: str, end: int, next_start: int | None = None) -> str:
+    """What follows a word that ends at ``end`` of ``source``: its punctuation and the space up to the next word
+    (``next_start``, when known) or to the next character that is neither, a whitespace run as one space (one
+    newline when it holds a blank line: a paragraph ends there), the text's end stripped, at most ``AFTER_MAX``
+    characters. A word's own span has its edge punctuation cut off (``spoken_words``); captions put it back
+    from this."""
+    stop = len(source) if next_start is None else max(end, next_start)  # a span shared with the next: nothing
+    j = end
+    while j < stop and (source[j].isspace() or unicodedata.category(source[j]).startswith("P")):
+        j += 1
+    gap = re.sub(r"\s+", lambda m: "\n" if m.group().count("\n") > 1 else " ", source[end:j])
+    if j >= len(source):
+        gap = gap.rstrip()
+    return gap[:AFTER_MAX]
+
+
+def words_after(segments: Sequence[tuple[Sequence[WordRef], str]]) -> list[list[str]]:
+    """``word_after`` of every word of consecutive segments, each given as (its words, the text their offsets
+    index): a segment's last word looks up to the next segment's first word when both index the same text."""
+    flat = [(i, w[2], w[3], src) for i, (words, src) in enumerate(segments) for w in words]
+    out: list[list[str]] = [[] for _ in segments]
+    for k, (i, _, end, src) in enumerate(flat):
+        nxt = flat[k + 1] if k + 1 < len(flat) and flat[k + 1][3] is src else None
+        out[i].append(word_after(src, end, nxt[1] if nxt else None))
+    return out
+
+
 def is_han(ch: str) -> bool:
     return bool(_HAN.match(ch))

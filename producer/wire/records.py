@@ -43,7 +43,8 @@ class SegmentJob:
     options: Mapping[str, float] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
     chunk_ms: int = 0  # PCM per results record; 0 = the worker's setting
-    # The segment's words: [start, end in ``text``, char_start, char_end in the caller's text, that text].
+    # The segment's words: [start, end in ``text``, char_start, char_end in the caller's text, that text, what
+    # follows it there (``pipeline.text.sources.word_after``: its punctuation, for captions)].
     words: Sequence[Sequence[Any]] = ()
     bitrate: int = 0  # bit/s of a lossy stored output (mp3, ogg, aac); 0 = the codec's default
     v: int = SCHEMA_VERSION
@@ -85,8 +86,8 @@ class SegmentJob:
 
 
 def _is_word_ref(w: Any, n: int) -> bool:
-    return (isinstance(w, (list, tuple)) and len(w) == 5 and all(isinstance(x, int) for x in w[:4])
-            and 0 <= w[0] <= w[1] <= n and 0 <= w[2] <= w[3] and isinstance(w[4], str))
+    return (isinstance(w, (list, tuple)) and len(w) in (5, 6) and all(isinstance(x, int) for x in w[:4])
+            and 0 <= w[0] <= w[1] <= n and 0 <= w[2] <= w[3] and all(isinstance(x, str) for x in w[4:]))
 
 
 def text_of(value: Any) -> str:
@@ -125,10 +126,11 @@ def chunk_fields(seg: int, part: int, last: bool, attempt: str, rate: int, pcm: 
     return fields
 
 
-# Word timings on the wire: [start, end, char_start, char_end, text, approx], start and end in samples of the
+# Word timings on the wire: [start, end, char_start, char_end, text, approx, after], start and end in samples of the
 # job's rate from the start of the word's segment (a worker does not know where its segment starts in the job;
 # a reader does). char_start/char_end index the submitted text (code points). approx: 1 when the voice gave no
-# durations and the time is the word's share of its segment.
+# durations and the time is the word's share of its segment. after: what follows the word in the submitted text
+# (``SegmentJob.words``); a record without it reads as None.
 def words_in(words: Sequence[Sequence[Any]], start: int, end: int, *, last: bool) -> list[Sequence[Any]]:
     """The wire words of a segment that end inside the chunk of its samples [start, end); the segment's last
     chunk also takes any that end at or after its end. Any chunking of a segment gives each word exactly once."""
@@ -145,6 +147,9 @@ class Word:
     char_start: int
     char_end: int
     approx: bool = False  # the voice gave no durations: the word's share of its segment
+    # The punctuation and space that follow the word in the submitted text, up to the next word (", " "。"; a
+    # newline where a paragraph ends): ``pipeline.text.sources.word_after``. Captions keep it. None: not recorded.
+    after: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,7 +158,7 @@ class Word:
 def words_from_wire(words: Sequence[Sequence[Any]], offset: int, rate: int) -> list[Word]:
     """Wire words of one segment that starts ``offset`` samples into the job -> ``Word``s."""
     return [Word(str(w[4]), round((offset + w[0]) / rate, 4), round((offset + w[1]) / rate, 4), int(w[2]), int(w[3]),
-                 bool(w[5]) if len(w) > 5 else False) for w in words]
+                 bool(w[5]) if len(w) > 5 else False, str(w[6]) if len(w) > 6 else None) for w in words]
 
 
 def words_key(job_id: str) -> str:
@@ -179,7 +184,8 @@ def merge_words(words: Sequence[Word]) -> list[Word]:
             p = out[-1]
             text = p.text if p.char_end >= w.char_end else p.text + w.text[p.char_end - w.char_start :]
             out[-1] = Word(text, p.start_s, max(p.end_s, w.end_s),
-                           p.char_start, max(p.char_end, w.char_end), p.approx or w.approx)
+                           p.char_start, max(p.char_end, w.char_end), p.approx or w.approx,
+                           w.after if w.char_end >= p.char_end else p.after)
         else:
             out.append(w)
     return out
