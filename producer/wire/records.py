@@ -8,6 +8,7 @@ refuse one it does not understand.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -110,6 +111,18 @@ class Submission:
     @property
     def total(self) -> int:
         return len(self.segments)
+
+    @property
+    def fingerprint(self) -> str:
+        """What the request asked for, as a hash: every segment's job fields but when it was made (``created``,
+        and ``deadline``, a moment rather than a length) and ``est_s`` (a prediction, not a choice). A retry
+        of the same submission and a later submit of the same text and options agree; other text or another
+        option under the same job id does not (``lua.ADMIT`` compares it when the id exists)."""
+        asked = [{k: v for k, v in asdict(s).items() if k not in _NOT_ASKED} for s in self.segments]
+        return hashlib.sha256(json.dumps(asked, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+_NOT_ASKED = frozenset({"created", "deadline", "est_s"})  # the segment fields ``Submission.fingerprint`` leaves out
 
 
 # Results-stream records. ``type`` is one of these; a reader stops at FINAL.
