@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipeline.errors import MALFORMED_JOB, InputError
+from pipeline.text.clean import SURROGATE
 from producer.wire.errors import JOB_CANCELLED
 from producer.wire.keys import JOB_ID, LANES
 
@@ -72,7 +73,7 @@ class SegmentJob:
         checks = [
             (isinstance(self.job_id, str) and JOB_ID.fullmatch(self.job_id) is not None, "job_id"),
             (isinstance(self.seg, int) and isinstance(self.total, int) and 0 <= self.seg < self.total <= 100_000, "seg/total"),
-            (isinstance(self.text, str) and 0 < len(self.text) <= 10_000, "text"),
+            (isinstance(self.text, str) and 0 < len(self.text) <= 10_000 and not SURROGATE.search(self.text), "text"),
             (self.lane in LANES, "lane"),
             (isinstance(self.sample_rate, int) and 8000 <= self.sample_rate <= 48000, "sample_rate"),
             (isinstance(self.options, dict), "options"),
