@@ -20,6 +20,7 @@ Chapters come from:
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -50,7 +51,7 @@ def load_book(path: str | Path, *, fmt: str | None = None, manifest: str | Path 
     except OSError as exc:
         raise InputError(f"cannot read the book {str(p)!r}: {exc.strerror or exc}", code=BAD_BOOK) from None
     kind = (fmt or {".md": "markdown", ".markdown": "markdown", ".epub": "epub"}.get(p.suffix.lower(), "text")).lower()
-    stem = p.stem.replace("_", " ").strip() or "Book"
+    stem = _readable(p.stem).replace("_", " ").strip() or "Book"
     if kind == "epub":
         book = parse_epub(data, default_title=stem)
     elif kind in ("markdown", "md"):
@@ -64,6 +65,12 @@ def load_book(path: str | Path, *, fmt: str | None = None, manifest: str | Path 
     if not book.chapters:
         raise InputError(f"{p.name}: no chapter has any text", code=BAD_BOOK)
     return book
+
+
+def _readable(name: str) -> str:
+    """A file name as text to read aloud: a byte of the name that is not UTF-8 (which Python keeps as a lone
+    surrogate) reads as U+FFFD, as one in an EPUB does."""
+    return os.fsencode(name).decode("utf-8", errors="replace")
 
 
 def _decode(data: bytes, name: str) -> str:

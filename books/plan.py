@@ -187,6 +187,20 @@ def check_book_options(opts: BookOptions) -> None:
     number_arg("stall_s", opts.stall_s, low=0, high=7 * 86400, low_open=True)
 
 
+def check_book_text(book: Book) -> None:
+    """Every title and paragraph is valid Unicode (INVALID_UTF8 otherwise). A book file is decoded strictly
+    (``books.formats``: BAD_BOOK when it is not UTF-8), but a manifest (JSON's "\\ud800") or a ``Book`` made in
+    Python can hand in a lone surrogate, which no chapter file, manifest or segment job could carry."""
+    from pipeline.text.clean import check_unicode
+
+    check_unicode(book.title, "the book's title")
+    check_unicode(book.author, "the book's author")
+    for n, ch in enumerate(book.chapters, 1):
+        check_unicode(ch.title, f"the title of chapter {n}")
+        for para in ch.paragraphs:
+            check_unicode(para, f"a paragraph of chapter {n}")
+
+
 def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions) -> BookPlan:
     """Segments and job ids of every chapter; input errors (voice, options) are raised here."""
     from pipeline.audio import check_sample_rate
@@ -200,6 +214,7 @@ def plan_book(settings: Settings, book: Book, *, book_id: str, opts: BookOptions
     from pipeline.text.lexicon import apply_lexicon, check_lexicon
 
     check_book_options(opts)
+    check_book_text(book)
     lexicon = check_lexicon(opts.lexicon)
     if not re.fullmatch(r"[\w.-]{1,64}", name_arg("book_id", book_id)):
         raise InputError(f"book id {book_id!r}: use 1 to 64 letters, digits, '.', '_' or '-'", code=BAD_OPTION)

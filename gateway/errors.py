@@ -18,6 +18,7 @@ from pipeline.errors import BAD_INPUT, BAD_OPTION, INTERNAL_ERROR, MALFORMED_JOB
 from producer.wire.errors import (
     JOB_CANCELLED,
     JOB_EXPIRED,
+    JOB_ID_CONFLICT,
     JOB_NOT_DONE,
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
@@ -58,6 +59,8 @@ def status_for(exc: TTSFarmError) -> int:
     """The HTTP status of an error. Order matters: the classes overlap (JobNotFoundError is a LookupError)."""
     if isinstance(exc, GatewayError):
         return exc.status
+    if exc.code == JOB_ID_CONFLICT:  # the request is well formed; the job id it names holds another request
+        return 409
     if isinstance(exc, InputError):
         return 400
     if isinstance(exc, JobNotFoundError) or exc.code == OBJECT_NOT_FOUND:

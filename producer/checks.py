@@ -5,8 +5,9 @@ gateway all pass their arguments through these, so ``None``, a number where text
 not UTF-8, a list where a name belongs, ``True`` where a number belongs, NaN or an absurd value all get
 the farm's ``InputError`` with a stable code, never an ``AttributeError`` or ``TypeError`` from inside.
 
-Codes: the text itself of a wrong type is MALFORMED_JOB (bytes that are not UTF-8 stay INVALID_UTF8, from
-the segmenter); any option of a wrong type or out of range is BAD_OPTION.
+Codes: the text itself of a wrong type is MALFORMED_JOB; text that is not valid Unicode is INVALID_UTF8 (a
+``str`` with a lone surrogate here, bytes that are not UTF-8 from the segmenter); any option of a wrong type or
+out of range is BAD_OPTION.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.errors import BAD_LEXICON, BAD_OPTION, MALFORMED_JOB, InputError
+from pipeline.text.clean import check_unicode
 
 MAX_NAME_CHARS = 200  # a voice, a format, a lane, a job id: longer is never a real name
 MAX_SEQ = 2**53  # after_seq: any chunk number a job can have (and a JSON number keeps it exactly)
@@ -27,8 +29,12 @@ def _kind(value: Any) -> str:
 
 
 def text_arg(text: Any) -> str | bytes:
-    """The text of a request: a ``str`` or UTF-8 ``bytes`` (``bytearray`` and ``memoryview`` are read as bytes)."""
-    if isinstance(text, (str, bytes)):
+    """The text of a request: a ``str`` or UTF-8 ``bytes`` (``bytearray`` and ``memoryview`` are read as bytes).
+    A ``str`` holding a surrogate code point, which no UTF-8 can carry, is INVALID_UTF8 here, before any
+    other check."""
+    if isinstance(text, str):
+        return check_unicode(text)
+    if isinstance(text, bytes):
         return text
     if isinstance(text, (bytearray, memoryview)):
         return bytes(text)
@@ -123,10 +129,11 @@ def timeout_arg(name: str, timeout: Any) -> float | None:
 
 
 def job_id_arg(job_id: Any) -> str:
-    """A job id to look up: a ``str`` (one that names no job is JOB_NOT_FOUND where it is looked up)."""
+    """A job id to look up: a ``str`` (one that names no job is JOB_NOT_FOUND where it is looked up; one that no
+    UTF-8 can carry, so no key can name, INVALID_UTF8)."""
     if not isinstance(job_id, str):
         raise InputError(f"a job id is a string, not {_kind(job_id)}", code=BAD_OPTION)
-    return job_id
+    return check_unicode(job_id, "the job id")
 
 
 def stream_args(after_seq: Any, timeout: Any, block_ms: Any) -> tuple[int, float | None, int]:

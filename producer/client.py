@@ -75,8 +75,9 @@ class Client(ClientCore):
         options ({"speed", "noise_scale", "noise_w"}), deadline_s, chunk_ms. Bad input of any type or value
         raises ``InputError`` with a stable code (checked in ``prepare_submission``); a full
         lane raises ``OverloadedError`` (code OVERLOADED, retryable). ``job_id`` (optional, your own) makes a
-        resubmit safe: an id that exists is not queued again. Redis out of reach for ~3 s raises
-        ``TransientError`` with ``detail["job_id"]`` (the job may have been queued)."""
+        resubmit safe: the same request under an id that exists is that job, not queued again; other text or
+        options under it raise ``InputError`` JOB_ID_CONFLICT (``detail["job_id"]``) and queue nothing. Redis
+        out of reach for ~3 s raises ``TransientError`` with ``detail["job_id"]`` (the job may have been queued)."""
         sub = self._run(self._submit(text, request))
         return Job(self, sub.job_id, sub.total)
 

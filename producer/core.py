@@ -20,12 +20,13 @@ its own, so neither can learn a behaviour the other lacks (``tests/test_client_p
 scenarios through both).
 
 Errors, the same on both faces:
-- a bad argument raises ``InputError`` at the call, before any Redis command;
+- a bad argument raises ``InputError`` at the call, before any Redis command; a ``job_id`` that another
+  request holds raises ``InputError`` JOB_ID_CONFLICT from the admission, which then writes nothing;
 - Redis (the broker) refusing the credentials is ``TTSFarmError`` BACKEND_AUTH_FAILED from any call, never retried;
 - a lost connection (Redis restarting or failing over) is retried where the call can wait: ``stream``
   backs off up to 20 times, then ``TransientError``; ``wait`` keeps polling until its deadline, then
-  raises the connection error. ``submit`` retries the same job (same id: admission is idempotent, so a try
-  whose reply was lost is not queued twice) for about 3 s, then raises ``TransientError`` whose
+  raises the connection error. ``submit`` retries the same job (same id and request: admission is idempotent,
+  so a try whose reply was lost is not queued twice) for about 3 s, then raises ``TransientError`` whose
   ``detail["job_id"]`` names the job: it may have been queued (``client.job(id)`` tells); ``job``,
   ``status`` and ``cancel`` raise the connection error.
 """
@@ -127,7 +128,7 @@ class ClientCore:
         for attempt in range(SUBMIT_RETRIES + 1):
             try:
                 yield from self._ensure_groups()
-                yield from self.broker.admit(sub, self.settings.queue)  # idempotent per job id: a retry never doubles it
+                yield from self.broker.admit(sub, self.settings.queue)  # idempotent per request: a retry never doubles it
                 break
             except self.broker.lost as exc:
                 if attempt == SUBMIT_RETRIES:

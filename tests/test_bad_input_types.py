@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from pipeline.errors import (
     BAD_OPTION,
@@ -35,6 +37,8 @@ from producer.cli import main as cli
 from producer.client import Client, Job
 from gateway import create_app
 from gateway.serve import BackgroundServer
+from producer.wire.errors import JOB_ID_CONFLICT
+from producer.wire.keys import Keys
 from producer.wire.settings import Settings
 from tests.conftest import Farm
 
@@ -51,6 +55,7 @@ TEXTS = [
     (["Hello."], MALFORMED_JOB),
     ({"text": "Hello."}, MALFORMED_JOB),
     (BAD_UTF8, INVALID_UTF8),
+    ("abc\ud800def", INVALID_UTF8),  # a lone surrogate: a str no UTF-8 can carry (JSON's "\ud800" makes one)
     ("", EMPTY_TEXT),
     ("a" * 200_001, TEXT_TOO_LONG),
 ]
@@ -210,6 +215,16 @@ def test_job_ids_of_any_type(settings: Settings, job_id: Any) -> None:
     expect(BAD_OPTION, asyncio.run, go())
 
 
+def test_a_job_id_that_is_not_unicode(settings: Settings) -> None:
+    expect(INVALID_UTF8, Client.from_url(settings=settings).job, "abc\ud800def")
+
+    async def go() -> None:
+        async with AsyncClient.from_url(settings=settings) as client:
+            await client.job("abc\ud800def")
+
+    expect(INVALID_UTF8, asyncio.run, go())
+
+
 # -- books -----------------------------------------------------------------------------------------
 
 BOOK_ARGS = [
@@ -245,6 +260,9 @@ BOOK_ARGS = [
     ({"opts": BookOptions(max_retries=1.5)}, BAD_OPTION),  # type: ignore[arg-type]
     ({"opts": BookOptions(stall_s=-1)}, BAD_OPTION),
     ({"opts": BookOptions(fade_ms=None)}, BAD_OPTION),  # type: ignore[arg-type]
+    ({"opts": BookOptions(lexicon={"farm\ud800": "fˈɑːɹm"})}, INVALID_UTF8),
+    ({"manifest": {"title": "The Small \ud800 Farm"}}, INVALID_UTF8),
+    ({"manifest": {"author": "A. \udcff Writer"}}, INVALID_UTF8),
 ]
 
 
@@ -257,6 +275,22 @@ def test_submit_book_arguments(settings: Settings, tmp_path: Path, kwargs: dict[
     client = Client.from_url(settings=settings)
     expect(code, submit_book, client, args.pop("path"), **args)
     assert not client.redis.keys(f"{settings.redis.key_prefix}:*"), "nothing may be queued for a refused book"
+
+
+def test_a_book_file_name_that_is_not_utf8_reads_as_replacement_characters(base_settings: Settings,
+                                                                             tmp_path: Path) -> None:
+    """A file name's bytes that are not UTF-8 (Python keeps them as lone surrogates) never reach the plan: the
+    default title reads them as U+FFFD."""
+    import os
+
+    from books import BookOptions, load_book, plan_book
+
+    path = tmp_path / os.fsdecode(b"caf\xe9 story.txt")
+    path.write_text("The road was long. We walked all day.", encoding="utf-8")
+    book = load_book(path)
+    assert book.chapters[0].title == "caf\ufffd story"
+    plan = plan_book(base_settings, book, book_id="cafe-story", opts=BookOptions())
+    assert plan.chapters[0].title == "caf\ufffd story"
 
 
 def test_submit_book_refuses_unknown_keywords(settings: Settings, tmp_path: Path) -> None:
@@ -280,6 +314,9 @@ def _cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["submit", "Hi there.", "--voice", "nobody"], UNKNOWN_VOICE),
         (["submit", "--file", str(tmp / "missing.txt")], BAD_OPTION),
         (["submit", "--file", str(tmp / "bad.txt")], INVALID_UTF8),
+        (["submit", "caf\udce9 au lait"], INVALID_UTF8),  # an argument's byte 0xE9, as Python's surrogateescape keeps it
+        (["say", "caf\udce9 au lait", "-o", out + ".wav"], INVALID_UTF8),  # offline
+        (["phonemize", "abc\ud800def"], INVALID_UTF8),
         (["book", str(BOOK), "--out", out, "--speed", "nan"], BAD_OPTION),
         (["book", str(BOOK), "--out", out, "--loudness", "nan"], BAD_OPTION),
         (["book", str(BOOK), "--out", out, "--peak", "1e999"], BAD_OPTION),
@@ -338,6 +375,37 @@ def gateway(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def _post(http: httpx.Client, path: str, body: dict[str, Any]) -> httpx.Response:
     # NaN and huge integers as Python's json writes them (a client may send them; the server must cope)
     return http.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+
+
+def test_gateway_answers_text_that_is_not_unicode_and_a_taken_job_id(settings: Settings, r: redis.Redis) -> None:
+    """Without a worker process (a fresh heartbeat record stands in for one): JSON's "\\ud800" escape hands the
+    gateway a lone surrogate, a 400 INVALID_UTF8 in the text or the lexicon; no string field of a request gets a
+    500 for one. A job id that another request holds (JOB_ID_CONFLICT) is a 409 naming the id."""
+    from fastapi.testclient import TestClient
+
+    beat = {"state": "serving", "ts": time.time(), "pid": 1}
+    r.hset(Keys(settings.redis.key_prefix).workers(), "fresh@x:1", json.dumps(beat))
+    bad = "abc\ud800def"
+    with TestClient(create_app(settings)) as http:
+        for path, body in [("/v1/jobs", {"text": bad}), ("/v1/audio/speech", {"input": bad}),
+                           ("/v1/jobs", {"text": "Hello there.", "lexicon": {bad: "fˈɑːɹm"}}),
+                           ("/v1/audio/speech", {"input": "Hello there.", "lexicon": {"farm": bad}})]:
+            resp = _post(http, path, body)
+            assert resp.status_code == 400 and resp.json()["error"]["code"] == INVALID_UTF8, resp.text
+        for path, body in [("/v1/jobs", {"text": "Hello there.", name: bad}) for name in ("voice", "format", "lane")] + \
+                          [("/v1/audio/speech", {"input": "Hello.", name: bad}) for name in ("voice", "model", "response_format")]:
+            resp = _post(http, path, body)
+            assert resp.status_code == 400, (body, resp.text)
+
+        async def taken(*args: Any, **kwargs: Any) -> Any:
+            raise InputError("job id 'taken-job-0001' is taken by another request", code=JOB_ID_CONFLICT,
+                             job_id="taken-job-0001")
+
+        http.app.state.farm.client.submit = taken  # type: ignore[attr-defined]
+        resp = _post(http, "/v1/jobs", {"text": "Hello there."})
+        assert resp.status_code == 409, resp.text
+        assert resp.json()["error"] == {"code": JOB_ID_CONFLICT, "message": "job id 'taken-job-0001' is taken by "
+                                        "another request", "job_id": "taken-job-0001"}
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ from producer.aio import AsyncClient
 from producer.client import Client
 from producer.wire.broker import Broker, Op, Script, run_blocking
 from producer.wire.redis_broker import RedisBroker
-from producer.wire.errors import JobError, TransientError
+from pipeline.errors import InputError
+from producer.wire.errors import JOB_ID_CONFLICT, JobError, TransientError
 from producer.wire.keys import Keys
 from producer.wire.lua import ADMIT, CANCEL
 from producer.wire.records import final_fields
@@ -198,9 +199,16 @@ def test_a_submit_whose_reply_was_lost_is_queued_once(settings: Settings, r: red
         queued = sum(r.xlen(s) for s in keys.queues(settings.queue.n_buckets) if r.exists(s))
         assert queued == job.total >= 1  # not twice
         assert int(r.hget(keys.backlog("bulk"), "n") or 0) == job.total
-        again = client.submit("Something else entirely.", job_id=job.id, lane="bulk")  # an id that exists
-        assert again.id == job.id
+        stored = r.hgetall(keys.status(job.id))
+        again = client.submit("Hello there. A second sentence.", job_id=job.id, lane="bulk")  # the same request
+        assert (again.id, again.total) == (job.id, job.total) and broker.admits == 3
+        with pytest.raises(InputError) as err:  # other text under an id that exists
+            client.submit("Something else entirely.", job_id=job.id, lane="bulk")
+        assert err.value.code == JOB_ID_CONFLICT and err.value.detail == {"job_id": job.id}
+        assert not err.value.retryable and broker.admits == 4
         assert sum(r.xlen(s) for s in keys.queues(settings.queue.n_buckets) if r.exists(s)) == job.total
+        assert int(r.hget(keys.backlog("bulk"), "n") or 0) == job.total
+        assert r.hgetall(keys.status(job.id)) == stored
 
 
 class NeverReachable(RedisBroker):

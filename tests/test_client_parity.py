@@ -198,6 +198,34 @@ def test_submit_then_cancel(settings: Settings, r: redis.Redis) -> None:
     assert seen["repr"] == f"Job({JOB!r}, segments={seen['total']})"
 
 
+def test_a_job_id_admits_one_request(settings: Settings, r: redis.Redis) -> None:
+    """The same request again under a job id is that job (nothing queued twice); other text or another option
+    under it is JOB_ID_CONFLICT, an input error naming the id, and writes nothing."""
+    keys = Keys(settings.redis.key_prefix)
+    text = "Hello there. This is a second sentence. And a third one here."
+
+    def written() -> tuple[Any, ...]:
+        streams = [*keys.queues(settings.queue.n_buckets), keys.staging("bulk")]
+        return (sorted(r.keys()), r.hgetall(keys.status(JOB)), r.hgetall(keys.backlog("bulk")),
+                [r.xrange(s) for s in streams])
+
+    def scenario(face: Face) -> dict[str, Any]:
+        job = face.call(face.client.submit, text, job_id=JOB, lane="bulk")
+        before = written()
+        again = face.call(face.client.submit, text, job_id=JOB, lane="bulk")  # later: its own ``created``
+        same = written() == before
+        conflicts = [face.call(face.client.submit, "Hello.", job_id=JOB, lane="bulk"),
+                     face.call(face.client.submit, text, job_id=JOB, lane="bulk", format="flac"),
+                     face.call(face.client.submit, text, job_id=JOB, lane="bulk", options={"speed": 1.5})]
+        return {"total": job.total, "again": (again.id, again.total), "same": same, "conflicts": conflicts,
+                "unchanged": written() == before}
+
+    seen = both(settings, scenario, r.flushdb)
+    assert seen["total"] == 3 and seen["again"] == (JOB, 3) and seen["same"] and seen["unchanged"]
+    assert {(e.kind, e.code) for e in seen["conflicts"]} == {("InputError", "JOB_ID_CONFLICT")}
+    assert all(JOB in e.message for e in seen["conflicts"])
+
+
 def test_a_done_job_streams_waits_and_joins_alike(settings: Settings, r: redis.Redis) -> None:
     keys = Keys(settings.redis.key_prefix)
     words = [{"text": "Hi", "start_s": 0.0, "end_s": 0.001, "char_start": 0, "char_end": 2, "approx": False}]

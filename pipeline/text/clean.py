@@ -15,6 +15,9 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\
 # Invisible characters dropped silently: zero-width spaces and joiners, BOM, soft hyphen.
 _INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff\u00ad]")
 _SPACES = re.compile(r"[ \t\u00a0\u3000]+")
+# Surrogate code points: a Python str can hold one alone (JSON's "\ud800", a command line's undecodable byte
+# under surrogateescape), but no UTF-8 encodes it, so such text cannot be stored, sent or spoken.
+SURROGATE = re.compile("[\ud800-\udfff]")
 # NFKC folds full-width ASCII to half-width, but it would also turn Chinese punctuation into ASCII
 # and split some symbols; these keep their Chinese form so the segmenter sees CJK sentence ends.
 _KEEP = {"，": "，", "。": "。", "！": "！", "？": "？", "：": "：", "；": "；", "（": "（", "）": "）"}
@@ -27,9 +30,23 @@ def source_of_cleaned(raw: str, cleaned: str) -> list[int]:
     return clean_origin(raw, cleaned, _KEEP)
 
 
+def check_unicode(text: str, what: str = "text") -> str:
+    """``text`` unless it holds a surrogate code point (INVALID_UTF8). The message names the character by its
+    position, never by itself: an error that echoed it could not be written as UTF-8 either."""
+    bad = SURROGATE.search(text)
+    if bad is None:
+        return text
+    code = ord(bad.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's stand-in for a byte that was not UTF-8
+        why = f"byte 0x{code - 0xDC00:02X} that is not UTF-8"
+    else:
+        why = f"lone surrogate U+{code:04X}"
+    raise InputError(f"{what} is not valid Unicode: {why} at character {bad.start()}", code=INVALID_UTF8)
+
+
 def decode(raw: bytes | str) -> str:
     if isinstance(raw, str):
-        return raw
+        return check_unicode(raw)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

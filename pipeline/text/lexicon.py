@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.errors import BAD_LEXICON, InputError
+from pipeline.text.clean import check_unicode
 
 MAX_ENTRIES = 2000
 MAX_KEY_CHARS = 64
@@ -71,7 +72,8 @@ def check_phonemes(value: str, where: str) -> str:
 
 
 def check_lexicon(lexicon: Any) -> dict[str, str]:
-    """A lexicon checked and normalized: ``{word: "pinyin" | "phonemes"}``; anything off is BAD_LEXICON."""
+    """A lexicon checked and normalized: ``{word: "pinyin" | "phonemes"}``; anything off is BAD_LEXICON (a
+    string that is not valid Unicode, INVALID_UTF8, as in the text)."""
     if lexicon is None:
         return {}
     if not isinstance(lexicon, Mapping):
@@ -83,6 +85,8 @@ def check_lexicon(lexicon: Any) -> dict[str, str]:
     for word, value in lexicon.items():
         if not isinstance(word, str) or not isinstance(value, str):
             raise InputError("lexicon words and pronunciations must be strings", code=BAD_LEXICON)
+        check_unicode(word, "a lexicon word")
+        check_unicode(value, "a lexicon pronunciation")
         key = word.strip()
         if not key or len(key) > MAX_KEY_CHARS or len(value) > MAX_VALUE_CHARS or "[" in key or "]" in key:
             raise InputError(f"lexicon word {word[:40]!r}: 1 to {MAX_KEY_CHARS} characters, pronunciation at most "

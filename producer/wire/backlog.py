@@ -2,8 +2,10 @@
 
 A submission is admitted and written by one Lua script, so two producers cannot both slip past the
 limit: it checks the lane's counters, then writes the status record, every segment's stream entry and
-the new counts at once. Workers take a segment off the counters when their XACK of it succeeds (an
-XACK counts once, so a redelivered entry cannot be subtracted twice). A lane that is empty admits any
+the new counts at once. A job id admits one request: the status keeps the request's fingerprint, so the same
+request again (a retry after a lost reply) is the job that exists, and another one under the id is refused
+(JOB_ID_CONFLICT) with nothing written. Workers take a segment off the counters when their XACK of it succeeds
+(an XACK counts once, so a redelivered entry cannot be subtracted twice). A lane that is empty admits any
 job, so a job larger than the limit can still run when nothing else waits. The scripts are ``lua.ADMIT`` and
 ``lua.RELEASE``; this module builds their arguments and reads their answers.
 """
@@ -14,8 +16,9 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from pipeline.errors import InputError
 from producer.wire.admission import admitted_at_submit
-from producer.wire.errors import OverloadedError
+from producer.wire.errors import JOB_ID_CONFLICT, OverloadedError
 from producer.wire.keys import Keys
 from producer.wire.settings import QueueSettings
 from producer.wire.status import JobStatus
@@ -37,15 +40,20 @@ def admit_args(sub: Submission, keys: Keys, q: QueueSettings) -> tuple[list[str]
     now_n = admitted_at_submit([s.est_s for s in sub.segments], lane, q.admission_horizon_s)
     script_keys = [keys.status(sub.job_id), keys.backlog(lane), keys.staging(lane), keys.staged(sub.job_id),
                    keys.admission_due(), *sub.streams]
-    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(JobStatus.admitted(**sub.status, horizon_s=q.admission_horizon_s)), now_n, sub.job_id,
-                       time.time()]
+    fingerprint = sub.fingerprint
+    status = JobStatus.admitted(**{**sub.status, "fingerprint": fingerprint, "horizon_s": q.admission_horizon_s})
+    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(status), now_n, sub.job_id, time.time(), fingerprint]
     argv += [json.dumps({**seg.to_fields(), "est": round(seg.est_s, 3)}, ensure_ascii=False) for seg in sub.segments]
     return script_keys, argv
 
 
 def check_admitted(reply: list[Any], sub: Submission, q: QueueSettings) -> None:
-    if int(reply[0]) in (1, 2):  # 2: admitted by an earlier try whose reply was lost
+    if int(reply[0]) in (1, 2):  # 2: the same request admitted already (an earlier try whose reply was lost)
         return
+    if int(reply[0]) == 3:
+        raise InputError(f"job id {sub.job_id!r} is taken by another request (other text or options); submit "
+                         "under a new id, or resend the same request to get its job", code=JOB_ID_CONFLICT,
+                         job_id=sub.job_id)
     lane = sub.segments[0].lane
     max_n, max_s = limits(q, lane)
     raise OverloadedError(

@@ -136,8 +136,9 @@ class Broker(Protocol):
 
     def admit(self, sub: Submission, queue: QueueSettings) -> Op[None]:
         """Check the lane's backlog limit and write the job's status and every segment at once, or raise
-        ``OverloadedError`` and write nothing. Idempotent per job id: a job that exists is left as it is (so a
-        retry after a lost reply never queues it twice)."""
+        ``OverloadedError`` and write nothing. Idempotent per request: a job that exists is left as it is, and
+        the same request under its id answers as admitted (so a retry after a lost reply never queues it twice),
+        another request under its id raises ``InputError`` JOB_ID_CONFLICT."""
         ...
 
     def cancel(self, job_id: str) -> Op[int]:

@@ -25,6 +25,7 @@ OVERLOADED = "OVERLOADED"
 JOB_NOT_FOUND = "JOB_NOT_FOUND"
 JOB_TIMEOUT = "JOB_TIMEOUT"
 BACKEND_AUTH_FAILED = "BACKEND_AUTH_FAILED"  # Redis refused the credentials
+JOB_ID_CONFLICT = "JOB_ID_CONFLICT"  # a submit under a job id that another request (other text or options) holds
 
 # A job's end, as its final record says it (``JOB_<STATE>`` of a job that ended without a worker's code).
 JOB_CANCELLED = "JOB_CANCELLED"
@@ -109,7 +110,7 @@ class ObjectNotFoundError(TTSFarmError, KeyError):
 
 
 _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
-    **{c: InputError for c in (*INPUT_CODES, BAD_BOOK, BOOK_OUTPUT_REFUSED, BAD_KEY)},
+    **{c: InputError for c in (*INPUT_CODES, BAD_BOOK, BOOK_OUTPUT_REFUSED, BAD_KEY, JOB_ID_CONFLICT)},
     **{c: ModelError for c in MODEL_CODES},
     TransientError.code: TransientError,
     OverloadedError.code: OverloadedError,

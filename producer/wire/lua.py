@@ -127,14 +127,20 @@ end
 """
 
 # KEYS: status, backlog hash, staging stream, staged list, admission-due set, then one bucket stream key per segment.
-# ARGV: max_n, max_s, add_s, ttl, status json, how many to admit now (the first segments), job id, now, then per
-# segment its job fields and predicted seconds as json ({"v", "job", "est"}). The whole job counts against the lane's backlog limit (and in its counters) at once; its first
-# ARGV[6] segments go to their bucket streams, the rest to the staging stream (``admit_next`` admits them later).
-# Idempotent per job id: a job whose status exists was admitted already (a retry after a lost reply) and answers 2.
+# ARGV: max_n, max_s, add_s, ttl, status json, how many to admit now (the first segments), job id, now, the request's
+# fingerprint (``Submission.fingerprint``, also in the status json), then per segment its job fields and predicted
+# seconds as json ({"v", "job", "est"}). The whole job counts against the lane's backlog limit (and in its counters)
+# at once; its first ARGV[6] segments go to their bucket streams, the rest to the staging stream (``admit_next``
+# admits them later). Idempotent per request: a job whose status exists with the same fingerprint was admitted
+# already (a retry after a lost reply, the same request again) and answers 2; with another fingerprint, or none (a
+# job another step wrote), the id is taken by another request: 3, and nothing is written.
 ADMIT = ADMISSION_FUNCTIONS + """
 local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
 local s = tonumber(redis.call('HGET', KEYS[2], 's') or '0')
-if redis.call('EXISTS', KEYS[1]) == 1 then return {2, n, tostring(s)} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'fingerprint') == ARGV[9] then return {2, n, tostring(s)} end
+  return {3, n, tostring(s)}
+end
 local max_n, max_s, add_s = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local add_n = #KEYS - 5
 if n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and s + add_s > max_s)) then
@@ -145,7 +151,7 @@ for k, v in pairs(status) do redis.call('HSET', KEYS[1], k, tostring(v)) end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 local now_n, admitted_s = tonumber(ARGV[6]), 0
 for i = 6, #KEYS do
-  local f = cjson.decode(ARGV[i + 3])
+  local f = cjson.decode(ARGV[i + 4])
   local seg = i - 5
   if seg <= now_n then
     redis.call('XADD', KEYS[i], '*', 'v', f['v'], 'job', f['job'])

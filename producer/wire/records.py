@@ -8,6 +8,7 @@ refuse one it does not understand.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipeline.errors import MALFORMED_JOB, InputError
+from pipeline.text.clean import SURROGATE
 from producer.wire.errors import JOB_CANCELLED
 from producer.wire.keys import JOB_ID, LANES
 
@@ -72,7 +74,7 @@ class SegmentJob:
         checks = [
             (isinstance(self.job_id, str) and JOB_ID.fullmatch(self.job_id) is not None, "job_id"),
             (isinstance(self.seg, int) and isinstance(self.total, int) and 0 <= self.seg < self.total <= 100_000, "seg/total"),
-            (isinstance(self.text, str) and 0 < len(self.text) <= 10_000, "text"),
+            (isinstance(self.text, str) and 0 < len(self.text) <= 10_000 and not SURROGATE.search(self.text), "text"),
             (self.lane in LANES, "lane"),
             (isinstance(self.sample_rate, int) and 8000 <= self.sample_rate <= 48000, "sample_rate"),
             (isinstance(self.options, dict), "options"),
@@ -111,6 +113,18 @@ class Submission:
     @property
     def total(self) -> int:
         return len(self.segments)
+
+    @property
+    def fingerprint(self) -> str:
+        """What the request asked for, as a hash: every segment's job fields but when it was made (``created``,
+        and ``deadline``, a moment rather than a length) and ``est_s`` (a prediction, not a choice). A retry
+        of the same submission and a later submit of the same text and options agree; other text or another
+        option under the same job id does not (``lua.ADMIT`` compares it when the id exists)."""
+        asked = [{k: v for k, v in asdict(s).items() if k not in _NOT_ASKED} for s in self.segments]
+        return hashlib.sha256(json.dumps(asked, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+_NOT_ASKED = frozenset({"created", "deadline", "est_s"})  # the segment fields ``Submission.fingerprint`` leaves out
 
 
 # Results-stream records. ``type`` is one of these; a reader stops at FINAL.
