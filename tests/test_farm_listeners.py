@@ -59,8 +59,10 @@ def test_long_listeners_all_start_before_any_gets_its_third_segment(redis_url: s
     # One loop: which unit runs next is then the scheduler's choice alone (with more loops, a shared loop runs a
     # later segment while the reserved one serves a first: by design, but a race to assert on). Units with slack
     # run at nice 19 by default: on a machine busy with other tests the jobs would then fall behind their listeners.
+    # Two segments in flight when nothing else waits (the default six would let a job that finds the others' streams
+    # empty run six ahead): the bound below is then the horizon's two segments and those two.
     farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_INFERENCE_THREADS="1", TTSFARM_QUEUE_INTERACTIVE_LOOPS="0",
-                TTSFARM_QUEUE_BULK_NICE="0")
+                TTSFARM_QUEUE_BULK_NICE="0", TTSFARM_QUEUE_ADMISSION_IDLE_AHEAD="2")
     try:
         farm.start_worker()
         client = farm.client()
