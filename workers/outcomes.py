@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 
 from pipeline.errors import MALFORMED_JOB, InputError
 from producer.wire.broker import Consumer
-from producer.wire.errors import (DEADLINE_EXCEEDED, JOB_CANCELLED, SEGMENT_FAILED, TOO_MANY_DELIVERIES, TOO_MANY_FAILURES,
+from producer.wire.errors import (DEADLINE_EXCEEDED, SEGMENT_FAILED, TOO_MANY_DELIVERIES, TOO_MANY_FAILURES,
                                   TransientError)
 from producer.wire.queue import Entry
-from producer.wire.records import SegmentJob, dead_letter_fields
+from producer.wire.records import CANCELLED_INFO, SegmentJob, dead_letter_fields
 from workers import schedule
 from workers.context import LoopContext
 from workers.publisher import SegmentOutcome
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 TRANSIENT_RETRY_S = 900.0  # a storage or backend outage is waited out this long before giving up
-CANCELLED = {"code": JOB_CANCELLED, "message": "cancelled by the client"}
 
 
 def work_of(job: SegmentJob) -> Work:
@@ -101,7 +100,7 @@ class Outcomes:
     def _ended(self, e: Entry, state: str) -> bool:
         job = _job(e)
         if state == "cancelled":
-            if self.publisher.finish(job.job_id, "cancelled", CANCELLED):
+            if self.publisher.finish(job.job_id, "cancelled", CANCELLED_INFO):
                 self.revoked(job)
         elif not self.publisher.is_final(state):
             return False
