@@ -83,7 +83,7 @@ class StorelessBroker:
     def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         return {}
 
-    def mark_started(self, job_id: str, worker: str) -> bool:
+    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
         return False
 
     def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:

@@ -165,8 +165,10 @@ class Broker(Protocol):
         ...
 
     # -- results: the workers' writes to a job's results stream and status (blocking) --------------------------
-    def mark_started(self, job_id: str, worker: str) -> bool:
-        """Mark a job started by ``worker``; True for its first start, never over a state written meanwhile."""
+    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
+        """Mark a job started by ``worker``, which claimed its segment at ``claimed`` (the status keeps both: the
+        wait between claim and start is a loop's own); True for its first start, never over a state written
+        meanwhile."""
         ...
 
     def job_states(self, job_ids: Sequence[str]) -> list[str]:

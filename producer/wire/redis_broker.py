@@ -97,8 +97,8 @@ class RedisBroker:
         return RedisConsumer(self.r, self, name, streams)
 
     # -- results --------------------------------------------------------------------------------------------
-    def mark_started(self, job_id: str, worker: str) -> bool:
-        return bool(self.send(Script(MARK_STARTED, [self.keys.status(job_id)], [time.time(), worker])))
+    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
+        return bool(self.send(Script(MARK_STARTED, [self.keys.status(job_id)], [time.time(), worker, claimed])))
 
     def job_states(self, job_ids: Sequence[str]) -> list[str]:
         if not job_ids:
