@@ -64,6 +64,7 @@ class Load:
         self.pool = ThreadPoolExecutor(6)
         self.stop = threading.Event()
         self.limit = 0
+        self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def run_until(self, n: int) -> None:
@@ -71,7 +72,19 @@ class Load:
         if not self.thread.is_alive():
             self.thread.start()
 
+    def count(self) -> int:
+        """Jobs acknowledged so far; the producer's error, if it died, is raised here."""
+        if self.error is not None:
+            raise self.error
+        return len(self.acked)
+
     def _run(self) -> None:
+        try:
+            self._produce()
+        except BaseException as exc:
+            self.error = exc
+
+    def _produce(self) -> None:
         i = 0
         while not self.stop.is_set():
             if len(self.acked) >= self.limit:
@@ -90,10 +103,11 @@ class Load:
             self.readers[job.id] = self.pool.submit(lambda j=job: list(j.stream(timeout=240)))
             time.sleep(0.05)
 
-    def finish(self) -> None:
+    def finish(self, wait: bool = True) -> None:
+        """Stop submitting; with ``wait``, let every reader finish (a failed test does not wait for them)."""
         self.stop.set()
         self.thread.join(60)
-        self.pool.shutdown(wait=True)
+        self.pool.shutdown(wait=wait, cancel_futures=not wait)
 
 
 def test_failover_under_load(tmp_path: Path) -> None:
@@ -106,26 +120,27 @@ def test_failover_under_load(tmp_path: Path) -> None:
     try:
         farm.start_worker()
         client = farm.client()
-        load = Load(client, "fo")
+        load = Load(client, "failover")
         load.run_until(8)
-        wait_until(lambda: len(load.acked) >= 8, 60, "the first jobs")
+        wait_until(lambda: load.count() >= 8, 60, "the first jobs")
         group.guards[0].signal(signal.SIGKILL)  # the first Sentinel of the URL: clients ask the next ones
 
         load.run_until(20)
-        wait_until(lambda: len(load.acked) >= 20, 60, "jobs after a Sentinel died")
+        wait_until(lambda: load.count() >= 20, 60, "jobs after a Sentinel died")
         old_master = group.master.port
         group.master.signal(signal.SIGKILL)
         failover_s = group.wait_failover(old_master)
+        group.restart_replica()  # the old master comes back as the new master's replica
         load.run_until(35)
-        wait_until(lambda: len(load.acked) >= 35, 120, "jobs after the failover")
+        wait_until(lambda: load.count() >= 35, 120, "jobs after the failover")
 
-        group.restart_replica()  # the old master comes back as the new master's replica ...
-        group.replica.signal(signal.SIGKILL)  # ... and dies again: no replica acknowledges a submit now
-        refused_before = len(load.refused)
-        wait_until(lambda: len(load.refused) >= refused_before + 2, 60, "submits refused without a replica")
-        group.restart_replica()
+        group.replica.signal(signal.SIGKILL)  # no replica acknowledges a submit now
+        refused_before, acked_before = len(load.refused), load.count()
         load.run_until(42)
-        wait_until(lambda: len(load.acked) >= 42, 120, "jobs once the replica is back")
+        wait_until(lambda: len(load.refused) >= refused_before + 2, 60, "submits refused without a replica")
+        acked_without_replica = load.count() - acked_before
+        group.restart_replica()
+        wait_until(lambda: load.count() >= 42, 120, "jobs once the replica is back")
         load.finish()
 
         streams = {job_id: future.result(timeout=240) for job_id, future in load.readers.items()}
@@ -152,6 +167,7 @@ def test_failover_under_load(tmp_path: Path) -> None:
         assert beat["redis_master"] == master and beat["redis_failovers"] == 1, beat
         assert "ttsfarm_redis_master_changes_total 1.0" in metrics
         assert f'ttsfarm_redis_master_info{{address="{master}"}} 1.0' in metrics
+        assert acked_without_replica == 0
         assert f"master {master}" in status.stdout and "2/3 sentinels answer" in status.stdout
         assert "failovers followed by workers 1" in status.stdout and "replicas 1" in status.stdout
         result("failover", jobs=len(load.acked), lost=len(lost), duplicate_chunks_seen=seen_twice,
@@ -159,7 +175,7 @@ def test_failover_under_load(tmp_path: Path) -> None:
                submits_refused=len(load.refused), worker_failovers=beat["redis_failovers"])
     finally:
         if load is not None:
-            load.finish()
+            load.finish(wait=False)
         farm.stop()
         group.stop()
 

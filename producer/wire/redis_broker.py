@@ -84,16 +84,31 @@ class RedisBroker:
         return getattr(self.r, step.name)(*step.args, **step.kwargs)
 
     def _replicated(self, step: Replicated) -> Any:
-        """The script and WAIT pipelined on one connection: ``[script reply, replicas that hold it]``."""
-        pipe = self.r.pipeline(transaction=False)
-        queued = self._script(step.script.source)(keys=list(step.script.keys), args=list(step.script.args), client=pipe)
-        pipe.wait(step.replicas, step.timeout_ms)
+        """The script (by its SHA: no SCRIPT EXISTS first) and WAIT pipelined on one connection: ``[script reply,
+        replicas that hold it]``. A master that lacks the script (a new one after a failover) gets it loaded and the
+        pair is sent again: the farm's scripts are safe to repeat."""
+        script = self._script(step.script.source)  # a registered script knows its SHA without asking Redis
+        keys, args = list(step.script.keys), list(step.script.args)
+
+        def pipeline() -> Any:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.wait(step.replicas, step.timeout_ms)
+            return pipe
+
         if not isinstance(self.r, redis.asyncio.Redis):
-            return pipe.execute()
+            replies = pipeline().execute(raise_on_error=False)
+            if isinstance(replies[0], redis.exceptions.NoScriptError):
+                self.r.script_load(step.script.source)
+                replies = pipeline().execute(raise_on_error=False)
+            return _raised(replies)
 
         async def run() -> Any:
-            await queued
-            return await pipe.execute()
+            replies = await pipeline().execute(raise_on_error=False)
+            if isinstance(replies[0], redis.exceptions.NoScriptError):
+                await self.r.script_load(step.script.source)
+                replies = await pipeline().execute(raise_on_error=False)
+            return _raised(replies)
 
         return run()
 
@@ -407,6 +422,14 @@ class RedisBroker:
             return bool(self.r.ping())
         except (redis.RedisError, OSError):
             return False
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    """A pipeline's replies, or the first error among them raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _int(reply: Any) -> int:
