@@ -230,3 +230,41 @@ def _exists(client: Client, job_id: str) -> bool:
                 continue
             raise
     raise AssertionError(f"could not read job {job_id} after the failover")
+
+
+def test_the_asyncio_client_follows_the_failover_with_wait() -> None:
+    """The asyncio face (the gateway's): its admission waits for the replica in the same round trip, and it reads
+    the job through the new master after the old one is killed."""
+    import asyncio
+
+    from producer.aio import AsyncClient
+
+    group = SentinelGroup().start()
+
+    async def scenario() -> tuple[str, str, int]:
+        env = {**group.env, "TTSFARM_REDIS_KEY_PREFIX": "aio", "TTSFARM_REDIS_WAIT_REPLICAS": "1"}
+        async with AsyncClient.from_url(settings=load_settings(env=env)) as client:
+            job = await client.submit("Read through the new master.", voice="joe", job_id="aio-job-0001")
+            before = (await job.status()).state
+            first = client.broker.master()
+            old = group.master.port
+            assert first == f"127.0.0.1:{old}"
+            group.master.signal(signal.SIGKILL)
+            await asyncio.to_thread(group.wait_failover, old)
+            for _ in range(100):
+                try:
+                    after = (await (await client.job(job.id)).status()).state
+                    break
+                except (TransientError, *client.broker.lost):
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the job could not be read after the failover")
+            assert client.broker.master() == f"127.0.0.1:{group.master.port}"
+            return before, after, client.broker.master_changes
+
+    try:
+        before, after, changes = asyncio.run(scenario())
+        assert before == after == "queued"
+        assert changes == 1
+    finally:
+        group.stop()
