@@ -89,6 +89,35 @@ def test_blend_route_skips_a_voice_whose_listening_gate_failed(tmp_path: Path) -
     assert gated_choice(["worse", "kumo"], tmp_path) == "worse"
 
 
+def test_blend_route_skips_a_voice_never_prepared(base_settings: Settings, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A plain install (empty model cache): baker, which only `ttsfarm voices prepare` builds, is skipped with a
+    one-line notice and Chinese goes to kumo; once a prepared folder is there baker is used again. joe (serving
+    builds its stages itself) is never held back for want of preparation."""
+    from pipeline.voices.bank import route
+
+    catalogue = base_settings.catalogue
+    with caplog.at_level("WARNING", logger="pipeline.voices.bank"):
+        assert route(catalogue, None, "zh", tmp_path).name == "kumo"
+        assert route(catalogue, None, "zh", tmp_path).name == "kumo"
+    notices = [r.getMessage() for r in caplog.records if "baker" in r.getMessage()]
+    assert len(notices) == 1 and "not prepared" in notices[0] and "ttsfarm voices prepare baker" in notices[0], notices
+    assert "\n" not in notices[0] and "kumo" in notices[0]
+    assert route(catalogue, None, "en", tmp_path).name == "joe"
+    assert route(catalogue, "baker", "zh", tmp_path).name == "baker"  # asked for by name: its own clear error later
+    folder = tmp_path / "prepared" / "baker" / "0123456789abcdef"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text('{"voice": "baker", "stages": {}}', encoding="utf-8")
+    assert route(catalogue, None, "zh", tmp_path).name == "baker"
+
+
+def test_the_voices_serving_cannot_prepare_are_those_whose_preparer_says_so() -> None:
+    from pipeline.prepare.registry import PREPARERS
+    from pipeline.voices.twostage import PREPARED_ONLY, STAGE_BUILDERS
+
+    assert {s for s in STAGE_BUILDERS if not PREPARERS[s].on_first_use} == set(PREPARED_ONLY)
+
+
 @pytest.mark.slow
 def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`ttsfarm say TEXT -o x.wav` with the default voice: Chinese goes to baker (its gate passed), and the

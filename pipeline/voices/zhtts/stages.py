@@ -178,7 +178,7 @@ def package_file(ref: str) -> Path:
     package, _, inner = ref[4:].partition("/")
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"package {package!r} holding {inner!r} is not installed (scripts/setup.sh installs it)",
+        raise ModelError(f"package {package!r} holding {inner!r} is not installed (`ttsfarm voices prepare` installs it)",
                          code=MODEL_MISSING)
     path = Path(next(iter(spec.submodule_search_locations))) / inner
     if not path.is_file():
