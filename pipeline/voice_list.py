@@ -49,8 +49,8 @@ def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any
         cache, catalogue = settings.runtime.cache_dir, settings.catalogue
         row["routes"] = dict(spec.options.get("routes", {}))
         row["routed"] = {lang: gated_choice(choices, cache, catalogue) for lang, choices in row["routes"].items()}
-        held = {name: held_back(name, cache, catalogue) for choices in row["routes"].values()
-                for name in ([choices] if isinstance(choices, str) else choices)}
+        held = {name: held_back(name, cache, catalogue) for choices in row["routes"].values()  # the last one always serves
+                for name in ([] if isinstance(choices, str) else choices[:-1])}
         row["held_back"] = {name: why for name, why in held.items() if why}
         return row
     prepared, note = _prepared(spec, settings)

@@ -176,6 +176,7 @@ def test_a_fresh_install_serves_the_int8_that_passed(base_settings: Settings, fp
     assert verdict["passed"], verdict["reason"]  # measured to pass (docs/BENCHMARKS.md); a failure here is a regression
     assert verdict["spectral"]["value"] <= settings.quality_gate.max_logmel_l1_db
     assert verdict["measures"]["batch_solo_int8"]["identical"]
+    assert all(unmeasured_figures(v) == [] for v in result.prepared.verdicts.values()), result.prepared.verdicts
 
     bank = VoiceBank(settings.catalogue, settings.runtime)
     joe = bank.get("joe")

@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, VOICE_UNAVAILABLE, InputError, TTSFarmError
+from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, VOICE_UNAVAILABLE, InputError, ModelError, TTSFarmError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions, Voice
-from pipeline.voices.prepared import gate_failure
+from pipeline.voices.prepared import MANIFEST, folder_stamp, gate_failure, prepared_dir
 from pipeline.voices.runtime import SessionFactory, StageState
-from pipeline.voices.twostage import needs_preparation
+from pipeline.voices.twostage import needs_preparation, prepared_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,33 @@ def route(catalogue: Catalogue, voice: str | None, lang: str, cache_dir: Path | 
 
 def held_back(name: str, cache_dir: Path, catalogue: Catalogue | None = None) -> str:
     """Why a blend does not route to ``name`` ("" when nothing says so): a voice only `ttsfarm voices prepare` builds
-    (``twostage.needs_preparation``) that is not prepared (never, or its source package is missing), or one whose
-    recorded listening gate failed."""
+    (``twostage.needs_preparation``) whose folder for its current sources is not there (never prepared, prepared
+    from other sources or by another preparer version, or its source package missing), or one whose recorded
+    listening gate failed."""
     spec = catalogue.voices.get(name) if catalogue is not None else None
-    return gate_failure(cache_dir, name, needs_preparation=spec is not None and needs_preparation(spec))
+    stamp = folder_stamp(cache_dir, name)
+    if spec is not None and needs_preparation(spec):
+        why = _unprepared(spec, cache_dir, stamp)
+        if why:
+            return why
+    return gate_failure(cache_dir, name, stamp)
+
+
+_UNPREPARED: dict[tuple[str, str, str, str, int], str] = {}
+
+
+def _unprepared(spec: VoiceSpec, cache_dir: Path, stamp: int) -> str:
+    """Whether the folder serving reads for ``spec`` is missing, and why. Its fingerprint hashes the source files (for
+    baker 24 MB, about 50 ms), so the answer is kept per voice folder state: once per process until a preparation."""
+    key = (spec.name, spec.source, spec.model, str(cache_dir), stamp)
+    if key not in _UNPREPARED:
+        try:
+            folder = prepared_dir(cache_dir, spec.name, prepared_fingerprint(spec))
+            why = "" if (folder / MANIFEST).is_file() else f"not prepared (run `ttsfarm voices prepare {spec.name}`)"
+        except ModelError as exc:
+            why = f"not preparable here yet: {exc.message}; `ttsfarm voices prepare {spec.name}` installs what is missing"
+        _UNPREPARED[key] = why
+    return _UNPREPARED[key]
 
 
 def gated_choice(choices: str | Sequence[str], cache_dir: Path | None, catalogue: Catalogue | None = None) -> str:

@@ -193,26 +193,28 @@ def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings, stage: str = "")
     return spec.precision
 
 
-def gate_failure(cache_dir: Path, voice: str, *, needs_preparation: bool = False) -> str:
-    """Why ``voice`` must not be routed to by default ("" when nothing says so): with ``needs_preparation`` (a voice
-    only `ttsfarm voices prepare` can build) no prepared folder is there, or its newest prepared folder records a
-    listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so it costs one
-    stat: the answer is cached per voice folder and its modification time (preparation renames a finished folder
-    into place, which changes that time)."""
-    root = voice_root(cache_dir, voice)
+def folder_stamp(cache_dir: Path, voice: str) -> int:
+    """The modification time of ``voice``'s folder in the model cache (-1: none): preparation renames a finished
+    folder into place, which changes it, so answers read from the folder are cached per stamp."""
     try:
-        stamp = root.stat().st_mtime_ns
+        return voice_root(cache_dir, voice).stat().st_mtime_ns
     except OSError:
-        stamp = -1  # never prepared
-    return _root_failure(str(root), stamp, needs_preparation)
+        return -1
+
+
+def gate_failure(cache_dir: Path, voice: str, stamp: int | None = None) -> str:
+    """Why ``voice`` must not be routed to by default ("" when nothing says so): its newest prepared folder records a
+    listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so it costs one
+    stat (none when given ``stamp``): the answer is cached per ``folder_stamp``."""
+    stamp = folder_stamp(cache_dir, voice) if stamp is None else stamp
+    return _root_failure(str(voice_root(cache_dir, voice)), stamp)
 
 
 @lru_cache(maxsize=64)
-def _root_failure(root: str, stamp: int, needs_preparation: bool) -> str:
+def _root_failure(root: str, stamp: int) -> str:
     folders = [p for p in Path(root).glob("*") if (p / MANIFEST).is_file()] if stamp >= 0 else []
     if not folders:
-        name = Path(root).name
-        return f"not prepared (run `ttsfarm voices prepare {name}`)" if needs_preparation else ""
+        return ""
     newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
     for path in sorted(newest.glob("*.verdict.json")):  # the verdicts of what is served carry the figure
         try:
