@@ -82,8 +82,11 @@ class BenchConfig:
     label: str = ""
 
 
-def run_bench(config: BenchConfig, *, base: Settings | None = None) -> dict[str, Any]:
-    """One bench: optionally a farm of our own, a warm-up, an optional saturation phase, the load phase."""
+def run_bench(config: BenchConfig, *, base: Settings | None = None,
+              check: Callable[[Settings], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One bench: optionally a farm of our own, a warm-up, ``check(settings of the farm)`` if given (its answer is
+    the result's ``check``: scripts/gpu_check.py compares the farm's audio with its own there), an optional
+    saturation phase, the load phase."""
     from bench.report import summarize
 
     base = base or settings_from_environment()
@@ -109,6 +112,7 @@ def run_bench(config: BenchConfig, *, base: Settings | None = None) -> dict[str,
             run_load(settings, dataclasses.replace(config.load, rate=0.0, concurrency=2, duration_s=600, max_jobs=config.warmup_jobs,
                                                    mix="mixed" if config.load.mix == "mixed" else config.load.mix),
                      storage_dir=storage_dir)
+        checked = check(settings) if check is not None else None
         phases: dict[str, Any] = {}
         load = config.load
         if config.saturate_s > 0:
@@ -131,6 +135,8 @@ def run_bench(config: BenchConfig, *, base: Settings | None = None) -> dict[str,
             "load_average_after": list(os.getloadavg()),
             "phases": phases,
         }
+        if check is not None:
+            result["check"] = checked
     finally:
         if farm is not None:
             farm.stop()

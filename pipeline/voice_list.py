@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import PipelineSettings, VoiceSpec
-from pipeline.voices.prepared import fingerprint, gate_failure, prepared_dir, read_prepared, wanted_precision
+from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, wanted_precision
 
 
 def _prepared(spec: VoiceSpec, settings: PipelineSettings) -> tuple[Any, str]:
@@ -44,12 +44,13 @@ def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
 def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any]:
     row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
     if spec.engine == "blend":
-        from pipeline.voices.bank import gated_choice
+        from pipeline.voices.bank import gated_choice, held_back
 
+        cache, catalogue = settings.runtime.cache_dir, settings.catalogue
         row["routes"] = dict(spec.options.get("routes", {}))
-        row["routed"] = {lang: gated_choice(choices, settings.runtime.cache_dir) for lang, choices in row["routes"].items()}
-        held = {name: gate_failure(settings.runtime.cache_dir, name) for choices in row["routes"].values()
-                for name in ([choices] if isinstance(choices, str) else choices)}
+        row["routed"] = {lang: gated_choice(choices, cache, catalogue) for lang, choices in row["routes"].items()}
+        held = {name: held_back(name, cache, catalogue) for choices in row["routes"].values()  # the last one always serves
+                for name in ([] if isinstance(choices, str) else choices[:-1])}
         row["held_back"] = {name: why for name, why in held.items() if why}
         return row
     prepared, note = _prepared(spec, settings)

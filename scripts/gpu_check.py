@@ -20,8 +20,10 @@ leaves what it measured) and summarised in ``DIR/gpu_check.txt``:
    for vocoders a fixed-shape window also with a CUDA graph (kept only if it measures faster).
 4. ``farm``: redis-server and one worker on this device (``bench.run``): saturation (closed loop),
    then Poisson arrivals at 70 % of it with the mixed load: throughput, mean batch, padding waste, first
-   chunk P50/P99, and device memory sampled through the run (flat or not). The raw batched ceiling of the
-   same voices in this process is measured beside it.
+   chunk P50/P99, and device memory sampled through the run (flat or not). Before the load, a few jobs'
+   audio is compared with this process's own synthesis through plain ``session.run`` (``agreement``,
+   ``bench/agreement.py``): a mismatch marks the farm's figures invalid (``figures_valid``), and they are not
+   reported. The raw batched ceiling of the same voices in this process is measured beside it.
 """
 
 from __future__ import annotations
@@ -279,10 +281,15 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
     sampler = MemorySampler(check.out)
     sampler.start()
     try:
-        result = run_bench(config)
+        result = run_bench(config, check=lambda farm: agreement(farm, device, speaks_zh))
     finally:
         sampler.stop()
-    out: dict[str, Any] = {"worker_env": env, "mix": mix, "rate_70pct": result["config"]["load"]["rate"]}
+    agreed = result["check"]
+    out: dict[str, Any] = {"worker_env": env, "mix": mix, "rate_70pct": result["config"]["load"]["rate"],
+                           "agreement": agreed, "figures_valid": bool(agreed.get("agree"))}
+    if not out["figures_valid"]:
+        check.doc["errors"].append(f"farm figures invalid: the farm's audio differs from in-process synthesis "
+                                   f"({agreement_failures(agreed)})")
     for phase, s in result["phases"].items():
         out[phase] = {"jobs": s["jobs"], "throughput": s["throughput"], "mean_batch": s["mean_batch_size_per_segment"],
                       "batch_sizes": s["batch_sizes"], "padding_waste": s.get("padding_waste"),
@@ -297,6 +304,30 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
         out["worker_device_memory_mb"] = {"samples": len(w), "first": w[0], "max": max(w), "settled_min": min(settled),
                                           "settled_max": max(settled), "flat": max(settled) <= 1.05 * min(settled)}
     return out
+
+
+def agreement(farm: Any, device: str, speaks_zh: bool) -> dict[str, Any]:
+    """Before any farm figure: ``bench.agreement.CASES`` through the warmed-up farm against this process's own
+    synthesis on the same device and precisions through plain ``session.run`` (IO binding off), so the figures that
+    follow come from a path whose audio was looked at. Any failure to compare is a disagreement."""
+    from bench.agreement import CASES, farm_agreement
+    from pipeline.synth import Synthesizer
+    from producer.client import Client
+    from producer.wire.settings import load_settings
+
+    reference = load_settings(env={**os.environ, "TTSFARM_RUNTIME_DEVICE": device, "TTSFARM_RUNTIME_CUDA_IO_BINDING": "false"})
+    cases = [(None, text) for lang, text in CASES if lang == "en" or speaks_zh]
+    try:
+        with Client.from_url(settings=farm) as client:
+            return farm_agreement(client, Synthesizer(reference), cases)
+    except Exception as exc:  # noqa: BLE001 - not compared is not agreed
+        log.error("farm agreement: %s: %s", type(exc).__name__, exc)
+        return {"agree": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", "cases": []}
+
+
+def agreement_failures(agreed: dict[str, Any]) -> str:
+    return agreed.get("error") or "; ".join(f"{c['voice']} {c['text'][:24]!r}: {c.get('why')}" for c in agreed.get("cases", [])
+                                            if not c.get("agree"))
 
 
 def ceiling_section(models: list[StageModel], device: str, max_batch: int, min_time_s: float) -> dict[str, Any]:
@@ -339,6 +370,13 @@ def text_report(doc: dict[str, Any]) -> str:
     for name, farm in doc["sections"].items():
         if not name.startswith("farm"):
             continue
+        if not farm.get("figures_valid"):
+            lines.append(f"{name}: figures INVALID, not reported: the farm's audio differs from in-process synthesis "
+                         f"({agreement_failures(farm.get('agreement') or {})})")
+            continue
+        cases = (farm.get("agreement") or {}).get("cases", [])
+        lines.append(f"{name}: audio agrees with in-process synthesis on {len(cases)} jobs (log-mel L1 max "
+                     f"{max(c['logmel_l1_db'] for c in cases):.3f} dB)")
         for phase in ("saturation", "load"):
             if phase in farm:
                 p = farm[phase]

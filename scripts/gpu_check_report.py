@@ -77,8 +77,15 @@ def report(doc: dict[str, Any]) -> str:
                      + "; ".join(f"{v}: {c['speech_s_per_s']} speech s/s ({c['ms_per_batch']} ms per batch of {c['batch']})"
                                  for v, c in s["ceiling"].items()))
         lines.append("")
-    farms = {k: v for k, v in s.items() if k.startswith("farm")}
+    farms = {k: v for k, v in s.items() if k.startswith("farm") and v.get("figures_valid")}
+    for name, farm in s.items():  # figures from a farm whose audio was not shown right are not published
+        if name.startswith("farm") and not farm.get("figures_valid"):
+            lines += [f"{name}: figures invalid, not reported: the farm's audio differs from in-process synthesis "
+                      f"({(farm.get('agreement') or {}).get('error') or 'see agreement in gpu_check.json'}).", ""]
     if farms:
+        lines += ["Farm audio against in-process synthesis (noise off, IO binding off in-process): "
+                  + "; ".join(f"{name}: {len(f['agreement']['cases'])} jobs agree, log-mel L1 max "
+                              f"{max(c['logmel_l1_db'] for c in f['agreement']['cases']):.3f} dB" for name, f in farms.items()), ""]
         lines += ["| farm run | loops | phase | jobs done | speech s/s | jobs/s | mean batch | padding waste | first chunk P50 / P99 ms |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for name, farm in farms.items():

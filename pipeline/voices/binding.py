@@ -46,7 +46,7 @@ class StageBinding(ThreadStaging):
 
     def _to_host(self, name: str, value: Any, pool: HostBufferPool) -> np.ndarray:
         shape = tuple(int(d) for d in value.shape())
-        if self.device == "cuda" and self.pinned and value.data_type() == "tensor(float)":
+        if self.pinned and value.data_type() == "tensor(float)":  # a pinned pool: torch with CUDA is here
             import torch
 
             dst = pool.get(f"out:{name}", shape, np.float32)

@@ -17,7 +17,8 @@ every shape:
   ``SessionFactory``) sees a few sizes again and again instead of a new one per batch.
 
 The same code runs against the CPU execution provider (``device="cpu"``): that is how it is tested on
-a machine without a GPU.
+a machine without a GPU; ``pinned=True`` there takes the pinned pool's torch copy too (the tests drive it with a
+stand-in for torch on host memory, tests/device_standin.py).
 """
 
 from __future__ import annotations

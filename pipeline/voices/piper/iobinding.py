@@ -65,7 +65,7 @@ class IoBindingRunner(ThreadStaging):
     def _to_host(self, value: Any, pool: HostBufferPool) -> np.ndarray:
         shape = tuple(int(d) for d in value.shape())
         dst = pool.get(AUDIO, shape, np.float32)
-        if self.device == "cuda" and self.pinned:
+        if self.pinned:  # a pinned pool: torch with CUDA is here
             import torch
 
             src = torch.as_tensor(_DeviceArray(value.data_ptr(), shape), device=f"cuda:{self.device_id}")

