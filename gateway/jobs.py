@@ -187,14 +187,15 @@ async def job_stream(websocket: WebSocket, job_id: str, after_seq: int = -1, bin
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_listen, websocket, job, tg.cancel_scope)
-            await _send(websocket, farm, job, max(-1, after_seq), binary)
+            await send_stream(websocket, farm, job, max(-1, after_seq), binary)
             tg.cancel_scope.cancel()
         await websocket.close(code=1000)
     except* (WebSocketDisconnect, OSError, RuntimeError) as group:
         log.debug("websocket for job %s ended early: %r", job_id, group.exceptions)
 
 
-async def _send(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary: bool) -> None:
+async def send_stream(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary: bool) -> None:
+    """The job's stream as WebSocket messages (``job_stream``, and ``gateway.textin``'s jobs)."""
     gw = farm.gateway
     async for event in streams.follow(job, after_seq=after_seq, timeout_s=gw.job_timeout_s, keepalive_s=gw.keepalive_s):
         if event is None:
