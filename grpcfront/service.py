@@ -3,8 +3,10 @@
 - ``Synthesize``: the job's whole audio in one response (PCM16, Ogg Opus or FLAC at the asked rate), with every
   word's time when asked.
 - ``SynthesizeOnline``: one response per farm chunk as it is published (PCM16 as it is; Ogg Opus through one
-  streaming encoder, a response per encoded page batch), each with the words that end inside it. The text of the
-  stream's messages is the job's text .
+  streaming encoder, a response per encoded page batch), each with the words that end inside it. A stream of one
+  message (the Riva client's ``synthesize_online(text)``) is one whole text; a stream of several (text in pieces, an
+  LLM's output as it is generated) is a job whose text is appended (``producer.textin``): each finished sentence is
+  queued while the rest is still being written, and the job is closed when the client half-closes.
 - ``GetRivaSynthesisConfig``: ``grpcfront.voices``.
 
 A call whose client goes away (cancelled, or past its deadline) cancels its job. Errors end the call with the
@@ -24,7 +26,7 @@ import grpc
 from riva.client.proto import riva_tts_pb2, riva_tts_pb2_grpc
 
 from pipeline.errors import INTERNAL_ERROR, TEXT_TOO_LONG, InputError, TTSFarmError
-from producer.aio import AsyncJob
+from producer.aio import AsyncJob, AsyncOpenJob
 from producer.encoded import aencode_chunks
 from producer.wire.errors import BrokerError, JobTimeoutError, TransientError
 from producer.wire.records import Chunk, Word
@@ -36,6 +38,7 @@ from grpcfront.voices import model_configs
 log = logging.getLogger(__name__)
 
 MESSAGE_OVERHEAD = 64 * 1024  # room for a response's metadata beside its audio
+WHOLE_TEXT_GRACE_S = 0.05  # a stream that ends this soon after its first message is one whole text
 JOB_KEY = "ttsfarm-job-id"  # metadata naming the call's job (initial on SynthesizeOnline, trailing on Synthesize)
 
 
@@ -93,12 +96,13 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
         except InputError as exc:
             raise submit_error(exc) from None
 
-    async def _chunks(self, job: AsyncJob) -> AsyncIterator[Chunk]:
-        """The job's chunks; none within ``first_chunk_timeout_s`` ends the call (DEADLINE_EXCEEDED)."""
+    async def _chunks(self, job: AsyncJob, *, first_timeout: bool = True) -> AsyncIterator[Chunk]:
+        """The job's chunks; none within ``first_chunk_timeout_s`` ends the call (DEADLINE_EXCEEDED), unless the
+        text comes in pieces (``first_timeout`` False: its first sentence may be written later)."""
         front = self.farm.front
         chunks = job.stream(timeout=front.job_timeout_s)
         try:
-            first = await asyncio.wait_for(anext(chunks), front.first_chunk_timeout_s)
+            first = await asyncio.wait_for(anext(chunks), front.first_chunk_timeout_s if first_timeout else None)
         except TimeoutError:
             raise JobTimeoutError(f"no audio within {front.first_chunk_timeout_s:g} s; the job was cancelled") from None
         except StopAsyncIteration:
@@ -158,26 +162,63 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
             if first is None:
                 return
             asked = read_request(first, self.farm.settings, self.farm.front, streaming=True)
-            text = [first.text]
-            async for later in requests:
-                same_config(first, later)
-                text.append(later.text)
             started = time.monotonic()
-            job = await self._submit("".join(text), asked)
+            following = asyncio.ensure_future(anext(requests, None))
+            await asyncio.wait({following}, timeout=WHOLE_TEXT_GRACE_S)
+            feeder: asyncio.Task[None] | None = None
+            if following.done() and following.result() is None:  # one message: one whole text
+                job: AsyncJob = await self._submit(first.text, asked)
+            else:  # text in pieces: each finished sentence is queued while the rest is written
+                job = await self._open(asked)
+                feeder = asyncio.create_task(self._feed(job, first, following, requests), name=f"feed-{job.id}")
             await context.send_initial_metadata(((JOB_KEY, job.id),))
             try:
-                async for response in self._responses(job, asked, first, started):
+                async for response in self._responses(job, asked, first, started, first_timeout=feeder is None):
                     yield response
+                if feeder is not None:
+                    await feeder
+            except TTSFarmError:
+                if feeder is not None and feeder.done() and not feeder.cancelled() and feeder.exception():
+                    raise feeder.exception() from None  # what ended the job: the text's error, not its cancel
+                raise
             finally:
+                if feeder is not None:
+                    feeder.cancel()
                 await self._cancel_unfinished(job)
 
-    async def _responses(self, job: AsyncJob, asked: Asked, first: Any, started: float) -> AsyncIterator[Any]:
+    async def _open(self, asked: Asked) -> AsyncOpenJob:
+        await self.farm.require_workers()
+        try:
+            return await self.farm.client.open(**asked.submit_kwargs())
+        except InputError as exc:
+            raise submit_error(exc) from None
+
+    async def _feed(self, job: AsyncOpenJob, first: Any, following: asyncio.Future[Any], requests: Any) -> None:
+        """Append the stream's text as it comes, then close the job; an error cancels the job (the call then ends
+        with the error)."""
+        try:
+            await job.append(first.text)
+            later = await following
+            while later is not None:
+                same_config(first, later)
+                await job.append(later.text)
+                later = await anext(requests, None)
+            await job.close()
+        except InputError as exc:
+            await job.cancel()
+            raise submit_error(exc) from None
+        except TTSFarmError:
+            await job.cancel()
+            raise
+
+    async def _responses(self, job: AsyncJob, asked: Asked, first: Any, started: float, *,
+                         first_timeout: bool = True) -> AsyncIterator[Any]:
         """One response per chunk (PCM), or per encoded piece (Ogg Opus), with the words that ended so far."""
         metrics, words = self.farm.metrics, []
         sent_first = False
 
         async def chunks() -> AsyncIterator[Chunk]:
-            async for chunk in self._chunks(job):
+            async for chunk in self._chunks(job, first_timeout=first_timeout):
                 words.extend(chunk.words)
                 metrics.audio.labels("SynthesizeOnline").inc(len(chunk.pcm) / 2 / chunk.sample_rate)
                 yield chunk

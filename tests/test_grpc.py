@@ -89,6 +89,52 @@ def test_synthesize_online_sends_each_chunk_as_it_is_published(farm: Farm, tts: 
     assert len(responses) == len(chunks) > 1 and [r.audio for r in responses] == [c.pcm for c in chunks]
 
 
+class Pieces(list):  # type: ignore[type-arg]
+    """Text pieces for ``synthesize_online`` (it takes a list) that hold the last piece back until ``gate`` is set,
+    as an LLM still writing would."""
+
+    def __init__(self, pieces: list[str], gate: Any) -> None:
+        super().__init__(pieces)
+        self.gate = gate
+        self.last_sent = 0.0
+
+    def __iter__(self) -> Iterator[str]:
+        pieces = list(super().__iter__())
+        for i, piece in enumerate(pieces):
+            if i == len(pieces) - 1:
+                self.gate.wait(30)
+                self.last_sent = time.monotonic()
+            yield piece
+
+
+@pytest.mark.parametrize("pieces, language", [
+    (["The first ", "sentence is ", "complete here. ", "The second one ", "comes later, ", "and this ", "is its end."],
+     "en-US"),
+    (["今天天气", "很好。", "我们去公园", "散步吧，", "好不好？"], "zh-CN"),
+])
+def test_text_sent_in_pieces_plays_its_first_sentence_before_the_last_piece(farm: Farm, tts: Any,
+                                                                            pieces: list[str], language: str) -> None:
+    import threading
+
+    gate = threading.Event()
+    text = Pieces(pieces, gate)
+    call = tts.synthesize_online(text, language_code=language, sample_rate_hz=24000, enable_word_time_offsets=True)
+    responses, first_at = [], 0.0
+    for response in call:
+        if not responses:
+            first_at = time.monotonic()
+            gate.set()
+        responses.append(response)
+    assert 0 < first_at < text.last_sent  # the first sentence was heard while the last piece was still unwritten
+    job_id = _metadata(call, "initial_metadata")[JOB_KEY]
+    stored, rate = _stored_pcm(farm, job_id)
+    assert rate == 24000 and b"".join(r.audio for r in responses) == stored
+    status = farm.client().job(job_id).status()
+    assert status.total >= 2 and not status.open
+    spoken = "".join(w.word for r in responses for w in r.meta.words)
+    assert spoken.replace(" ", "") and all(ch in "".join(pieces) for ch in spoken)
+
+
 def test_word_time_offsets_come_from_the_farms_word_timings(tts: Any) -> None:
     responses = list(tts.synthesize_online(EN, language_code="en-US", enable_word_time_offsets=True,
                                            sample_rate_hz=22050))
