@@ -7,7 +7,8 @@ Every field is checked here, before anything is queued; a value the farm cannot 
 - ``language_code``: ``en-US``, ``zh-CN`` (any region; ``cmn`` reads as ``zh``): with no ``voice_name`` it picks the
   default voice if that speaks the language, else the first catalogue voice that does; with one, that voice must
   speak it;
-- ``voice_name``: a catalogue voice or a Riva-style alias (``grpc.voice_aliases``: ``English-US.Male-1``);
+- ``voice_name``: a catalogue voice, a Riva-style alias (``grpc.voice_aliases``: ``English-US.Male-1``), or a
+  catalogue voice under its language's Riva prefix (``English-US.joe``: what ``GetRivaSynthesisConfig`` lists);
 - ``encoding``: ``LINEAR_PCM`` (or unspecified), ``OGGOPUS``; ``FLAC`` for ``Synthesize`` only;
 - ``sample_rate_hz``: one of the farm's rates (0: the voice's own); the workers resample;
 - ``custom_dictionary``: Riva's ``"word  phonemes,word  phonemes"`` (IPA, or pinyin for Chinese) -> the request's
@@ -192,7 +193,13 @@ def _named_voice(key: str, voices: Mapping[str, Any], aliases: Mapping[str, str]
         if candidate in voices:
             return candidate
     lowered = {alias.lower(): target for alias, target in aliases.items()}
-    return lowered.get(key.lower())
+    if key.lower() in lowered:
+        return lowered[key.lower()]
+    prefix, _, own = key.partition(".")  # a listed Riva-style name of our own voice: English-US.joe
+    language = {v.lower(): k for k, v in RIVA_PREFIXES.items()}.get(prefix.lower())
+    if own in voices and language in getattr(voices[own], "languages", ()):
+        return own
+    return None
 
 
 def read_dictionary(raw: str) -> dict[str, str] | None:

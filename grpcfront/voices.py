@@ -3,7 +3,8 @@
 One config per catalogue voice and language. Its parameters are the ones Riva's clients read (``talk.py
 --list-voices`` prints ``voice_name + "." + subvoice`` for each of ``subvoices``): ``language_code`` (``en-US``),
 ``voice_name`` (the Riva prefix, ``English-US``), ``subvoices`` (the subvoice part of each alias that reads with this
-voice, ``Male-1:0``), and ours: ``ttsfarm_voice`` (the name a request may send as ``voice_name`` too),
+voice, then the voice's own name: ``Male-1:0,joe:1``; every ``prefix.subvoice`` listed is a name a request may send),
+and ours: ``ttsfarm_voice`` (the name a request may send as ``voice_name`` too),
 ``sample_rate_hz`` (the voice's own rate), ``engine``.
 """
 
@@ -33,7 +34,7 @@ def model_configs(settings: Settings, front: GrpcSettings, model_name: str = "")
             prefix = RIVA_PREFIXES.get(language, language)
             subvoices = [alias.split(".", 1)[1] for alias, target in sorted(front.voice_aliases.items())
                          if "." in alias and alias.split(".", 1)[0].lower() == prefix.lower()
-                         and (target or catalogue.default_voice) == spec.name]
+                         and (target or catalogue.default_voice) == spec.name] + [spec.name]
             config = reply.model_config.add()
             config.model_name = spec.name
             config.parameters.update({

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from riva.client.proto import riva_audio_pb2, riva_tts_pb2, riva_tts_pb2_grpc
 
 from grpcfront import BackgroundServer
+from grpcfront.asks import read_request
 from grpcfront.errors import CODE_KEY
 from grpcfront.service import JOB_KEY
 from tests.baker_voice import prepared_baker
@@ -162,11 +163,18 @@ def test_ogg_opus_streams_and_flac_is_whole(tts: Any) -> None:
     assert flac[:4] == b"fLaC"
 
 
-def test_voices_are_listed_as_riva_model_configs(tts: Any) -> None:
+def test_voices_are_listed_as_riva_model_configs(farm: Farm, tts: Any) -> None:
+    tts_settings = farm.settings
     configs = tts.stub.GetRivaSynthesisConfig(riva_tts_pb2.RivaSynthesisConfigRequest()).model_config
     by_name = {(c.model_name, c.parameters["language_code"]): c.parameters for c in configs}
     joe = by_name[("joe", "en-US")]
-    assert joe["voice_name"] == "English-US" and joe["subvoices"] == "Male-1:0" and joe["sample_rate_hz"] == "22050"
+    assert joe["voice_name"] == "English-US" and joe["subvoices"] == "Male-1:0,joe:1" and joe["sample_rate_hz"] == "22050"
+    listed = [f"{c.parameters['voice_name']}.{sub.split(':')[0]}" for c in configs  # as Riva's talk.py --list-voices
+              for sub in c.parameters["subvoices"].split(",")]
+    assert "English-US.Male-1" in listed and "Mandarin-CN.baker" in listed
+    for name in listed:  # every listed name is one a request may send
+        assert read_request(riva_tts_pb2.SynthesizeSpeechRequest(voice_name=name), tts_settings, tts_settings.grpc,
+                            streaming=False)
     assert ("default", "zh-CN") in by_name and ("baker", "zh-CN") in by_name
     one = tts.stub.GetRivaSynthesisConfig(riva_tts_pb2.RivaSynthesisConfigRequest(model_name="joe")).model_config
     assert [c.model_name for c in one] == ["joe"]
