@@ -211,15 +211,22 @@ async def send_stream(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, b
             await ws.send_text(streams.dumps(streams.chunk_message(event)))
 
 
-async def _listen(ws: WebSocket, job: AsyncJob, scope: anyio.CancelScope) -> None:
-    """Client messages: {"type": "cancel"} cancels the job; a disconnect stops the sender."""
+async def client_messages(ws: WebSocket, scope: anyio.CancelScope) -> AsyncIterator[str | None]:
+    """The client's text frames (None for a binary one) until it disconnects; its disconnect cancels ``scope`` (the
+    sender's)."""
     while True:
         message = await ws.receive()
         if message["type"] == "websocket.disconnect":
             scope.cancel()
             return
+        yield message.get("text")
+
+
+async def _listen(ws: WebSocket, job: AsyncJob, scope: anyio.CancelScope) -> None:
+    """Client messages: {"type": "cancel"} cancels the job; a disconnect stops the sender."""
+    async for text in client_messages(ws, scope):
         try:
-            data = json.loads(message.get("text") or "{}")
+            data = json.loads(text or "{}")
         except ValueError:
             continue
         if isinstance(data, dict) and data.get("type") == "cancel":

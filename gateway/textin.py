@@ -27,7 +27,7 @@ import gateway.streams as streams
 from gateway.auth import key_ok
 from gateway.errors import status_for, unauthorized
 from gateway.formats import request_format
-from gateway.jobs import links, send_stream
+from gateway.jobs import client_messages, links, send_stream
 from gateway.schemas import JobRequest
 from gateway.state import state_of
 from producer.wire.errors import BrokerError
@@ -104,13 +104,9 @@ async def text_job(websocket: WebSocket, binary: bool = False) -> None:
 
 async def _take_text(ws: WebSocket, job: AsyncOpenJob, scope: anyio.CancelScope) -> None:
     """The client's messages: text appended, the close, a cancel; anything else ends the job with an error."""
-    while True:
-        message = await ws.receive()
-        if message["type"] == "websocket.disconnect":
-            scope.cancel()
-            return
+    async for text in client_messages(ws, scope):
         try:
-            msg = _message(message.get("text"), TextMessage)
+            msg = _message(text, TextMessage)
             if msg.type == "text":
                 await job.append(msg.text)
             elif msg.type == "close":

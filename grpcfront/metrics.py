@@ -1,8 +1,8 @@
 """The front end's Prometheus metrics, on a registry of its own (served on ``grpc.metrics_port`` when set).
 
 - ``ttsfarm_grpc_calls_total{method, code}``: ended calls by gRPC status and the farm's error code ('' when OK);
-- ``ttsfarm_grpc_first_audio_seconds{method}``: from a call's start (for text sent in pieces: from its first
-  finished sentence's admission) to its first audio sent;
+- ``ttsfarm_grpc_first_audio_seconds{method}``: from a call's first message to its first audio sent (for text sent
+  in pieces this includes the time the client took to write its first sentence);
 - ``ttsfarm_grpc_audio_seconds_total{method}``: audio sent;
 - ``ttsfarm_grpc_calls_in_flight{method}``.
 """

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import threading
 from typing import Any, Self
 
@@ -26,7 +25,7 @@ from riva.client.proto import riva_tts_pb2
 
 from pipeline.errors import TTSFarmError
 from producer.wire.errors import BrokerError
-from producer.wire.settings import GrpcSettings, Settings, load_settings
+from producer.wire.settings import GrpcSettings, Settings, settings_from_environment
 from grpcfront.metrics import FrontMetrics
 from grpcfront.service import SpeechSynthesis, add_to_server
 from grpcfront.state import FrontState
@@ -141,10 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``ttsfarm grpc``: settings from ``configs/`` and ``TTSFARM_*`` (``TTSFARM_GRPC_*`` for this front end)."""
     args = build_parser().parse_args(argv)
-    env = dict(os.environ)
-    if args.redis:
-        env["TTSFARM_REDIS_URL"] = args.redis
-    settings = load_settings(env=env)
+    settings = settings_from_environment(redis_url=args.redis)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = FrontServer(settings, port=args.port, host=args.host)
     if settings.grpc.metrics_port:

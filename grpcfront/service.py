@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -169,7 +169,11 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
             if following.done() and following.result() is None:  # one message: one whole text
                 job: AsyncJob = await self._submit(first.text, asked)
             else:  # text in pieces: each finished sentence is queued while the rest is written
-                job = await self._open(asked)
+                try:
+                    job = await self._open(asked)
+                except BaseException:
+                    following.cancel()
+                    raise
                 feeder = asyncio.create_task(self._feed(job, first, following, requests), name=f"feed-{job.id}")
             await context.send_initial_metadata(((JOB_KEY, job.id),))
             try:
@@ -196,19 +200,22 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
     async def _feed(self, job: AsyncOpenJob, first: Any, following: asyncio.Future[Any], requests: Any) -> None:
         """Append the stream's text as it comes, then close the job; an error cancels the job (the call then ends
         with the error)."""
+        async def text(step: Awaitable[int]) -> None:
+            try:
+                await step
+            except InputError as exc:
+                raise submit_error(exc) from None
+
         try:
-            await job.append(first.text)
+            await text(job.append(first.text))
             later = await following
             while later is not None:
                 same_config(first, later)
-                await job.append(later.text)
+                await text(job.append(later.text))
                 later = await anext(requests, None)
-            await job.close()
-        except InputError as exc:
-            await job.cancel()
-            raise submit_error(exc) from None
+            await text(job.close())
         except TTSFarmError:
-            await job.cancel()
+            await self._cancel_unfinished(job)
             raise
 
     async def _responses(self, job: AsyncJob, asked: Asked, first: Any, started: float, *,

@@ -250,12 +250,21 @@ class OpenJobCore(JobCore):
 
     def _append(self, text: Any, close: bool) -> Call[int]:
         """Buffer ``text``; append the sentences it finished (with ``close``, all the rest, and set the total) in one
-        round trip. How many segments were appended."""
-        opened, settings = self.opened, self.client.settings
+        round trip. How many segments were appended. When it raises, the finished text stays buffered (a full lane:
+        append again later; a lost connection: the same append again is answered as done if it was written)."""
+        opened = self.opened
         if opened.closed:
-            raise InputError(f"job {self.id} was closed: no more text can be appended", code=JOB_CLOSED)
+            raise JobError(f"job {self.id} was closed: no more text can be appended", code=JOB_CLOSED)
         opened.buffer.add(text)
         piece, start = opened.buffer.take(final=close)
+        try:
+            return (yield from self._append_piece(piece, start, close))
+        except BaseException:
+            opened.buffer.taken = start
+            raise
+
+    def _append_piece(self, piece: str, start: int, close: bool) -> Call[int]:
+        opened, settings = self.opened, self.client.settings
         segments: list[SegmentJob] = []
         if piece.strip():
             segments = yield Compute(functools.partial(plan_segments, settings, opened.terms, piece, self.id,

@@ -148,6 +148,9 @@ def test_bad_input_is_refused_with_its_code(farm: Farm) -> None:
     with client.open(voice="joe") as fine:  # the context closes it
         fine.append("Still served. ")
     assert fine.wait(timeout=60).state == "done"
+    with pytest.raises(JobError) as closed:
+        fine.append("Too late. ")
+    assert closed.value.code == "JOB_CLOSED"
 
 
 def test_the_gateway_websocket_takes_text_frames(farm: Farm) -> None:

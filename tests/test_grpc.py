@@ -309,7 +309,10 @@ def test_malformed_messages_and_mixed_streams_get_a_status_and_the_server_keeps_
     first = riva_tts_pb2.SynthesizeSpeechRequest(text="One. ", language_code="en-US", sample_rate_hz=22050)
     changed = riva_tts_pb2.SynthesizeSpeechRequest(text="Two.", sample_rate_hz=16000)
     err = _refused(stub.SynthesizeOnline, iter([first, changed]), timeout=30)
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "sample_rate_hz:" in err.details()
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("BAD_OPTION: sample_rate_hz:")
+    bad_piece = riva_tts_pb2.SynthesizeSpeechRequest(text="Two\x07 three. ")
+    err = _refused(stub.SynthesizeOnline, iter([first, bad_piece]), timeout=30)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("CONTROL_CHARACTERS: text:")
     assert list(stub.SynthesizeOnline(iter([]), timeout=10)) == []  # no message: no audio, no error
     err = _refused(tts.stub.GetRivaSynthesisConfig, riva_tts_pb2.RivaSynthesisConfigRequest(model_name="nobody"))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "model_name:" in err.details()

@@ -413,7 +413,8 @@ def load_settings(
     return Settings(catalogue=catalogue, **sections)
 
 
-def settings_from_environment(config_dir: str | Path | None = None) -> Settings:
+def settings_from_environment(config_dir: str | Path | None = None, *, redis_url: str | None = None) -> Settings:
     """``load_settings`` with this process's ``TTSFARM_*`` overrides: what an entry point loads, and what the
-    SDK's ``from_url`` uses when it is given no settings (so it honours the same overrides as the CLI)."""
-    return load_settings(config_dir, env=os.environ)
+    SDK's ``from_url`` uses when it is given no settings (so it honours the same overrides as the CLI).
+    ``redis_url`` (a front end's ``--redis``) wins over ``TTSFARM_REDIS_URL``."""
+    return load_settings(config_dir, env={**os.environ, **({"TTSFARM_REDIS_URL": redis_url} if redis_url else {})})
