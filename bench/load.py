@@ -170,6 +170,11 @@ class JobRecord:
             "first_chunk_ms": _ms(self.first_chunk - self.t_sched) if self.first_chunk else None,
             "e2e_ms": _ms(self.ended - self.t_sched) if self.ended and self.state == "done" else None,
             "queue_ms": _ms(float(started) - created) if started else None,
+            # the first segment's way: waiting in its stream, then in the claiming loop, then its model and publish
+            "claim_ms": _ms(float(st["claimed"]) - created) if st.get("claimed") else None,
+            "held_ms": _ms(float(started) - float(st["claimed"])) if started and st.get("claimed") else None,
+            "model_ms": _ms(float(st["first_chunk"]) - float(started)) if started and st.get("first_chunk") else None,
+            "loop": str(st.get("worker") or ""),
             "audio_s": round(self.audio_s, 4), "pause_s": round(self.pause_s, 4), "batches": batches,
             "underruns": underrun_count, "underrun_s": round(underrun_s, 4),
         }

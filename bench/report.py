@@ -123,6 +123,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         "e2e_ms": _by(rows, "kind", "e2e_ms"),
         "queue_ms": {"all": pct(r["queue_ms"] for r in rows), **{lane: pct(v) for lane, v in sorted(lanes.items())}},
         "submit_lag_ms": pct(r["submit_lag_ms"] for r in rows),
+        "first_segment": first_segment_path(rows),
         "batch_sizes": hist,
         "mean_batch_size_per_segment": mean_batch,
         "padding_waste": raw.get("padding_waste"),
@@ -131,6 +132,32 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                      "audio_s": [round(audio_timeline[k], 3) for k in sorted(timeline)]},
         "per_job": rows,
     }
+
+
+PARTS = ("claim_ms", "held_ms", "model_ms")  # a first segment's way: in its stream, in the loop that claimed it, model + publish
+
+
+def first_segment_path(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Where each job's first chunk spent its time (``JobRecord.summary``: created → claimed → started → first
+    chunk), by the loop that claimed its first segment (``<pid>:<index>`` of the consumer name), and over the slowest
+    5 % of first chunks (``tail``: the mean of each part there, so the part that makes a tail shows)."""
+    done = [r for r in rows if r.get("loop") and r.get("first_chunk_ms") is not None]
+    loops: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in done:
+        parts = str(r["loop"]).split(":")
+        loops[":".join(parts[1:3]) if len(parts) >= 3 else str(r["loop"])].append(r)
+    by_loop = {loop: {"jobs": len(group), **{part: pct(r.get(part) for r in group) for part in PARTS}}
+               for loop, group in sorted(loops.items())}
+    slow = sorted(done, key=lambda r: r["first_chunk_ms"])[int(len(done) * 0.95):]
+    tail = {"jobs": len(slow), "first_chunk_ms": _mean(r["first_chunk_ms"] for r in slow),
+            **{part: _mean(r.get(part) for r in slow) for part in PARTS},
+            "loops": dict(Counter(":".join(str(r["loop"]).split(":")[1:3]) for r in slow))}
+    return {"by_loop": by_loop, "tail": tail}
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return round(sum(vals) / len(vals), 1) if vals else None
 
 
 def underrun_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

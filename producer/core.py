@@ -97,17 +97,20 @@ class ClientCore:
         self.redis = connection
         self.settings = settings
         self.keys = Keys(settings.redis.key_prefix)
-        self.broker: Broker = broker if broker is not None else RedisBroker(connection, self.keys)
+        self.broker: Broker = broker if broker is not None else RedisBroker(
+            connection, self.keys, replicas=settings.redis.wait_replicas, wait_ms=settings.redis.wait_timeout_ms)
         self._groups_ready = False
 
     @classmethod
     def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Self:
-        """A client of ``url`` (default: the settings'); settings default to the CLI's (configs/ plus
-        ``TTSFARM_*``); ``redis_kwargs`` go to redis-py and win over the defaults below."""
+        """A client of ``url`` (default: the settings'; a ``sentinel://`` one follows its group's master through a
+        failover); settings default to the CLI's (configs/ plus ``TTSFARM_*``); ``redis_kwargs`` go to redis-py and
+        win over the defaults below."""
         settings = settings or settings_from_environment()
-        options = {"socket_timeout": settings.redis.socket_timeout_s, "health_check_interval": 30, **redis_kwargs}
-        broker = RedisBroker.from_url(url or settings.redis.url, keys=Keys(settings.redis.key_prefix),
-                                      asyncio=cls.asynchronous, **options)
+        if url:
+            settings = settings.replace(redis={"url": url})
+        broker = RedisBroker.from_settings(settings.redis, asyncio=cls.asynchronous,
+                                           **{"health_check_interval": 30, **redis_kwargs})
         return cls(broker.r, settings, broker=broker)
 
     def _failed(self, exc: Exception) -> Exception:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from producer.wire.settings import Settings  # noqa: E402
 from bench.run import LoadSpec, LocalFarm, run_load, worker_env  # noqa: E402
-from bench.report import summarize  # noqa: E402
+from bench.report import PARTS, summarize  # noqa: E402
 from producer.wire.broker import run_blocking  # noqa: E402
 from producer.wire.keys import Keys  # noqa: E402
 from producer.wire.redis_broker import RedisBroker  # noqa: E402
@@ -126,7 +126,7 @@ def one_run(settings: Settings, farm: LocalFarm, mode: str, level: float, rate: 
         thread.join(1800)
     return {"mode": mode, "level": level, "rate": rate, "jobs": s["jobs"], "throughput": s["throughput"],
             "first_chunk_ms": s["first_chunk_ms"]["all"], "queue_ms": s["queue_ms"]["all"], "underruns": s["underruns"]["all"],
-            "late_units": _late_units(settings) - late_before, "book": book_state}
+            "late_units": _late_units(settings) - late_before, "book": book_state, "first_segment": s["first_segment"]}
 
 
 def _late_units(settings: Settings) -> int:
@@ -175,4 +175,22 @@ def report(doc: dict[str, Any]) -> str:
                          f"{_num(100 * u['share'] if u['share'] is not None else None, '{:.1f} %')} | {_num(u['seconds_per_audio_min'], '{:.3f}')} | "
                          f"{run['throughput']['speech_s_per_s']:.2f} | {run['late_units']} | "
                          f"{_num(book.get('seconds'), '{:.1f} s') if 'error' not in book else book['error'][:40]} |")
+    lines += ["", "Where the first chunk's time went, by the loop that claimed the job's first segment: in its stream (created → "
+              "claimed), held claimed in the loop (claimed → started), model and publish (started → first chunk); P50 / P99 ms. "
+              "Tail: the slowest 5 % of first chunks, mean ms of each part.", "",
+              "| mix | load | mode | loop | jobs | in stream | held in loop | model + publish |", "|---|---:|---|---|---:|---|---|---|"]
+    for mix, m in doc["mixes"].items():
+        for run in sorted(m["runs"], key=lambda r: (r["level"], r["mode"])):
+            path = run.get("first_segment") or {}
+            head = f"| {mix} | {100 * run['level']:.0f} % | {run['mode']} "
+            for loop, row in (path.get("by_loop") or {}).items():
+                lines.append(head + f"| {loop} | {row['jobs']} | " + " | ".join(_p50_99(row[part]) for part in PARTS) + " |")
+            tail = path.get("tail") or {}
+            if tail.get("jobs"):
+                lines.append(head + f"| tail ({tail['first_chunk_ms']:.0f} ms; loops {tail['loops']}) | {tail['jobs']} | "
+                             + " | ".join(_num(tail[part], "{:.0f}") for part in PARTS) + " |")
     return "\n".join(lines)
+
+
+def _p50_99(d: dict[str, Any]) -> str:
+    return "–" if not d or not d.get("n") else f"{d['p50']:.0f} / {d['p99']:.0f}"

@@ -11,10 +11,8 @@ error, and tests/test_settings_loader.py fails on it and on a README that differ
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
-import difflib
 import inspect
 import json
 import sys
@@ -26,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from producer.wire.settings import SECTIONS  # noqa: E402
+from scripts.readme_block import main, replace_block  # noqa: E402
 
-README = ROOT / "README.md"
 BEGIN = "<!-- settings table: made by scripts/settings_table.py from the settings classes; edit them, not this -->"
 END = "<!-- end of the settings table -->"
 
@@ -83,27 +81,8 @@ def table(sections: Mapping[str, type] = SECTIONS) -> str:
 
 def rewrite(readme: str) -> str:
     """``readme`` with the text between the markers replaced by the table."""
-    head, begin, rest = readme.partition(BEGIN)
-    old, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"README.md lacks the markers {BEGIN!r} ... {END!r}")
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when README.md's table is not what this makes")
-    args = ap.parse_args(argv)
-    current = README.read_text(encoding="utf-8")
-    wanted = rewrite(current)
-    if args.check:
-        diff = list(difflib.unified_diff(current.splitlines(), wanted.splitlines(), "README.md", "made", lineterm=""))
-        print("\n".join(diff) or "README.md's settings table is up to date")
-        return 1 if diff else 0
-    if wanted != current:
-        README.write_text(wanted, encoding="utf-8")
-    return 0
+    return replace_block(readme, BEGIN, END, table())
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(__doc__.splitlines()[0], rewrite, what="settings table"))

@@ -72,7 +72,7 @@ class Farm:
         w = WorkerProcess(name, self.env, log_path=self.root / f"{name}.log", app=app).start()
         self.workers.append(w)
         if wait:
-            w.wait_ready(self.redis_url, self.prefix)
+            w.wait_ready(self.redis_url, self.prefix, master_name=self.settings.redis.master_name)
         return w
 
     def client(self):  # type: ignore[no-untyped-def]

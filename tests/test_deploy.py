@@ -301,6 +301,98 @@ def test_settings_default_key_prefix_matches_the_manifests() -> None:
     assert Settings().redis.key_prefix == "ttsfarm"
 
 
+# -- redis with sentinel ---------------------------------------------------------------------------
+def _sentinel_k8s() -> dict[str, list[dict[str, Any]]]:
+    return {p.name: _docs(p) for p in sorted((DEPLOY / "k8s" / "sentinel").glob("*.yaml"))}
+
+
+def _sentinel_url_in_secret_example() -> str:
+    text = (DEPLOY / "k8s" / "secret.example.yaml").read_text()
+    (url,) = re.findall(r'# TTSFARM_REDIS_URL: "(sentinel://[^"]+)"', text)
+    return url
+
+
+def test_sentinel_overlay_matches_the_schemas_and_builds_on_the_base() -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (test extra)")
+    files = _sentinel_k8s()
+    (kust,) = files["kustomization.yaml"]
+    assert kust["resources"][0] == "../" and all((DEPLOY / "k8s" / "sentinel" / r).exists() for r in kust["resources"])
+    assert {p["path"] for p in kust["patches"]} == {"settings-patch.yaml", "keda-patch.yaml"}
+    kinds = []
+    for doc in files["redis-sentinel.yaml"]:
+        kv.validate(doc, K8S_VERSION, strict=True)
+        kinds.append(doc["kind"])
+    assert sorted(kinds) == ["ConfigMap", "PodDisruptionBudget", "Service", "StatefulSet"]
+    # the patched ScaledObject (a custom resource's list is replaced whole) is a valid one
+    (patch,) = files["keda-patch.yaml"]
+    merged = json.loads(json.dumps(_one("ScaledObject")))
+    merged["spec"]["triggers"] = patch["spec"]["triggers"]
+    errors = list(_validator(DATA / "keda" / "scaledobject.schema.json").iter_errors(merged))
+    assert not errors, "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+    broken = json.loads(json.dumps(merged))
+    broken["spec"]["triggers"][0]["metadata"]["sentinelmaster"] = "ttsfarm"  # misspelt: caught
+    assert list(_validator(DATA / "keda" / "scaledobject.schema.json").iter_errors(broken))
+
+
+def test_sentinel_overlay_points_workers_and_keda_at_the_group() -> None:
+    from producer.wire.redis_connect import SentinelUrl
+
+    files = _sentinel_k8s()
+    (settings_patch,) = files["settings-patch.yaml"]
+    data = {**_one("ConfigMap", "ttsfarm-settings")["data"], **settings_patch["data"]}
+    url = _sentinel_url_in_secret_example()
+    settings = load_settings(env={"TTSFARM_REDIS_URL": url, **{k: v for k, v in data.items() if k.startswith("TTSFARM_")}})
+    assert settings.redis.wait_replicas >= 1
+    docs = {d["kind"]: d for d in files["redis-sentinel.yaml"]}
+    sts, svc, scripts = docs["StatefulSet"], docs["Service"], docs["ConfigMap"]["data"]
+    # the URL lists each pod's Sentinel by its stable name under the headless Service
+    pods = {f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.ttsfarm.svc.cluster.local"
+            for i in range(sts["spec"]["replicas"])}
+    parsed = SentinelUrl.parse(url)
+    assert {h for h, _ in parsed.sentinels} == pods and {p for _, p in parsed.sentinels} == {26379}
+    assert sts["spec"]["serviceName"] == svc["metadata"]["name"] and svc["spec"]["clusterIP"] == "None"
+    assert f"sentinel monitor {settings.redis.master_name} $MASTER 6379 2" in scripts["sentinel.sh"]
+    assert sts["spec"]["replicas"] == 3  # a quorum of 2 survives one lost pod
+    containers = {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}
+    assert {"redis", "sentinel"} == set(containers)
+    secret = next(d for _, d in _k8s() if d["kind"] == "Secret" and d["metadata"]["name"] == "ttsfarm-credentials")
+    for c in containers.values():
+        (ref,) = [e["valueFrom"]["secretKeyRef"] for e in c["env"] if e["name"] == "REDIS_PASSWORD"]
+        assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"]
+    # KEDA: the same streams as the base, through the Sentinels the ConfigMap lists
+    (patch,) = files["keda-patch.yaml"]
+    base = sorted(t["metadata"]["stream"] for t in _one("ScaledObject")["spec"]["triggers"])
+    assert sorted(t["metadata"]["stream"] for t in patch["spec"]["triggers"]) == base
+    for t in patch["spec"]["triggers"]:
+        md = t["metadata"]
+        assert t["type"] == "redis-sentinel-streams" and md["sentinelMaster"] == settings.redis.master_name
+        assert {a.split(":")[0] for a in data[md["addressesFromEnv"]].split(",")} == pods
+
+
+def _compose_sentinel() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "docker-compose.sentinel.yml").read_text())
+
+
+def test_compose_sentinel_file_matches_the_spec_and_wires_the_group() -> None:
+    from producer.wire.redis_connect import SentinelUrl
+
+    over = _compose_sentinel()
+    errors = sorted(_validator(DATA / "compose-spec" / "compose-spec.json").iter_errors(over), key=str)
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+    services = {**_compose()["services"], **over["services"]}
+    sentinels = [name for name in over["services"] if name.startswith("sentinel-")]
+    assert len(sentinels) == 3 and "redis-replica" in over["services"]
+    assert "--replicaof redis 6379" in " ".join(over["services"]["redis-replica"]["command"])
+    for name in ("worker", "worker-gpu", "flower"):
+        env = {**services[name].get("environment", {}), **over["services"][name]["environment"]}
+        settings = load_settings(env={k: v for k, v in env.items() if k.startswith("TTSFARM_")})
+        parsed = SentinelUrl.parse(settings.redis.url)
+        assert sorted(h for h, _ in parsed.sentinels) == sorted(sentinels), name
+        assert parsed.password and settings.redis.wait_replicas == 1
+        script = " ".join(over["services"][sentinels[0]]["command"])
+        assert f"sentinel monitor {settings.redis.master_name} redis 6379 2" in script
+
+
 def test_grpc_front_end_is_deployed_on_rivas_port() -> None:
     grpc_port = Settings().grpc.port
     svc = _compose()["services"]["grpc"]

@@ -196,7 +196,7 @@ def test_a_cancel_is_never_undone_by_a_segment_starting(farm: Farm, redis_url: s
     job = client.job(seg.job_id)
     assert job.cancel() is True
     publisher = Publisher(RedisBroker(r, keys), storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
-    assert publisher.mark_started(seg, "w@test") is True  # the job's first start is still recorded...
+    assert publisher.mark_started(seg, "w@test", time.time()) is True  # the job's first start is still recorded...
     assert r.hget(keys.status(seg.job_id), "state") == b"cancelled"  # ...but does not make it running again
     assert job.cancel() is False
     r.delete(keys.status(seg.job_id))  # expired meanwhile

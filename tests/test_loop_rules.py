@@ -1,5 +1,6 @@
-"""Two rules of a loop, on its real parts: the small first window only while the loop has nothing else
-(``workers/runner.py``), and ``scheduling.max_open`` (``workers/scheduler.py``).
+"""Rules of a loop, on its real parts: the small first window only while the loop has nothing else, and a caller's
+first window at once after its acoustic pass (``workers/runner.py``); ``scheduling.max_open``
+(``workers/scheduler.py``).
 
 An ``InferenceLoop`` is built as a worker builds it (its ``Claimer``, ``DeadlineScheduler``, ``BatchRunner``,
 ``Outcomes`` and ``Publisher`` are the real ones) on a ``LoopContext`` whose broker and queue consumer answer
@@ -73,6 +74,7 @@ class StorelessBroker:
     def __init__(self) -> None:
         self.keys = Keys("rules")
         self.pieces = 0
+        self.published: list[str] = []  # the job of each piece, in order
 
     def consumer(self, name: str, streams: Sequence[str]) -> QueueConsumer:
         return QueueConsumer(name, streams)
@@ -83,7 +85,7 @@ class StorelessBroker:
     def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         return {}
 
-    def mark_started(self, job_id: str, worker: str) -> bool:
+    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
         return False
 
     def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
@@ -91,6 +93,7 @@ class StorelessBroker:
 
     def publish_piece(self, job_id: str, seg: int, chunks: list[Any], **_: Any) -> PieceReply:
         self.pieces += 1
+        self.published.append(job_id)
         return PieceReply(state="running")
 
 
@@ -202,3 +205,23 @@ def test_a_loop_holding_max_open_segments_looks_at_no_new_work(make_loop: Any) -
     loop.scheduler.step()
     assert consumer.peeks == 1 and consumer.claimed == [caller]
     assert loop.scheduler.held[0] is held[0] and loop.scheduler.held[1].live[0].entry is caller
+
+
+# -- a caller's first window follows its acoustic pass ---------------------------------------------------------
+def test_a_callers_first_window_follows_its_acoustic_pass_with_nothing_between(make_loop: Any) -> None:
+    loop = make_loop(scheduling_max_open="4")
+    broker, consumer = loop.ctx.broker, loop.queue
+    loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
+    assert broker.pieces == 0 and len(loop.scheduler.held) == 1  # a book's segment: held, its windows left for later
+
+    head, caller = entry(loop, "interactive", CALLER)
+    consumer.offered.append((head, caller))
+    loop.scheduler.step()  # one unit: the caller's (due first), its acoustic pass and its first window
+    assert consumer.claimed == [caller]
+    assert broker.published == [caller.job.job_id]  # type: ignore[union-attr]
+    assert loop.scheduler.held[-1].live[0].entry is caller  # its later windows are the scheduler's to place
+
+    later = SegmentJob(job_id="rules-later", seg=1, total=2, text=CALLER, lang="en", voice="tiny", request_voice="tiny",
+                       format="wav", sample_rate=8000, lane="interactive", est_s=1.0)
+    loop.runner.run([Entry(caller.stream, f"{int(time.time() * 1000)}-99", {}, later)], hold=loop.scheduler.held.append)
+    assert broker.pieces == 1  # a later segment (its listener is playing) waits for its deadline like a book's

@@ -77,6 +77,8 @@ def words(cmd: str) -> list[str]:
 def kind(cmd: str) -> str:
     toks = words(cmd)
     prog = Path(toks[0]).name
+    if "TTSFARM_REDIS_MASTER_NAME=" in cmd or prog in ("redis-server", "redis-cli") or "--sentinel" in toks:
+        return "sentinel"  # the Sentinel group's block: run in order against a group of its own
     if prog == "ttsfarm":
         return f"ttsfarm {toks[1] if len(toks) > 1 else ''}".strip()
     if prog == "celery":
@@ -107,6 +109,7 @@ CHECKS = {
     "ttsfarm gateway": "test_gateway_and_its_curl_commands",
     "ttsfarm grpc": "test_grpc_serves_the_riva_client",
     "curl gateway": "test_gateway_and_its_curl_commands",
+    "sentinel": "test_sentinel_commands",
 }
 PARSED_ONLY = {
     "ttsfarm quantize": "minutes of CPU per run; tests/test_quantize.py runs it",
@@ -481,3 +484,56 @@ def test_flower_starts(shell: Shell) -> None:
     finally:
         stop(proc)
     assert (shell.work / "flower.db").exists() or list(shell.work.glob("flower.db*"))
+
+
+@pytest.mark.slow
+def test_sentinel_commands(shell: Shell) -> None:
+    """The Sentinel block in order, on free ports: the group, a worker on it, a submit, the master shut down, a
+    submit through the new master, and ``ttsfarm status`` showing the failover the worker followed."""
+    ports = {p: free_port() for p in ("6380", "6381", "26380", "26381", "26382")}
+    work = shell.work / "sentinel"
+    work.mkdir()
+    sh = Shell(work, shell.env, ports)
+    (work / ".venv").symlink_to(VENV_BIN.parent)
+    prefix = shell.env["TTSFARM_REDIS_KEY_PREFIX"]
+    master = redis.Redis(port=ports["6380"])
+    worker = None
+
+    def sentinel_master() -> int:
+        return int(redis.Redis(port=ports["26380"]).sentinel_get_master_addr_by_name("ttsfarm")[1])
+
+    try:
+        for cmd in of_kind("sentinel"):
+            prog = Path(words(cmd)[0]).name
+            if prog == "celery":
+                worker = sh.start(cmd, "worker.log")
+                wait_for(cmd, lambda: heartbeat(master, prefix, "s1@", ("serving",)), worker, sh, "worker.log", 300)
+            elif prog == "redis-cli":
+                sh.run(cmd)
+                deadline = time.monotonic() + 60
+                while sentinel_master() != ports["6381"]:
+                    assert time.monotonic() < deadline, "no failover"
+                    time.sleep(0.1)
+            elif "submit" in words(cmd):
+                assert "first chunk after" in sh.run(cmd).stderr
+                toks = words(cmd)
+                audio_ok(work / toks[toks.index("-o") + 1], 24000)
+            elif "status" in words(cmd):
+                deadline = time.monotonic() + 20
+                while "failovers followed by workers 1" not in (out := sh.run(cmd).stdout):
+                    assert time.monotonic() < deadline, out
+                    time.sleep(0.5)
+                assert f"master 127.0.0.1:{ports['6381']}" in out and "3/3 sentinels answer" in out, out
+                assert f"redis master 127.0.0.1:{ports['6381']}, failovers followed 1" in out, out
+            else:
+                sh.run(cmd)
+        assert worker is not None
+    finally:
+        if worker is not None:
+            stop(worker)
+        for port in ports.values():  # the daemonized servers this test started, by their ports
+            try:
+                redis.Redis(port=port, socket_timeout=2).shutdown(nosave=True)
+            except (redis.RedisError, OSError):
+                pass
+

@@ -13,13 +13,14 @@ import os
 from celery import Celery
 
 from producer.wire.settings import load_settings
-from producer.wire.tasks import PING, celery_broker_options
+from producer.wire.tasks import PING, celery_connection
 from workers.step import StreamConsumerStep
 
 settings = load_settings(env=os.environ)
 
-app = Celery("ttsfarm", broker=settings.redis.url)
+app = Celery("ttsfarm")
 app.conf.update(
+    **celery_connection(settings),
     worker_send_task_events=True,
     task_send_sent_event=True,
     broker_connection_retry_on_startup=True,
@@ -28,7 +29,6 @@ app.conf.update(
     task_serializer="json",
     accept_content=["json"],
     result_serializer="json",
-    broker_transport_options=celery_broker_options(settings),
 )
 app.conf.ttsfarm_settings = settings
 # What later reads the environment (a voice reload reads the settings again, the metrics their folder) gets

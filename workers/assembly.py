@@ -36,7 +36,6 @@ from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, INTERNAL_ERROR, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from producer.wire.errors import BOOK_OUTPUT_REFUSED, BOOK_SUPERSEDED, SEGMENT_MISSING
-from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.settings import Settings, StorageSettings
 from producer.wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, storage_from_settings
@@ -216,8 +215,7 @@ def output_storage(settings: StorageSettings, out: str) -> Storage:
 def _farm(task: Any) -> tuple[Settings, RedisBroker, Storage]:
     settings: Settings = task.app.conf.ttsfarm_settings
     if getattr(_local, "broker", None) is None:
-        _local.broker = RedisBroker.from_url(settings.redis.url, keys=Keys(settings.redis.key_prefix),
-                                             socket_timeout=settings.redis.socket_timeout_s)
+        _local.broker = RedisBroker.from_settings(settings.redis)
         _local.storage = storage_from_settings(settings.storage)
     return settings, _local.broker, _local.storage
 

@@ -53,8 +53,7 @@ class FarmWorker:
         if connection is not None:
             self.broker = RedisBroker(connection, self.keys)
         else:
-            self.broker = RedisBroker.from_url(settings.redis.url, keys=self.keys, health_check_interval=30,
-                                               socket_timeout=settings.redis.socket_timeout_s)
+            self.broker = RedisBroker.from_settings(settings.redis, health_check_interval=30)
         self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
         q, rt = settings.queue, settings.runtime
         if bank is None and q.interactive_loops > 0 and q.interactive_loop_threads != rt.intra_op_threads:
@@ -187,6 +186,7 @@ class FarmWorker:
         info.update(self.metrics.heartbeat_fields(sum(loop.segments for loop in self.loops)) or {})
         info["voice_info"] = self.bank.describe()
         info["loops"] = [loop.describe() for loop in self.loops]
+        info["redis_master"], info["redis_failovers"] = self.broker.master(), self.broker.master_changes
         try:
             self.broker.write_heartbeat(self.hostname, os.getpid(), info)
         except BrokerError as exc:

@@ -118,6 +118,10 @@ COLLECTED = (
                ("lane", "bucket")),
     MetricSpec("ttsfarm_device_memory_used_bytes", "gauge", "Accelerator memory in use (whole device; CUDA only)", ("device",)),
     MetricSpec("ttsfarm_device_memory_total_bytes", "gauge", "Accelerator memory in all (CUDA only)", ("device",)),
+    MetricSpec("ttsfarm_redis_master_changes", "counter",
+               "Failovers this worker process followed: changes of the Sentinel group's master it connects to", ()),
+    MetricSpec("ttsfarm_redis_master_info", "gauge",
+               "1, labelled with the Sentinel group's master this worker process last connected to", ("address",)),
 )
 
 
@@ -375,6 +379,7 @@ class FarmCollector:
 
         yield from self._queues(GaugeMetricFamily)
         yield from self._device(GaugeMetricFamily)
+        yield from self._redis()
 
     def _queues(self, family: Any) -> Iterator[Any]:
         farm = self.farm
@@ -397,6 +402,19 @@ class FarmCollector:
                 lag.add_metric([q.lane, str(q.bucket)], float(q.lag))
             pending.add_metric([q.lane, str(q.bucket)], float(q.pending))
         yield from (seg, sec, lag, pending)
+
+    def _redis(self) -> Iterator[Any]:
+        """The Sentinel group's master and the failovers followed (nothing for a plain server)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        master = self.farm.broker.master()
+        if not master:
+            return
+        changes = CounterMetricFamily("ttsfarm_redis_master_changes", COLLECTED[6].help,
+                                      value=self.farm.broker.master_changes)
+        info = GaugeMetricFamily("ttsfarm_redis_master_info", COLLECTED[7].help, labels=["address"])
+        info.add_metric([master], 1.0)
+        yield from (changes, info)
 
     def _device(self, family: Any) -> Iterator[Any]:
         if self._cuda is None:

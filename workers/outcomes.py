@@ -88,9 +88,10 @@ class Outcomes:
                 kept.append(e)
         return kept
 
-    def started(self, job: SegmentJob) -> None:
+    def started(self, e: Entry) -> None:
         """A segment is about to run: the job's start, if it is its first anywhere."""
-        if self.publisher.mark_started(job, self.name):
+        job = _job(e)
+        if self.publisher.mark_started(job, self.name, e.claimed):
             self.ctx.events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
 
     def still_running(self, entries: Sequence[Entry], items: Sequence[T]) -> list[T]:

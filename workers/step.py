@@ -1,7 +1,10 @@
 """The consumer bootstep: runs a ``FarmWorker`` inside an ordinary Celery worker.
 
-Celery starts it with the consumer (and again after a broker reconnect), and stops it on warm
-shutdown: SIGTERM lets the batch in flight finish and be acked before the process exits.
+Celery starts it with the consumer and stops it on warm shutdown: SIGTERM lets the batch in flight finish and be
+acked before the process exits. A broker reconnect (Celery restarts its consumer: a Redis failover, a Sentinel
+lost) leaves the farm running: its loops have their own connection, which follows the failover by itself, and
+stopping them would idle the worker for as long as Celery takes to reconnect (34 s measured with one Sentinel
+killed: docs/RELIABILITY.md).
 
 ``farm_created`` is sent once, with the new ``FarmWorker`` as sender, before its loops start: a receiver may add
 to ``farm.hooks`` (the tests' fault injection does, from ``tests/fault_worker.py``). Production connects nothing.
@@ -13,6 +16,7 @@ import logging
 from typing import Any
 
 from celery import bootsteps
+from celery.bootsteps import RUN
 from celery.utils.dispatch import Signal
 
 log = logging.getLogger(__name__)
@@ -47,9 +51,13 @@ class StreamConsumerStep(bootsteps.StartStopStep):
         self.farm.start()
 
     def stop(self, c: Any) -> None:
+        if c.blueprint.state == RUN:  # Celery restarting its consumer after a lost broker connection
+            log.info("ttsfarm stream consumer keeps running while Celery reconnects to the broker")
+            return
         if self.farm is not None:
             log.info("ttsfarm stream consumer stopping: finishing the batch in flight")
             self.farm.stop()
 
     def shutdown(self, c: Any) -> None:
-        self.stop(c)
+        if self.farm is not None:
+            self.farm.stop()

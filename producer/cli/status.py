@@ -40,6 +40,7 @@ class Snapshot:
     queues: QueueSnapshot
     workers: list[dict[str, Any]] = field(default_factory=list)
     recent_errors: list[dict[str, Any]] = field(default_factory=list)
+    redis: dict[str, Any] = field(default_factory=dict)  # the broker's ``topology``
 
     @property
     def segments_per_min(self) -> float:
@@ -50,7 +51,7 @@ def snapshot(broker: Broker, n_buckets: int, *, dead_letters: int = 5) -> Snapsh
     """The heartbeats and the queue snapshot (with the newest ``dead_letters``), two reads."""
     beats = run_blocking(broker, broker.read_heartbeats())
     now = time.time()
-    snap = Snapshot(at=now, queues=broker.queue_snapshot(n_buckets, dead_letters=dead_letters))
+    snap = Snapshot(at=now, queues=broker.queue_snapshot(n_buckets, dead_letters=dead_letters), redis=broker.topology())
     for worker_id, info in sorted(beats.items()):
         info["id"] = worker_id
         info["age"] = now - float(info.get("ts") or 0)
@@ -76,6 +77,7 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
     alive = [w for w in snap.workers if w["alive"]]
     out.append(f"ttsfarm status  {stamp}   workers {len(alive)} up / {len(snap.workers)} known   "
                f"throughput {snap.segments_per_min:.1f} segments/min")
+    out.append(_redis_line(snap))
     out.append("")
     out.append("WORKERS")
     out.append(f"  {'worker':<40} {'state':<9} {'age':>5} {'batches':>8} {'segments':>9} {'seg/min':>8}  voices")
@@ -97,6 +99,8 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
             out.append(f"    error: {w['error'][:width]}")
         for name, why in sorted((w.get("voices_failed") or {}).items()):
             out.append(f"    not serving {name}: {why}"[:width])
+        if w.get("redis_master"):
+            out.append(f"    redis master {w['redis_master']}, failovers followed {w.get('redis_failovers', 0)}")
         reload = w.get("reload") or {}
         if reload and not reload.get("ok"):
             out.append(f"    last reload failed: {str(reload.get('error', ''))[:width]}")
@@ -121,6 +125,20 @@ def render(snap: Snapshot, *, width: int = 100) -> str:
         when = time.strftime("%H:%M:%S", time.localtime(float(e.get("ts") or 0)))
         out.append(f"  {when} {e['where']:<11} {e.get('code', ''):<22} job={e.get('job') or '-':<24} {str(e.get('message', ''))[:48]}")
     return "\n".join(out)
+
+
+def _redis_line(snap: Snapshot) -> str:
+    """REDIS: the master and its replicas; for a Sentinel group its name, Sentinels answering, and the failovers
+    the live workers followed."""
+    r = snap.redis
+    line = f"REDIS  master {r.get('master', '?')}  replicas {r.get('replicas', '?')}"
+    if "group" in r:
+        followed = max((int(w.get("redis_failovers") or 0) for w in snap.workers if w["alive"]), default=0)
+        line += (f"  sentinel group {r['group']!r}: {r['guards_up']}/{r['guards']} sentinels answer, "
+                 f"failovers followed by workers {followed}")
+    if r.get("error"):
+        line += f"  error: {r['error']}"
+    return line
 
 
 def run(broker: Broker, n_buckets: int, *, watch: float = 0.0, iterations: int = 0) -> int:

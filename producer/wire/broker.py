@@ -180,8 +180,10 @@ class Broker(Protocol):
         ...
 
     # -- results: the workers' writes to a job's results stream and status (blocking) --------------------------
-    def mark_started(self, job_id: str, worker: str) -> bool:
-        """Mark a job started by ``worker``; True for its first start, never over a state written meanwhile."""
+    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
+        """Mark a job started by ``worker``, which claimed its segment at ``claimed`` (the status keeps both: the
+        wait between claim and start is a loop's own); True for its first start, never over a state written
+        meanwhile."""
         ...
 
     def job_states(self, job_ids: Sequence[str]) -> list[str]:
@@ -285,6 +287,11 @@ class Broker(Protocol):
         """Whether the store answers now (one ping): False when it does not, never an error."""
         ...
 
+    def topology(self) -> dict[str, Any]:
+        """Where the store runs, for ``ttsfarm status``: ``master`` (host:port), ``replicas`` connected to it, and
+        for a failover group ``group`` (its name), ``guards`` (its watchers) and ``guards_up`` (those answering)."""
+        ...
+
     # books: ``books.handle`` runs a book of one-segment bulk jobs; ``workers.assembly`` answers its tasks
     def cancel_jobs(self, job_ids: Sequence[str]) -> list[int]:
         """``cancel`` for many jobs at once (a book's): each marked cancelled unless it has ended, in one atomic
@@ -363,3 +370,13 @@ class Script:
     source: str
     keys: Sequence[Any]
     args: Sequence[Any]
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """A script and then ``WAIT replicas timeout_ms`` on the same connection, in one round trip: the reply is the
+    script's and the number of replicas that hold its writes (WAIT counts the writes of its own connection only)."""
+
+    script: Script
+    replicas: int
+    timeout_ms: int

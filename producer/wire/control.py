@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producer.wire.settings import Settings
-from producer.wire.tasks import celery_broker_options
+from producer.wire.tasks import celery_connection
 
 RELOAD_COMMAND = "ttsfarm_reload_voices"
 
@@ -20,9 +20,9 @@ def control_app(settings: Settings) -> Any:
     """A client-side Celery app on the farm's broker, as ``workers.app`` configures it (for broadcasts)."""
     from celery import Celery
 
-    app = Celery("ttsfarm", broker=settings.redis.url, set_as_current=False)
-    app.conf.update(broker_transport_options=celery_broker_options(settings),
-                    broker_connection_retry_on_startup=True, accept_content=["json"], task_serializer="json")
+    app = Celery("ttsfarm", set_as_current=False)
+    app.conf.update(broker_connection_retry_on_startup=True, accept_content=["json"], task_serializer="json",
+                    **celery_connection(settings))
     return app
 
 

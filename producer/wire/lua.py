@@ -271,13 +271,13 @@ return 1
 """
 
 
-# KEYS: status. ARGV: now, worker. The first segment to start marks the job started and running, but
+# KEYS: status. ARGV: now, worker, when it claimed the segment. The first segment to start marks the job started and running, but
 # never over a state a client or a finish wrote meanwhile (a cancel between the worker's state check and
 # this mark would otherwise be undone). Returns 1 for the job's first start, else 0.
 MARK_STARTED = """
 if redis.call('HSETNX', KEYS[1], 'started', ARGV[1]) == 0 then return 0 end
 if redis.call('HGET', KEYS[1], 'state') == 'queued' then redis.call('HSET', KEYS[1], 'state', 'running') end
-redis.call('HSET', KEYS[1], 'worker', ARGV[2])
+redis.call('HSET', KEYS[1], 'worker', ARGV[2], 'claimed', ARGV[3])
 return 1
 """
 

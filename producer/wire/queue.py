@@ -8,7 +8,8 @@ malformed entry becomes a record to dead-letter, never a crash). A broker return
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from producer.wire.records import SegmentJob, text_of
@@ -44,6 +45,7 @@ class Entry:
     job: SegmentJob | None
     error: Exception | None = None
     deliveries: int = 1
+    claimed: float = field(default_factory=time.time)  # when this consumer claimed it (the job's ``claimed``)
 
     @property
     def arrived_ms(self) -> int:

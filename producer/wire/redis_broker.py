@@ -1,8 +1,9 @@
 """``Broker`` on Redis: every step of the farm's wire as one Lua script (``lua``) or one command or pipeline.
 
 ``r``: redis-py's blocking ``redis.Redis`` (workers, the sync SDK) or ``redis.asyncio.Redis`` (the asyncio SDK,
-which awaits ``send``); the blocking steps need a blocking one. ``RedisBroker.from_url`` makes the connection:
-the SDK, the CLI, the local launcher and the workers build theirs there. This is the only module family of the
+which awaits ``send``); the blocking steps need a blocking one. ``RedisBroker.from_settings`` (or ``from_url``)
+makes the connection, to one server or a Sentinel group's master (``redis_connect``): the SDK, the CLI, the local
+launcher and the workers build theirs there. This is the only module family of the
 farm that speaks Redis: nothing outside ``producer/wire`` imports ``redis`` (``tests/test_structure.py``).
 """
 
@@ -18,45 +19,107 @@ import redis.asyncio
 
 from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
-from producer.wire.broker import Command, Op, PieceReply, Script, SegmentEnd
+from producer.wire.broker import Command, Op, PieceReply, Replicated, Script, SegmentEnd
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
 from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE,
                                MARK_STARTED, OPEN_JOB, READ_RESULTS, REQUEUE_DEAD_LETTER, SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
+from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
 from producer.wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
 from producer.wire.status import JobStatus
 
 if TYPE_CHECKING:
     from producer.wire.records import Submission
-    from producer.wire.settings import QueueSettings
+    from producer.wire.settings import QueueSettings, RedisSettings
+
+
+class NotReplicated(redis.TimeoutError):
+    """Fewer replicas than ``redis.wait_replicas`` acknowledged a submit in time: a lost connection as far as the
+    caller is concerned (the SDK retries the same job, which admission answers as already there)."""
 
 
 class RedisBroker:
-    """``Broker`` on Redis. Scripts are registered once per connection and run by their SHA."""
+    """``Broker`` on Redis. Scripts are registered once per connection and run by their SHA. ``replicas``: a
+    submit's admission waits until that many replicas hold it (``redis.wait_replicas``), at most ``wait_ms``."""
 
     lost = (redis.ConnectionError, redis.TimeoutError)
     refused = (redis.AuthenticationError, redis.exceptions.AuthorizationError)
 
-    def __init__(self, r: Any, keys: Keys) -> None:
+    def __init__(self, r: Any, keys: Keys, *, replicas: int = 0, wait_ms: int = 500) -> None:
         self.r = r
         self.keys = keys
+        self.replicas = replicas
+        self.wait_ms = wait_ms
         self._scripts: dict[str, Any] = {}
         self._shas: dict[str, str] = {}
+        self._master = ""  # the Sentinel group's master this broker last connected to, and how often it changed
+        self.master_changes = 0
 
     @classmethod
-    def from_url(cls, url: str, *, keys: Keys | None = None, asyncio: bool = False, **redis_kwargs: Any) -> RedisBroker:
-        """A broker on a new connection to ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``): redis-py's
-        blocking client, or its asyncio one with ``asyncio``. ``redis_kwargs`` go to redis-py (timeouts, health
-        checks); ``keys``: the farm's names (default prefix ``ttsfarm``). Nothing connects until the first step."""
-        client = redis.asyncio.Redis if asyncio else redis.Redis
-        return cls(client.from_url(url, **redis_kwargs), keys if keys is not None else Keys())
+    def from_url(cls, url: str, *, keys: Keys | None = None, asyncio: bool = False, master_name: str = "",
+                 **redis_kwargs: Any) -> RedisBroker:
+        """A broker on a new connection to ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``, or a Sentinel
+        group's ``sentinel://`` addresses with its ``master_name``): redis-py's blocking client, or its asyncio one
+        with ``asyncio``. ``redis_kwargs`` go to redis-py (timeouts, health checks); ``keys``: the farm's names
+        (default prefix ``ttsfarm``). Nothing connects until the first step."""
+        return cls(connect(url, master_name=master_name, asyncio=asyncio, **redis_kwargs),
+                   keys if keys is not None else Keys())
 
-    def send(self, step: Command | Script) -> Any:
+    @classmethod
+    def from_settings(cls, settings: RedisSettings, *, asyncio: bool = False, **redis_kwargs: Any) -> RedisBroker:
+        """A broker on the Redis the settings name (``url``, ``master_name``, ``sentinel_password``), with their
+        key prefix, socket timeout and replica wait; ``redis_kwargs`` win over the settings' options."""
+        options = {"socket_timeout": settings.socket_timeout_s, **redis_kwargs}
+        r = connect(settings.url, master_name=settings.master_name, sentinel_password=settings.sentinel_password,
+                    asyncio=asyncio, **options)
+        return cls(r, Keys(settings.key_prefix), replicas=settings.wait_replicas, wait_ms=settings.wait_timeout_ms)
+
+    def send(self, step: Command | Script | Replicated) -> Any:
         if isinstance(step, Script):
             return self._script(step.source)(keys=list(step.keys), args=list(step.args))
+        if isinstance(step, Replicated):
+            return self._replicated(step)
         return getattr(self.r, step.name)(*step.args, **step.kwargs)
+
+    def _replicated(self, step: Replicated) -> Any:
+        """The script (by its SHA: no SCRIPT EXISTS first) and WAIT pipelined on one connection: ``[script reply,
+        replicas that hold it]``. A master that lacks the script (a new one after a failover) gets it loaded and the
+        pair is sent again: the farm's scripts are safe to repeat."""
+        script = self._script(step.script.source)  # a registered script knows its SHA without asking Redis
+        keys, args = list(step.script.keys), list(step.script.args)
+
+        def pipeline() -> Any:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.wait(step.replicas, step.timeout_ms)
+            return pipe
+
+        if not isinstance(self.r, redis.asyncio.Redis):
+            replies = pipeline().execute(raise_on_error=False)
+            if isinstance(replies[0], redis.exceptions.NoScriptError):
+                self.r.script_load(step.script.source)
+                replies = pipeline().execute(raise_on_error=False)
+            return _raised(replies)
+
+        async def run() -> Any:
+            replies = await pipeline().execute(raise_on_error=False)
+            if isinstance(replies[0], redis.exceptions.NoScriptError):
+                await self.r.script_load(step.script.source)
+                replies = await pipeline().execute(raise_on_error=False)
+            return _raised(replies)
+
+        return run()
+
+    def master(self) -> str:
+        """``host:port`` of the Sentinel group's master this broker last connected to ('' for a plain server); each
+        change seen counts in ``master_changes`` (a failover this process followed). No IO."""
+        now = master_address(self.r)
+        if now and now != self._master:
+            self.master_changes += int(bool(self._master))
+            self._master = now
+        return self._master
 
     def _script(self, source: str) -> Any:
         script = self._scripts.get(source)
@@ -77,21 +140,39 @@ class RedisBroker:
 
     def admit(self, sub: Submission, queue: QueueSettings) -> Op[None]:
         script_keys, argv = admit_args(sub, self.keys, queue)
-        check_admitted((yield Script(ADMIT, script_keys, argv)), sub, queue)
+        reply, held_by = yield from self._written(Script(ADMIT, script_keys, argv))
+        check_admitted(reply, sub, queue)
+        self._check_replicated(held_by, f"job {sub.job_id}")
+
+    def _written(self, script: Script) -> Op[tuple[Any, int]]:
+        """A producing script's reply and how many replicas hold what it wrote: with ``replicas``, WAIT pipelined
+        behind it (``Replicated``); without, the script alone (and ``replicas`` as the count, which passes)."""
+        if not self.replicas:
+            return (yield script), self.replicas
+        reply, held_by = yield Replicated(script, self.replicas, self.wait_ms)
+        return reply, int(held_by)
+
+    def _check_replicated(self, held_by: int, what: str) -> None:
+        if held_by < self.replicas:
+            raise NotReplicated(f"{what}: {held_by} of {self.replicas} replica(s) acknowledged it within "
+                                f"{self.wait_ms} ms (redis.wait_replicas)")
 
     def cancel(self, job_id: str) -> Op[int]:
         return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time(), self.keys.prefix, job_id]))[0])
 
     def open_job(self, job_id: str, status: Mapping[str, Any], queue: QueueSettings) -> Op[None]:
         script_keys, argv = textin.open_args(job_id, dict(status), self.keys, queue)
-        textin.check_opened((yield Script(OPEN_JOB, script_keys, argv)), job_id)
+        reply, held_by = yield from self._written(Script(OPEN_JOB, script_keys, argv))
+        textin.check_opened(reply, job_id)
+        self._check_replicated(held_by, f"job {job_id}")
 
     def append(self, job_id: str, segments: Sequence[SegmentJob], streams: Sequence[str], first_seg: int, *,
                close: bool, last: tuple[SegmentJob, str] | None, queue: QueueSettings) -> Op[None]:
         script_keys, argv = textin.append_args(job_id, segments, streams, first_seg, close=close, last=last,
                                                keys=self.keys, q=queue)
-        reply = yield Script(APPEND_SEGMENTS, script_keys, argv)
+        reply, held_by = yield from self._written(Script(APPEND_SEGMENTS, script_keys, argv))
         textin.check_appended(reply, job_id, textin.lane_of(segments, last), queue)
+        self._check_replicated(held_by, f"job {job_id}'s segments from {first_seg}")
 
     def job_status(self, job_id: str) -> Op[JobStatus | None]:
         return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
@@ -108,8 +189,8 @@ class RedisBroker:
         return RedisConsumer(self.r, self, name, streams)
 
     # -- results --------------------------------------------------------------------------------------------
-    def mark_started(self, job_id: str, worker: str) -> bool:
-        return bool(self.send(Script(MARK_STARTED, [self.keys.status(job_id)], [time.time(), worker])))
+    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
+        return bool(self.send(Script(MARK_STARTED, [self.keys.status(job_id)], [time.time(), worker, claimed])))
 
     def job_states(self, job_ids: Sequence[str]) -> list[str]:
         if not job_ids:
@@ -243,7 +324,14 @@ class RedisBroker:
                          k.backlog(job.lane)],
                    args=[int(force), queue.job_ttl_s, fields["v"], fields["job"], max_n, max_s, job.est_s,
                          *[x for kv in sub.status.items() for x in kv]], client=pipe)
-        return [text_of(reply) for reply in pipe.execute()] if subs else []
+        if not subs:
+            return []
+        if self.replicas:
+            pipe.wait(self.replicas, self.wait_ms)
+        replies = pipe.execute()
+        if self.replicas:
+            self._check_replicated(int(replies.pop()), f"{len(subs)} book segment(s)")
+        return [text_of(reply) for reply in replies]
 
     def job_fields(self, job_ids: Sequence[str], fields: Sequence[str]) -> list[list[str | None]]:
         pipe = self.r.pipeline(transaction=False)
@@ -333,11 +421,39 @@ class RedisBroker:
     def read_heartbeats(self) -> Op[dict[str, dict[str, Any]]]:
         return heartbeats.decode((yield Command("hgetall", (self.keys.workers(),))))
 
+    def topology(self) -> dict[str, Any]:
+        pool = self.r.connection_pool
+        out: dict[str, Any] = {}
+        group = getattr(pool, "sentinel_manager", None)
+        if group is not None:  # a Sentinel group: ask its Sentinels, then the master they name
+            out.update(group=pool.service_name, guards=len(group.sentinels), guards_up=0)
+            for sentinel in group.sentinels:
+                try:
+                    out["guards_up"] += int(bool(sentinel.ping()))
+                except (redis.RedisError, OSError):
+                    pass
+        try:
+            info = self.r.info("replication")
+        except (redis.RedisError, OSError) as exc:
+            return {**out, "master": self.master() or "?", "error": str(exc)}
+        kw = pool.connection_kwargs
+        out["master"] = self.master() or (f"{kw['host']}:{kw['port']}" if "host" in kw else str(kw.get("path", "")))
+        out["replicas"] = int(info.get("connected_slaves") or 0)
+        return out
+
     def reachable(self) -> bool:
         try:
             return bool(self.r.ping())
         except (redis.RedisError, OSError):
             return False
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    """A pipeline's replies, or the first error among them raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _int(reply: Any) -> int:

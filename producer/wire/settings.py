@@ -32,11 +32,32 @@ class RedisSettings:
     """The farm's Redis: queues, job records, results streams, and Celery's broker."""
 
     url: str = "redis://127.0.0.1:6379/0"
-    """The Redis every producer and worker uses (a password and ``rediss://`` go in the URL)."""
+    """The Redis every producer and worker uses (a password and ``rediss://`` go in the URL); or, in Celery's form,
+    the Sentinels of a group: ``sentinel://HOST:PORT;sentinel://HOST:PORT[/DB]`` (a password as
+    ``sentinel://:PASSWORD@HOST:PORT``, TLS as ``?ssl=true`` with redis-py's ``ssl_*`` options)."""
     key_prefix: str = "ttsfarm"
     """Every key the farm writes starts with ``<key_prefix>:``, so several farms can share one Redis."""
     socket_timeout_s: float = 10.0
     """How long a Redis command waits for its reply before the connection counts as lost (seconds)."""
+    master_name: str = ""
+    """With a ``sentinel://`` url: the name the Sentinels know the master by (their ``sentinel monitor NAME``)."""
+    sentinel_password: str = ""
+    """The Sentinels' own password (their ``requirepass``), when they have one; the url's password is the data
+    nodes'."""
+    wait_replicas: int = 0
+    """A submit is acknowledged once this many replicas hold the job (Redis ``WAIT``, in the admission's round
+    trip), so a failover cannot lose it; while fewer answer within ``wait_timeout_ms`` the submit is retried, then
+    fails with BACKEND_UNAVAILABLE. 0: no wait (a master's loss may drop the last jobs it acknowledged)."""
+    wait_timeout_ms: int = 500
+    """How long a submit waits for ``wait_replicas`` replicas (milliseconds)."""
+
+    def __post_init__(self) -> None:
+        if self.url.strip().lower().startswith("sentinel://") and not self.master_name:
+            raise InputError("setting redis.master_name: a sentinel:// redis.url needs the name of the Sentinels' "
+                             "master (TTSFARM_REDIS_MASTER_NAME)", code=BAD_OPTION)
+        if self.wait_replicas < 0 or self.wait_timeout_ms <= 0:
+            raise InputError("settings redis.wait_replicas must be 0 or more and redis.wait_timeout_ms above 0",
+                             code=BAD_OPTION)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A job's status record (``Keys.status``): its one owner.
 
 The record is a hash that many steps write a field or two of, each atomically with what goes with it: admission
-writes the job's request (``JobStatus.admitted``), the first segment to start marks ``started``, a published piece
+writes the job's request (``JobStatus.admitted``), the first segment to start marks ``started`` (with ``claimed``, when its loop claimed it, and ``worker``), a published piece
 moves the playback clock (``first_chunk``, ``delivered_s``) and a segment's bookkeeping (``windows:N``,
 ``batch:N``, ``worker:N``, ``failures:N``), and the one finalize writes the end state and the result. Those writes
 are the broker's steps (``producer.wire.redis_broker``); every reader parses the hash here, into ``JobStatus``.
@@ -23,7 +23,7 @@ from producer.wire.records import JobResult, Word, text_of
 
 # Fields read as numbers; everything else is text.
 _INTS = ("total", "done", "sample_rate", "bitrate")
-_FLOATS = ("created", "started", "first_chunk", "finished", "duration", "deadline", "est_seconds", "delivered_s")
+_FLOATS = ("created", "claimed", "started", "first_chunk", "finished", "duration", "deadline", "est_seconds", "delivered_s")
 SEGMENT_FIELDS = ("windows", "batch", "worker", "failures")  # per segment: "<name>:<seg>"
 
 

@@ -1,0 +1,55 @@
+"""``redis.url`` in Celery's Sentinel form: how it is read, what Celery gets, and the errors a bad one gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import BAD_OPTION, InputError
+from producer.wire.redis_connect import SentinelUrl, connect
+from producer.wire.settings import load_settings
+from producer.wire.tasks import celery_connection
+
+URL = "sentinel://:p%40ss@h1:26379;sentinel://h2:26380;sentinel://h3/2"
+
+
+def test_a_sentinel_url_is_read_wherever_its_parts_are_written() -> None:
+    u = SentinelUrl.parse(URL)
+    assert u.sentinels == (("h1", 26379), ("h2", 26380), ("h3", 26379))
+    assert (u.db, u.password, u.tls) == (2, "p@ss", None)
+    assert u.node_kwargs() == {"db": 2, "password": "p@ss"}
+    tls = SentinelUrl.parse("sentinel://h1:1;sentinel://h2:2/0?ssl_ca_certs=/ca.pem&ssl_check_hostname=false")
+    assert tls.node_kwargs() == {"db": 0, "ssl": True, "ssl_ca_certs": "/ca.pem", "ssl_check_hostname": False}
+
+
+def test_celery_gets_every_address_with_the_credentials_and_the_master_name() -> None:
+    settings = load_settings(env={"TTSFARM_REDIS_URL": URL, "TTSFARM_REDIS_MASTER_NAME": "farm",
+                                  "TTSFARM_REDIS_SENTINEL_PASSWORD": "s3"})
+    conf = celery_connection(settings)
+    assert conf["broker_url"] == "sentinel://:p%40ss@h1:26379/2;sentinel://:p%40ss@h2:26380/2;sentinel://:p%40ss@h3:26379/2"
+    assert conf["broker_transport_options"] == {"global_keyprefix": "ttsfarm:celery:", "master_name": "farm",
+                                                "sentinel_kwargs": {"password": "s3"}}
+    assert conf["result_backend_transport_options"]["master_name"] == "farm"
+    plain = celery_connection(load_settings(env={"TTSFARM_REDIS_URL": "redis://h:6379/0"}))
+    assert plain == {"broker_url": "redis://h:6379/0", "broker_transport_options": {"global_keyprefix": "ttsfarm:celery:"}}
+
+
+@pytest.mark.parametrize("url", ["sentinel://", "sentinel://h1:1;redis://h2:2", "sentinel://h1:1/zero",
+                                 "sentinel://h1:notaport", "sentinel://h1:1?sentinel_timeout=3"])
+def test_a_bad_sentinel_url_gets_bad_option(url: str) -> None:
+    with pytest.raises(InputError) as caught:
+        connect(url, master_name="m")
+    assert caught.value.code == BAD_OPTION
+
+
+def test_a_sentinel_url_without_a_master_name_is_refused_at_load() -> None:
+    with pytest.raises(InputError) as caught:
+        load_settings(env={"TTSFARM_REDIS_URL": "sentinel://h1:26379"})
+    assert caught.value.code == BAD_OPTION and "TTSFARM_REDIS_MASTER_NAME" in caught.value.message
+    with pytest.raises(InputError):
+        load_settings(env={"TTSFARM_REDIS_WAIT_REPLICAS": "-1"})
+
+
+def test_the_password_never_shows_in_an_error() -> None:
+    with pytest.raises(InputError) as caught:
+        connect("sentinel://:secret@h1:1;http://:secret@h2:2", master_name="m")
+    assert "secret" not in str(caught.value)
