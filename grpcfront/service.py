@@ -28,7 +28,7 @@ from riva.client.proto import riva_tts_pb2, riva_tts_pb2_grpc
 from pipeline.errors import INTERNAL_ERROR, TEXT_TOO_LONG, InputError, TTSFarmError
 from producer.aio import AsyncJob, AsyncOpenJob
 from producer.encoded import aencode_chunks
-from producer.wire.errors import BrokerError, JobTimeoutError, TransientError
+from producer.wire.errors import BACKEND_UNAVAILABLE, BrokerError, JobTimeoutError, TransientError
 from producer.wire.records import Chunk, Word
 from grpcfront.asks import Asked, lenient, parsed, read_request, same_config, submit_error
 from grpcfront.errors import CODE_KEY, FrontError, details, status_for, unauthenticated
@@ -68,7 +68,7 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
                 log.warning("%s -> %s %s", method, status.name, exc)
             await self._abort(context, status, exc)
         except BrokerError as exc:
-            status, code = grpc.StatusCode.UNAVAILABLE, "BACKEND_UNAVAILABLE"
+            status, code = grpc.StatusCode.UNAVAILABLE, BACKEND_UNAVAILABLE
             await self._abort(context, status, TransientError(f"lost Redis: {exc}"))
         except asyncio.CancelledError:
             status = grpc.StatusCode.CANCELLED
