@@ -27,6 +27,7 @@ import gateway.errors as errors
 import gateway.jobs as jobs
 import gateway.openai_compat as openai_compat
 import gateway.speech as speech
+import gateway.textin as textin
 from gateway.auth import require_key
 from gateway.schemas import Health, VoiceList, error_responses
 from gateway.state import GatewayState, state_of
@@ -47,7 +48,9 @@ end inside the chunk, `{text, start_s, end_s, char_start, char_end, approx, afte
 code points of the submitted text, `after` the punctuation and space that follow the word there; `GET /v1/jobs/{id}/captions?format=vtt|srt` once it is done), resume with
 `?after_seq=N`, and end with `{type: "done", ...}` or `{type: "error", error: {code, message}}` (code
 STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fetch `audio` instead).
-On the WebSocket, send `{"type": "cancel"}` to cancel the job.
+On the WebSocket, send `{"type": "cancel"}` to cancel the job. The WebSocket `/v1/jobs/text` takes the text while
+the job plays: `{"type": "open", voice, format, ...}`, then `{"type": "text", "text": ...}` messages (each finished
+sentence is queued at once), then `{"type": "close"}`; the audio comes back on the same socket as on `stream`.
 
 Errors are `{"error": {"code", "message"}}` with the farm's stable codes: 400 bad input (a wrong type is
 MALFORMED_JOB for the text, BAD_OPTION for an option), 401 missing key, 404 JOB_NOT_FOUND, 409 JOB_NOT_DONE,
@@ -89,6 +92,7 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     app.include_router(speech.router)
     app.include_router(openai_compat.router)
     app.include_router(jobs.router)
+    app.include_router(textin.textin)  # before jobs.live: /v1/jobs/text is not a job id
     app.include_router(jobs.live)
 
     @app.get("/v1/voices", response_model=VoiceList, tags=["voices"], dependencies=[Depends(require_key)],

@@ -187,14 +187,15 @@ async def job_stream(websocket: WebSocket, job_id: str, after_seq: int = -1, bin
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_listen, websocket, job, tg.cancel_scope)
-            await _send(websocket, farm, job, max(-1, after_seq), binary)
+            await send_stream(websocket, farm, job, max(-1, after_seq), binary)
             tg.cancel_scope.cancel()
         await websocket.close(code=1000)
     except* (WebSocketDisconnect, OSError, RuntimeError) as group:
         log.debug("websocket for job %s ended early: %r", job_id, group.exceptions)
 
 
-async def _send(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary: bool) -> None:
+async def send_stream(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary: bool) -> None:
+    """The job's stream as WebSocket messages (``job_stream``, and ``gateway.textin``'s jobs)."""
     gw = farm.gateway
     async for event in streams.follow(job, after_seq=after_seq, timeout_s=gw.job_timeout_s, keepalive_s=gw.keepalive_s):
         if event is None:
@@ -210,15 +211,22 @@ async def _send(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary:
             await ws.send_text(streams.dumps(streams.chunk_message(event)))
 
 
-async def _listen(ws: WebSocket, job: AsyncJob, scope: anyio.CancelScope) -> None:
-    """Client messages: {"type": "cancel"} cancels the job; a disconnect stops the sender."""
+async def client_messages(ws: WebSocket, scope: anyio.CancelScope) -> AsyncIterator[str | None]:
+    """The client's text frames (None for a binary one) until it disconnects; its disconnect cancels ``scope`` (the
+    sender's)."""
     while True:
         message = await ws.receive()
         if message["type"] == "websocket.disconnect":
             scope.cancel()
             return
+        yield message.get("text")
+
+
+async def _listen(ws: WebSocket, job: AsyncJob, scope: anyio.CancelScope) -> None:
+    """Client messages: {"type": "cancel"} cancels the job; a disconnect stops the sender."""
+    async for text in client_messages(ws, scope):
         try:
-            data = json.loads(message.get("text") or "{}")
+            data = json.loads(text or "{}")
         except ValueError:
             continue
         if isinstance(data, dict) and data.get("type") == "cancel":

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from producer.checks import stream_args, wait_args
-from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
+from producer.core import Call, ClientCore, Compute, JobCore, OpenJobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.status import JobStatus
 from producer.wire.records import Chunk, JobResult
 
@@ -77,6 +77,10 @@ class AsyncClient(ClientCore):
         sub = await self._run(self._submit(text, request))
         return AsyncJob(self, sub.job_id, sub.total)
 
+    async def open(self, **request: Any) -> AsyncOpenJob:
+        """Like ``Client.open``: ``async with await client.open(...) as job``."""
+        return AsyncOpenJob(self, await self._run(self._open(request)))
+
     async def job(self, job_id: str) -> AsyncJob:
         """Like ``Client.job``."""
         return AsyncJob(self, job_id, await self._run(self._total(job_id)))
@@ -110,3 +114,26 @@ class AsyncJob(JobCore):
         async for chunk in self.stream(timeout=timeout):
             joined.add(chunk)
         return joined.result()
+
+
+class AsyncOpenJob(OpenJobCore, AsyncJob):
+    """Like ``OpenJob``."""
+
+    client: AsyncClient
+
+    async def append(self, text: str) -> int:
+        """Like ``OpenJob.append``."""
+        return await self.client._run(self._append(text, False))
+
+    async def close(self, text: str = "") -> int:
+        """Like ``OpenJob.close``."""
+        return await self.client._run(self._append(text, True))
+
+    async def __aenter__(self) -> AsyncOpenJob:
+        return self
+
+    async def __aexit__(self, kind: object, *exc: object) -> None:
+        if kind is None:
+            await self.close()
+        elif not self.opened.closed:
+            await self.cancel()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from producer.checks import stream_args, wait_args
-from producer.core import Call, ClientCore, Compute, JobCore, Pause, PcmJoin, Step, Stream, advance
+from producer.core import Call, ClientCore, Compute, JobCore, OpenJobCore, Pause, PcmJoin, Step, Stream, advance
 from producer.wire.status import JobStatus
 from producer.wire.records import Chunk, JobResult
 
@@ -81,6 +81,12 @@ class Client(ClientCore):
         sub = self._run(self._submit(text, request))
         return Job(self, sub.job_id, sub.total)
 
+    def open(self, **request: Any) -> OpenJob:
+        """A job whose text you append while it plays (``producer.textin``): ``append(text)`` as it is written,
+        ``close()`` at its end; ``with client.open(...) as job`` closes it (cancels it on an error). Keywords as
+        ``submit``'s (not ``ssml``); each is checked here, before anything is written."""
+        return OpenJob(self, self._run(self._open(request)))
+
     def job(self, job_id: str) -> Job:
         """A handle on an existing job (to stream or wait from another process)."""
         return Job(self, job_id, self._run(self._total(job_id)))
@@ -122,3 +128,26 @@ class Job(JobCore):
         for chunk in self.stream(timeout=timeout):
             joined.add(chunk)
         return joined.result()
+
+
+class OpenJob(OpenJobCore, Job):
+    """A ``Job`` whose text is appended: ``append``, ``close``; the rest (``stream``, ``cancel``, ``wait``) as any job's."""
+
+    client: Client
+
+    def append(self, text: str) -> int:
+        """Add text; the sentences it finishes are queued at once (one round trip). How many segments were queued."""
+        return self.client._run(self._append(text, False))
+
+    def close(self, text: str = "") -> int:
+        """Add the last text (if any) and end the job's text: the rest is queued and the job's total set."""
+        return self.client._run(self._append(text, True))
+
+    def __enter__(self) -> OpenJob:
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is None:
+            self.close()
+        elif not self.opened.closed:
+            self.cancel()

@@ -40,15 +40,17 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-from pipeline.errors import TTSFarmError
+from pipeline.errors import EMPTY_TEXT, InputError, TTSFarmError
 from producer.checks import job_id_arg
 from producer.reader import ResultsReader
-from producer.submit import prepare_submission
+from producer.submit import Terms, job_status, plan_segments, prepare_submission, request_terms
+from producer.textin import OpenedJob, check_open_terms
 from producer.wire.broker import Broker
 from producer.wire.redis_broker import RedisBroker
-from producer.wire.errors import BACKEND_AUTH_FAILED, JobError, JobNotFoundError, JobTimeoutError, TransientError
-from producer.wire.keys import Keys
-from producer.wire.records import Chunk, JobResult, Submission
+from producer.wire.errors import (BACKEND_AUTH_FAILED, JOB_CLOSED, JobError, JobNotFoundError, JobTimeoutError,
+                                  TransientError)
+from producer.wire.keys import Keys, bucket_of, new_job_id
+from producer.wire.records import Chunk, JobResult, SegmentJob, Submission
 from producer.wire.status import JobStatus
 from producer.wire.settings import Settings, settings_from_environment
 
@@ -125,21 +127,37 @@ class ClientCore:
         yield from self.broker.ensure_groups(self.keys.queues(self.settings.queue.n_buckets))
         self._groups_ready = True
 
-    def _submit(self, text: Any, request: dict[str, Any]) -> Call[Submission]:
-        """Segment ``text`` and queue its segments (see ``Client.submit``)."""
-        sub: Submission = yield Compute(functools.partial(prepare_submission, self.settings, text, **request))
+    def _retried(self, make: Callable[[], Call[None]], job_id: str, what: str) -> Call[None]:
+        """Run the idempotent step ``make()`` makes, with the consumer groups ensured, again after a lost connection
+        (0.1 s doubling, ``SUBMIT_RETRIES`` times), then ``TransientError`` naming the job."""
         for attempt in range(SUBMIT_RETRIES + 1):
             try:
                 yield from self._ensure_groups()
-                yield from self.broker.admit(sub, self.settings.queue)  # idempotent per request: a retry never doubles it
-                break
+                yield from make()
+                return
             except self.broker.lost as exc:
                 if attempt == SUBMIT_RETRIES:
-                    raise TransientError(f"cannot reach Redis to submit job {sub.job_id}: {exc}",
-                                         job_id=sub.job_id) from exc
+                    raise TransientError(f"cannot reach Redis to {what} job {job_id}: {exc}", job_id=job_id) from exc
                 yield Pause(0.1 * 2**attempt)
+
+    def _submit(self, text: Any, request: dict[str, Any]) -> Call[Submission]:
+        """Segment ``text`` and queue its segments (see ``Client.submit``)."""
+        sub: Submission = yield Compute(functools.partial(prepare_submission, self.settings, text, **request))
+        # idempotent per request: a retry never doubles it
+        yield from self._retried(lambda: self.broker.admit(sub, self.settings.queue), sub.job_id, "submit")
         log.debug("job %s: %d segment(s) queued", sub.job_id, sub.total)
         return sub
+
+    def _open(self, request: dict[str, Any]) -> Call[OpenedJob]:
+        """Open a job whose text is appended (see ``producer.textin``): its request checked, its status written."""
+        terms: Terms = yield Compute(functools.partial(request_terms, self.settings, request))
+        check_open_terms(terms)
+        now = time.time()
+        opened = OpenedJob(terms.job_id or new_job_id(), terms, now, now + terms.deadline_s if terms.deadline_s else 0.0)
+        status = job_status(terms, opened.created, opened.deadline, [])
+        yield from self._retried(lambda: self.broker.open_job(opened.job_id, status, self.settings.queue),
+                                 opened.job_id, "open")
+        return opened
 
     def _workers(self) -> Call[dict[str, dict[str, Any]]]:
         """The workers' heartbeat records by ``host:pid`` (``producer.wire.heartbeats``)."""
@@ -224,6 +242,55 @@ class JobCore:
                 raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s (state {st.state})")
             yield Pause(poll_s)
             poll_s = min(poll_s * 1.5, 0.25)
+
+
+class OpenJobCore(JobCore):
+    """A job whose text is appended (``producer.textin``); ``total`` is 0 until it is closed."""
+
+    def __init__(self, client: ClientCore, opened: OpenedJob) -> None:
+        super().__init__(client, opened.job_id, 0)
+        self.opened = opened
+
+    def _append(self, text: Any, close: bool) -> Call[int]:
+        """Buffer ``text``; append the sentences it finished (with ``close``, all the rest, and set the total) in one
+        round trip. How many segments were appended. When it raises, the finished text stays buffered (a full lane:
+        append again later; a lost connection: the same append again is answered as done if it was written)."""
+        opened = self.opened
+        if opened.closed:
+            raise JobError(f"job {self.id} was closed: no more text can be appended", code=JOB_CLOSED)
+        opened.buffer.add(text)
+        piece, start = opened.buffer.take(final=close)
+        try:
+            return (yield from self._append_piece(piece, start, close))
+        except BaseException:
+            opened.buffer.taken = start
+            raise
+
+    def _append_piece(self, piece: str, start: int, close: bool) -> Call[int]:
+        opened, settings = self.opened, self.client.settings
+        segments: list[SegmentJob] = []
+        if piece.strip():
+            segments = yield Compute(functools.partial(plan_segments, settings, opened.terms, piece, self.id,
+                                                       opened.created, opened.deadline, first_seg=opened.next_seg,
+                                                       first_char=start, total=0))
+        if not segments and not close:
+            return 0
+        if close and opened.next_seg + len(segments) == 0:
+            yield from self._cancel()
+            raise InputError(f"job {self.id} was closed with no text to speak; it was cancelled", code=EMPTY_TEXT)
+        keys, edges = self.client.keys, settings.queue.bucket_edges_s
+        streams = [keys.queue(s.lane, bucket_of(s.est_s, edges)) for s in segments]
+        first, last = opened.next_seg, opened.last
+        yield from self.client._retried(
+            lambda: self.client.broker.append(self.id, segments, streams, first, close=close, last=last,
+                                              queue=settings.queue), self.id, "append to")
+        opened.next_seg += len(segments)
+        if segments:
+            opened.last = (segments[-1], streams[-1])
+        if close:
+            opened.closed = True
+            self.total = opened.next_seg
+        return len(segments)
 
 
 class PcmJoin:

@@ -27,7 +27,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages (voices ship inside them)"
   .venv/bin/python -m pip install -q --upgrade pip
   # Everything, phonemizers included, is a declared dependency: `pip install .` alone gives a working farm.
-  .venv/bin/python -m pip install -q -e '.[test,gateway]'
+  .venv/bin/python -m pip install -q -e '.[test,gateway,grpc]'
   echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import pipeline, producer, workers, piper.espeakbridge, misaki.transcription" \

@@ -391,3 +391,24 @@ def test_compose_sentinel_file_matches_the_spec_and_wires_the_group() -> None:
         assert parsed.password and settings.redis.wait_replicas == 1
         script = " ".join(over["services"][sentinels[0]]["command"])
         assert f"sentinel monitor {settings.redis.master_name} redis 6379 2" in script
+
+
+def test_grpc_front_end_is_deployed_on_rivas_port() -> None:
+    grpc_port = Settings().grpc.port
+    svc = _compose()["services"]["grpc"]
+    assert svc["command"][:2] == ["ttsfarm", "grpc"] and f"127.0.0.1:{grpc_port}:{grpc_port}" in svc["ports"]
+    assert svc["command"][svc["command"].index("--port") + 1] == str(grpc_port)
+    load_settings(env={k: v for k, v in svc["environment"].items() if k.startswith("TTSFARM_")})
+    assert "grpc_health" in " ".join(svc["healthcheck"]["test"])
+    cfg = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (sd,) = {j["job_name"]: j for j in cfg["scrape_configs"]}["ttsfarm-grpc"]["dns_sd_configs"]
+    assert sd["names"] == ["grpc"] and str(sd["port"]) == svc["environment"]["TTSFARM_GRPC_METRICS_PORT"]
+    dep, k8s_svc = _one("Deployment", "ttsfarm-grpc"), _one("Service", "ttsfarm-grpc")
+    assert k8s_svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["grpc"] == grpc_port and c["readinessProbe"]["grpc"]["port"] == grpc_port
+    assert c["args"][:2] == ["ttsfarm", "grpc"] and str(grpc_port) in c["args"]
+    (port,) = k8s_svc["spec"]["ports"]
+    assert port["port"] == grpc_port and port["targetPort"] == "grpc" and port["appProtocol"] == "grpc"
+    assert "grpcfront" in _dockerfile("Dockerfile.cpu").content and "pip install .[grpc]" in _dockerfile("Dockerfile.cpu").content

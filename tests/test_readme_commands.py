@@ -8,7 +8,7 @@ skipped here (tests/test_deploy.py validates their files). A README command of a
 ``test_every_readme_command_has_a_check``, and every ``ttsfarm`` and ``celery worker`` command's flags go
 through the real parsers, so an unknown flag fails even where the command is not run.
 
-Rewrites, all of them: the fixed ports (8000, 5555, 9108) become free ones, Flower's ``/data/flower.db`` a
+Rewrites, all of them: the fixed ports (8000, 5555, 9108, 50051) become free ones, Flower's ``/data/flower.db`` a
 file in a temp folder, and ``$ID`` is the id the README's job request answered. Commands run with bash in a
 temp folder that links ``.venv`` to the repository's, with ``TTSFARM_*`` pointing at a test Redis.
 """
@@ -107,6 +107,7 @@ CHECKS = {
     "ttsfarm voices": "test_metrics_and_farm_commands",
     "celery flower": "test_flower_starts",
     "ttsfarm gateway": "test_gateway_and_its_curl_commands",
+    "ttsfarm grpc": "test_grpc_serves_the_riva_client",
     "curl gateway": "test_gateway_and_its_curl_commands",
     "sentinel": "test_sentinel_commands",
 }
@@ -154,6 +155,10 @@ def check_flags(cmd: str) -> None:
             from gateway.app import build_parser
 
             build_parser().parse_args(args.passed)
+        elif args.cmd == "grpc":
+            from grpcfront.server import build_parser as build_grpc_parser
+
+            build_grpc_parser().parse_args(args.passed)
         elif args.cmd == "worker":
             celery_help(args.passed)
     elif prog == "celery" and kind(cmd).startswith("celery worker"):
@@ -272,7 +277,7 @@ def shell(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Shell:
     env.update(TTSFARM_REDIS_URL=redis_url, TTSFARM_REDIS_KEY_PREFIX=prefix, TTSFARM_RUNTIME_MODEL_CACHE_DIR=cache,
                TTSFARM_STORAGE_LOCAL_DIR=str(work / "storage"), PYTHONUNBUFFERED="1",
                PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}")  # commands without .venv/bin/: an activated venv
-    return Shell(work, env, {"8000": free_port(), "5555": free_port(), "9108": free_port()})
+    return Shell(work, env, {"8000": free_port(), "5555": free_port(), "9108": free_port(), "50051": free_port()})
 
 
 @pytest.mark.slow
@@ -435,6 +440,33 @@ def test_gateway_and_its_curl_commands(shell: Shell, farm: subprocess.Popen[byte
             elif "-o" in words(curl):
                 audio_ok(shell.work / words(curl)[words(curl).index("-o") + 1], 24000)
         assert "ID" in env
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
+def test_grpc_serves_the_riva_client(shell: Shell, farm: subprocess.Popen[bytes]) -> None:
+    import grpc
+    import riva.client
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    (cmd,) = of_kind("ttsfarm grpc")
+    target = f"127.0.0.1:{shell.ports['50051']}"
+    proc = shell.start(cmd, "grpc.log")
+
+    def serving() -> bool:
+        try:
+            reply = health_pb2_grpc.HealthStub(grpc.insecure_channel(target)).Check(health_pb2.HealthCheckRequest(),
+                                                                                    timeout=2)
+        except grpc.RpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    try:
+        wait_for(cmd, serving, proc, shell, "grpc.log", 60)
+        tts = riva.client.SpeechSynthesisService(riva.client.Auth(uri=target))
+        whole = tts.synthesize("Hello from the farm.", voice_name="English-US.Male-1", sample_rate_hz=22050)
+        assert len(whole.audio) / 2 / 22050 > 0.5
     finally:
         stop(proc)
 

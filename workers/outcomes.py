@@ -9,6 +9,7 @@ between two windows of one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -74,6 +75,9 @@ class Outcomes:
         for e, state in zip(entries, self.ctx.broker.job_states([_job(e).job_id for e in entries])):
             job = _job(e)
             if self._ended(e, state):
+                continue
+            if job.closing:  # every segment is done: only the job's end is left (producer.wire.textin)
+                self.already_published(e)
                 continue
             if job.deadline and time.time() > job.deadline:
                 if self.publisher.fail(job.job_id, DEADLINE_EXCEEDED, "the job's deadline passed before it ran", state="expired"):
@@ -176,8 +180,10 @@ class Outcomes:
         if audio_s is not None:
             self.segments += 1
             self.metrics.segment_published(job, audio_s, first_chunk=whole)
-        if outcome.done >= job.total and not self.publisher.is_final(outcome.state):
-            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(job), f"storing job {job.job_id}")
+        if 0 < outcome.total <= outcome.done and not self.publisher.is_final(outcome.state):
+            whole = job if job.total else dataclasses.replace(job, total=outcome.total)  # an appended job, closed
+            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(whole),
+                                                  f"storing job {job.job_id}")
             if url:
                 self.ctx.events.succeeded(job.job_id, url)
             elif cancelled:

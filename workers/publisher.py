@@ -42,7 +42,7 @@ class SegmentProgress:
 @dataclass
 class SegmentOutcome:
     done: int
-    total: int
+    total: int  # the job's segments; 0 while its text is still being appended (not closed)
     state: str
     started: float = 0.0  # the job's playback clock before the segment's last piece (see SegmentProgress)
     delivered_before_s: float = 0.0
@@ -101,7 +101,8 @@ class Publisher:
                 chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, piece, inside))
         end = None
         if last:
-            end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
+            end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker,
+                             open=job.total == 0)
         seconds = len(pcm) / 2 / job.sample_rate
         reply = self.broker.publish_piece(job.job_id, job.seg, chunks, piece=seg.pieces, seconds=seconds, end=end,
                                           maxlen=self.maxlen, ttl_s=self.ttl,
@@ -115,7 +116,7 @@ class Publisher:
             seg.started = reply.first_chunk
         if not last:
             return None
-        return SegmentOutcome(done=reply.done, total=job.total, state=reply.state, started=seg.started,
+        return SegmentOutcome(done=reply.done, total=job.total or reply.total, state=reply.state, started=seg.started,
                               delivered_before_s=seg.delivered_before_s)
 
     def claim_frames(self, job: SegmentJob, attempt: str, frames: bytes) -> tuple[bool, str, bytes, int]:

@@ -1,5 +1,5 @@
-"""Front ends started from the command line: `ttsfarm book` (audiobooks), `ttsfarm gateway` (the HTTP gateway)
-and `ttsfarm bench` (load tests). Each is imported only inside the command that starts it (the book command's
+"""Front ends started from the command line: `ttsfarm book` (audiobooks), `ttsfarm gateway` (the HTTP gateway),
+`ttsfarm grpc` (NVIDIA Riva's TTS protocol) and `ttsfarm bench` (load tests). Each is imported only inside the command that starts it (the book command's
 arguments when the parser is built): none of them loads on `import producer`."""
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("gateway", help="serve the HTTP gateway: OpenAI-style /v1/audio/speech, jobs, SSE/WebSocket, a page at /",
                        add_help=False)
     p.set_defaults(func=cmd_gateway, passthrough=True)
+
+    # Its options (--host, --port, --log-level; --help) are the gRPC front end's own parser's.
+    p = sub.add_parser("grpc", help="serve NVIDIA Riva's TTS protocol over gRPC: Synthesize, SynthesizeOnline, voices",
+                       add_help=False)
+    p.set_defaults(func=cmd_grpc, passthrough=True)
 
     p = sub.add_parser("bench", help="load-test a farm: first-chunk latency, throughput, batches, worker RSS")
     p.add_argument("--redis", dest="bench_redis", default=None, help="a running farm's Redis URL (default: start our own)")
@@ -62,6 +67,15 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         raise ModelError(f"the gateway needs {exc.name}, which is not installed: pip install 'ttsfarm[gateway]'",
                          code=EXTRA_MISSING) from exc
     return int(gateway_main(args.passed + (["--redis", args.redis] if args.redis else [])) or 0)
+
+
+def cmd_grpc(args: argparse.Namespace) -> int:
+    try:
+        from grpcfront.server import main as grpc_main
+    except ImportError as exc:
+        raise ModelError(f"the gRPC front end needs {exc.name}, which is not installed: pip install 'ttsfarm[grpc]'",
+                         code=EXTRA_MISSING) from exc
+    return int(grpc_main(args.passed + (["--redis", args.redis] if args.redis else [])) or 0)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

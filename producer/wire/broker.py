@@ -41,7 +41,7 @@ from producer.wire.queue import Entry, Head
 
 if TYPE_CHECKING:
     from producer.wire.admission import Admission
-    from producer.wire.records import DeadLetter, Submission
+    from producer.wire.records import DeadLetter, SegmentJob, Submission
     from producer.wire.status import JobStatus
     from producer.wire.settings import QueueSettings
     from producer.wire.snapshot import QueueSnapshot
@@ -59,6 +59,7 @@ class SegmentEnd:
     words_json: str
     batch_id: str
     worker: str
+    open: bool = False  # the segment's job had its text appended (total 0 in its records): read its total too
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class PieceReply:
     delivered_s: float = 0.0
     done: int = 0
     state: str = ""
+    total: int = 0  # the job's total as its status holds it (read for a job whose text is appended: ``SegmentEnd.open``)
 
 
 @runtime_checkable
@@ -143,6 +145,19 @@ class Broker(Protocol):
 
     def cancel(self, job_id: str) -> Op[int]:
         """Mark a job cancelled unless it has ended: -1 no such job, 0 it had ended, 1 cancelled."""
+        ...
+
+    def open_job(self, job_id: str, status: Mapping[str, Any], queue: QueueSettings) -> Op[None]:
+        """Write the status of a job whose text will be appended (``producer.wire.textin``): no segments, no total
+        yet. Idempotent per request like ``admit`` (another request under its id: ``InputError`` JOB_ID_CONFLICT)."""
+        ...
+
+    def append(self, job_id: str, segments: Sequence[SegmentJob], streams: Sequence[str], first_seg: int, *,
+               close: bool, last: tuple[SegmentJob, str] | None, queue: QueueSettings) -> Op[None]:
+        """Queue an open job's next segments (numbered from ``first_seg``) on their streams against the lane's backlog
+        limit (``OverloadedError``: nothing written) and, with ``close``, set its total, at once; a close after every
+        segment was done queues a closer made from ``last`` (``producer.wire.textin``). A retry of an append that was
+        written answers as written; an ended job raises its ``JobError``."""
         ...
 
     def job_status(self, job_id: str) -> Op[JobStatus | None]:

@@ -32,6 +32,8 @@ JOB_CANCELLED = "JOB_CANCELLED"
 JOB_EXPIRED = "JOB_EXPIRED"
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # the job's deadline passed before it ran
 STREAM_TRIMMED = "STREAM_TRIMMED"  # the chunks a reader needs are no longer in the results stream
+JOB_CLOSED = "JOB_CLOSED"  # text appended to a job whose text was closed
+APPEND_OUT_OF_ORDER = "APPEND_OUT_OF_ORDER"  # an append that does not follow the job's last one (two writers)
 
 # Dead letters: why a segment left its queue for the dead-letter stream.
 TOO_MANY_FAILURES = "TOO_MANY_FAILURES"

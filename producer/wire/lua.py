@@ -321,3 +321,76 @@ redis.call('HINCRBY', KEYS[5], 'n', 1)  -- queued again: on its lane's backlog u
 redis.call('HINCRBY', KEYS[5], 'q', 1)
 return id
 """
+
+# A job whose text is appended while it plays (``producer.textin``): opened with no segments and no known total (its
+# status has ``open`` 1, ``total`` 0), its segments appended as its text's sentences finish, its total set at its
+# close. Its segment records carry total 0: the worker reads the job's total from the status when a segment ends
+# (``publish_piece``), so the job is finished by whichever segment ends last after the close.
+
+# KEYS: status. ARGV: ttl, the request's fingerprint, then status field/value pairs. Idempotent like ``ADMIT``: 1
+# opened, 2 the same request had opened it (a retry after a lost reply), 3 the id is another request's.
+OPEN_JOB = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'fingerprint') == ARGV[2] then return 2 end
+  return 3
+end
+local pairs = {}
+for i = 3, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(pairs))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+# KEYS: status, lane backlog hash, the job's done set, one bucket stream per appended segment, then (when ARGV[7] is
+# not '') the closer's bucket stream. ARGV: max_n, max_s, add_s, ttl, the first appended segment's number, 1 to close
+# the job (its total: every segment appended so far), the closer record's json ({"v", "job"}: the job's last segment
+# with ``closing`` set, or ''), then per segment its json ({"v", "job"}). The segments count against the lane's
+# backlog limit like ``ADMIT``'s and go to their bucket streams at once (no staging: text arrives as it is written).
+# A close after every segment was done queues the closer, so that a worker finishes the job (no publish is left to see
+# the total). Answers {status, lane segments, lane seconds}: 1 appended, 2 already appended (a retry after a lost
+# reply), 0 the lane is full (nothing written), -1 no such job, -2 the job ended (its state in place of the seconds),
+# -3 closed already, -4 out of order (the segments appended so far in place of the lane segments), -5 a close with
+# no segment at all.
+APPEND_SEGMENTS = ADMISSION_FUNCTIONS + """
+local st = redis.call('HMGET', KEYS[1], 'state', 'open', 'appended')
+if not st[1] then return {-1, 0, '0'} end
+local appended, first, add_n = tonumber(st[3] or '0') or 0, tonumber(ARGV[5]), #ARGV - 7
+local closing, is_open = ARGV[6] == '1', st[2] == '1'
+if (add_n > 0 and first + add_n <= appended) or (closing and not is_open and first + add_n == appended) then
+  return {2, 0, '0'}
+end
+if final_state(st[1]) then return {-2, 0, st[1]} end
+if not is_open then return {-3, 0, '0'} end
+if first ~= appended then return {-4, appended, '0'} end
+if closing and appended + add_n == 0 then return {-5, 0, '0'} end
+local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+local s = tonumber(redis.call('HGET', KEYS[2], 's') or '0')
+local max_n, max_s, add_s = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if add_n > 0 and n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and s + add_s > max_s)) then
+  return {0, n, tostring(s)}
+end
+for i = 1, add_n do
+  local f = cjson.decode(ARGV[7 + i])
+  redis.call('XADD', KEYS[3 + i], '*', 'v', f['v'], 'job', f['job'])
+end
+appended = appended + add_n
+redis.call('HSET', KEYS[1], 'appended', appended, 'admitted_n', appended)
+redis.call('HINCRBYFLOAT', KEYS[1], 'est_seconds', add_s)
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+if add_n > 0 then
+  redis.call('HINCRBY', KEYS[2], 'n', add_n)
+  redis.call('HINCRBYFLOAT', KEYS[2], 's', add_s)
+  redis.call('HINCRBY', KEYS[2], 'q', add_n)
+end
+if closing then
+  redis.call('HSET', KEYS[1], 'total', appended)
+  redis.call('HDEL', KEYS[1], 'open')
+  if add_n == 0 and ARGV[7] ~= '' and redis.call('SCARD', KEYS[3]) >= appended then
+    local f = cjson.decode(ARGV[7])
+    redis.call('XADD', KEYS[#KEYS], '*', 'v', f['v'], 'job', f['job'])
+    redis.call('HINCRBY', KEYS[2], 'n', 1)  -- acked like any segment (its est_s is 0)
+    redis.call('HINCRBY', KEYS[2], 'q', 1)
+  end
+end
+return {1, n + add_n, tostring(s + add_s)}
+"""

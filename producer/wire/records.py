@@ -31,7 +31,7 @@ class SegmentJob:
 
     job_id: str
     seg: int
-    total: int
+    total: int  # the job's segments; 0 while the job's text is being appended (the total is then in its status)
     text: str
     lang: str
     voice: str  # the concrete voice that speaks this segment
@@ -49,6 +49,9 @@ class SegmentJob:
     # follows it there (``pipeline.text.sources.word_after``: its punctuation, for captions)].
     words: Sequence[Sequence[Any]] = ()
     bitrate: int = 0  # bit/s of a lossy stored output (mp3, ogg, aac); 0 = the codec's default
+    # A closer (``lua.APPEND_SEGMENTS``): a copy of an appended job's last segment, queued when its client closed the
+    # job after every segment was done; the worker finishes the job with it and synthesizes nothing.
+    closing: bool = False
     v: int = SCHEMA_VERSION
 
     def to_fields(self) -> dict[str, str]:
@@ -73,7 +76,9 @@ class SegmentJob:
     def validate(self) -> None:
         checks = [
             (isinstance(self.job_id, str) and JOB_ID.fullmatch(self.job_id) is not None, "job_id"),
-            (isinstance(self.seg, int) and isinstance(self.total, int) and 0 <= self.seg < self.total <= 100_000, "seg/total"),
+            (isinstance(self.seg, int) and isinstance(self.total, int) and 0 <= self.seg < 100_000
+             and (self.total == 0 or self.seg < self.total <= 100_000), "seg/total"),
+            (isinstance(self.closing, bool), "closing"),
             (isinstance(self.text, str) and 0 < len(self.text) <= 10_000 and not SURROGATE.search(self.text), "text"),
             (self.lane in LANES, "lane"),
             (isinstance(self.sample_rate, int) and 8000 <= self.sample_rate <= 48000, "sample_rate"),

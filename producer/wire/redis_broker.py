@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio
 
-from producer.wire import heartbeats
+from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
 from producer.wire.broker import Command, Op, PieceReply, Replicated, Script, SegmentEnd
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, MARK_STARTED,
-                               READ_RESULTS, REQUEUE_DEAD_LETTER, SUBMIT_BOOK_SEGMENT)
+from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE,
+                               MARK_STARTED, OPEN_JOB, READ_RESULTS, REQUEUE_DEAD_LETTER, SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
@@ -140,12 +140,17 @@ class RedisBroker:
 
     def admit(self, sub: Submission, queue: QueueSettings) -> Op[None]:
         script_keys, argv = admit_args(sub, self.keys, queue)
-        if not self.replicas:
-            check_admitted((yield Script(ADMIT, script_keys, argv)), sub, queue)
-            return
-        reply, held_by = yield Replicated(Script(ADMIT, script_keys, argv), self.replicas, self.wait_ms)
+        reply, held_by = yield from self._written(Script(ADMIT, script_keys, argv))
         check_admitted(reply, sub, queue)
-        self._check_replicated(int(held_by), f"job {sub.job_id}")
+        self._check_replicated(held_by, f"job {sub.job_id}")
+
+    def _written(self, script: Script) -> Op[tuple[Any, int]]:
+        """A producing script's reply and how many replicas hold what it wrote: with ``replicas``, WAIT pipelined
+        behind it (``Replicated``); without, the script alone (and ``replicas`` as the count, which passes)."""
+        if not self.replicas:
+            return (yield script), self.replicas
+        reply, held_by = yield Replicated(script, self.replicas, self.wait_ms)
+        return reply, int(held_by)
 
     def _check_replicated(self, held_by: int, what: str) -> None:
         if held_by < self.replicas:
@@ -154,6 +159,20 @@ class RedisBroker:
 
     def cancel(self, job_id: str) -> Op[int]:
         return int((yield Script(CANCEL, [self.keys.status(job_id)], [time.time(), self.keys.prefix, job_id]))[0])
+
+    def open_job(self, job_id: str, status: Mapping[str, Any], queue: QueueSettings) -> Op[None]:
+        script_keys, argv = textin.open_args(job_id, dict(status), self.keys, queue)
+        reply, held_by = yield from self._written(Script(OPEN_JOB, script_keys, argv))
+        textin.check_opened(reply, job_id)
+        self._check_replicated(held_by, f"job {job_id}")
+
+    def append(self, job_id: str, segments: Sequence[SegmentJob], streams: Sequence[str], first_seg: int, *,
+               close: bool, last: tuple[SegmentJob, str] | None, queue: QueueSettings) -> Op[None]:
+        script_keys, argv = textin.append_args(job_id, segments, streams, first_seg, close=close, last=last,
+                                               keys=self.keys, q=queue)
+        reply, held_by = yield from self._written(Script(APPEND_SEGMENTS, script_keys, argv))
+        textin.check_appended(reply, job_id, textin.lane_of(segments, last), queue)
+        self._check_replicated(held_by, f"job {job_id}'s segments from {first_seg}")
 
     def job_status(self, job_id: str) -> Op[JobStatus | None]:
         return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
@@ -223,6 +242,8 @@ class RedisBroker:
             pipe.hset(k_status, mapping={f"batch:{seg}": end.batch_id, f"worker:{seg}": end.worker})
             pipe.scard(k_done)
             pipe.hget(k_status, "state")
+            if end.open:  # the job's total is set at its close: read it with the end it may complete
+                pipe.hget(k_status, "total")
         if not len(pipe):
             return PieceReply()
         if admission is None:
@@ -243,9 +264,12 @@ class RedisBroker:
         clock = PieceReply() if clock_at < 0 else PieceReply(float(replies[clock_at + 2] or 0.0), float(replies[clock_at]))
         if end is None:
             return clock
+        total = 0
+        if end.open:
+            total, replies = int(replies[-1] or 0), replies[:-1]
         done, state = int(replies[-2]), replies[-1]
         self.r.hset(k_status, "done", done)
-        return PieceReply(clock.first_chunk, clock.delivered_s, done, text_of(state) if state else "")
+        return PieceReply(clock.first_chunk, clock.delivered_s, done, text_of(state) if state else "", total)
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.idle_ahead, limit])))

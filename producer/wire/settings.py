@@ -7,8 +7,8 @@ scripts) pass ``os.environ``; everything else takes a ``Settings`` (or one of it
 
 Sections: the compute package's own (``frontend``, ``runtime``, ``quality_gate`` and the voice catalogue, from
 ``pipeline.settings``) and the farm's, here: ``redis``, ``queue``, ``storage``, ``worker``, the workers' policy
-(``streaming``, ``scheduling``) and ``gateway`` (the HTTP front end; a new front end adds its section here and
-to ``SECTIONS``). As in ``pipeline.settings``, each setting's meaning is the string under its field: the
+(``streaming``, ``scheduling``), ``gateway`` (the HTTP front end) and ``grpc`` (the Riva gRPC front end; a new front
+end adds its section here and to ``SECTIONS``). As in ``pipeline.settings``, each setting's meaning is the string under its field: the
 README's settings table is made from them (``scripts/settings_table.py``), and ``configs/settings.toml`` lists
 every key with its default.
 """
@@ -251,16 +251,70 @@ class GatewaySettings:
     @classmethod
     def parse_env(cls, name: str, raw: str) -> object:
         """One ``TTSFARM_GATEWAY_<FIELD>`` value: lists are comma-separated, aliases ``a=b,c=d``."""
-        try:
-            return _parse(raw, getattr(cls(), name))
-        except ValueError:
-            raise InputError(f"setting TTSFARM_GATEWAY_{name.upper()}: cannot read {raw!r}", code=BAD_OPTION) from None
+        return _parse_env("GATEWAY", raw, getattr(cls(), name), name)
 
     def __post_init__(self) -> None:
-        if not (0 < self.port < 65536):
-            raise InputError(f"gateway port must be 1..65535, not {self.port}", code=BAD_OPTION)
-        if any(not k for k in self.api_keys):
-            raise InputError("gateway api_keys must not contain an empty key", code=BAD_OPTION)
+        _check_front_end("gateway", self.port, self.api_keys)
+
+
+RIVA_VOICES = {"English-US.Male-1": "joe", "Mandarin-CN.Female-1": "baker", "Mandarin-CN.Male-1": "kumo",
+               "Mandarin-CN.Female-2": "alpha"}
+
+
+@dataclass(frozen=True)
+class GrpcSettings:
+    """The gRPC front end (grpcfront/), NVIDIA Riva's TTS protocol. ``TTSFARM_GRPC_*`` lists are comma-separated,
+    aliases ``English-US.Male-1=joe``."""
+
+    host: str = "127.0.0.1"
+    """The gRPC server's bind address."""
+    port: int = 50051
+    """The gRPC server's port (Riva's)."""
+    api_keys: tuple[str, ...] = ()
+    """Keys a client may send (metadata ``authorization: Bearer <key>``); empty: no authentication."""
+    voice_aliases: Mapping[str, str] = field(default_factory=lambda: dict(RIVA_VOICES))
+    """Riva-style voice names a request may use (any case) and the catalogue voice each reads with (``""``: the
+    catalogue's default voice)."""
+    max_message_bytes: int = 4 * 1024 * 1024
+    """The largest request or response message (bytes); a whole ``Synthesize`` answer counts as one message."""
+    max_concurrent_rpcs: int = 256
+    """Calls served at once; the next one is refused with ``RESOURCE_EXHAUSTED``."""
+    worker_fresh_s: float = 10.0
+    """A worker counts as alive when its heartbeat is this recent (seconds) and says serving; with none alive a
+    call is refused with ``UNAVAILABLE`` NO_WORKERS."""
+    first_chunk_timeout_s: float = 60.0
+    """A call ends with ``DEADLINE_EXCEEDED`` (and its job is cancelled) when no audio came by then (seconds)."""
+    job_timeout_s: float = 900.0
+    """The longest one call follows its job (seconds)."""
+    metrics_port: int = 0
+    """The port of the front end's Prometheus metrics (``/metrics``); 0: not served."""
+
+    @classmethod
+    def parse_env(cls, name: str, raw: str) -> object:
+        """One ``TTSFARM_GRPC_<FIELD>`` value: lists are comma-separated, aliases ``a=b,c=d``."""
+        return _parse_env("GRPC", raw, getattr(cls(), name), name)
+
+    def __post_init__(self) -> None:
+        _check_front_end("grpc", self.port, self.api_keys)
+        if not 0 <= self.metrics_port < 65536:
+            raise InputError(f"grpc metrics_port must be 0..65535, not {self.metrics_port}", code=BAD_OPTION)
+        if self.max_message_bytes < 65536 or self.max_concurrent_rpcs < 1:
+            raise InputError("grpc max_message_bytes must be at least 65536 and max_concurrent_rpcs at least 1",
+                             code=BAD_OPTION)
+
+
+def _check_front_end(section: str, port: int, api_keys: tuple[str, ...]) -> None:
+    if not (0 < port < 65536):
+        raise InputError(f"{section} port must be 1..65535, not {port}", code=BAD_OPTION)
+    if any(not k for k in api_keys):
+        raise InputError(f"{section} api_keys must not contain an empty key", code=BAD_OPTION)
+
+
+def _parse_env(section: str, raw: str, default: object, name: str) -> object:
+    try:
+        return _parse(raw, default)
+    except ValueError:
+        raise InputError(f"setting TTSFARM_{section}_{name.upper()}: cannot read {raw!r}", code=BAD_OPTION) from None
 
 
 def _parse(raw: str, default: object) -> object:
@@ -293,6 +347,7 @@ class Settings(PipelineSettings):
     streaming: StreamingSettings = field(default_factory=StreamingSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
 
 
 SECTIONS: dict[str, type] = {
@@ -304,6 +359,7 @@ SECTIONS: dict[str, type] = {
     "streaming": StreamingSettings,
     "scheduling": SchedulingSettings,
     "gateway": GatewaySettings,
+    "grpc": GrpcSettings,
 }
 
 
@@ -378,7 +434,8 @@ def load_settings(
     return Settings(catalogue=catalogue, **sections)
 
 
-def settings_from_environment(config_dir: str | Path | None = None) -> Settings:
+def settings_from_environment(config_dir: str | Path | None = None, *, redis_url: str | None = None) -> Settings:
     """``load_settings`` with this process's ``TTSFARM_*`` overrides: what an entry point loads, and what the
-    SDK's ``from_url`` uses when it is given no settings (so it honours the same overrides as the CLI)."""
-    return load_settings(config_dir, env=os.environ)
+    SDK's ``from_url`` uses when it is given no settings (so it honours the same overrides as the CLI).
+    ``redis_url`` (a front end's ``--redis``) wins over ``TTSFARM_REDIS_URL``."""
+    return load_settings(config_dir, env={**os.environ, **({"TTSFARM_REDIS_URL": redis_url} if redis_url else {})})

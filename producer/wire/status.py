@@ -78,6 +78,11 @@ class JobStatus(Mapping[str, Any]):
         return int(self.fields.get("total", 0) or 0)
 
     @property
+    def open(self) -> bool:
+        """Its text is still being appended (``producer.wire.textin``): its total is not known yet."""
+        return str(self.fields.get("open", "")) == "1"
+
+    @property
     def done(self) -> int:
         return int(self.fields.get("done", 0) or 0)
 
