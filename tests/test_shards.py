@@ -181,3 +181,26 @@ def test_a_books_sentences_spread_over_the_shards(farm: Farm, nodes: list[str], 
         held.append(sum(conn.hget(k, "book") == b"spread-book" for k in conn.scan_iter(keys.status("*"))
                         if conn.type(k) == b"hash"))
     assert sum(held) == result.segments and sum(n > 0 for n in held) >= 2, held
+
+
+@pytest.mark.slow
+def test_a_lost_shard_stops_only_its_own_jobs(farm: Farm, nodes: list[str]) -> None:
+    """Shard 2's node shut down (last in this module: it stays down): jobs on shards 0 and 1 still finish on the same
+    worker, a submit to shard 2 is refused as transient, naming the job."""
+    from producer.wire.errors import TransientError
+
+    client = farm.client()
+    client.ensure_groups()
+    redis.Redis.from_url(nodes[2]).shutdown(nosave=True)
+    ids = _ids(2, len(nodes), "lost")
+    alive = [j for j in ids if shard_of(j, len(nodes)) != 2]
+    started = time.monotonic()
+    for j in alive:
+        assert client.submit("Served while another shard is down.", voice="joe", job_id=j).wait(timeout=60).state == "done"
+    assert time.monotonic() - started < 45
+    lost = next(j for j in ids if shard_of(j, len(nodes)) == 2)
+    with pytest.raises(TransientError) as exc:
+        client.submit("Its shard is down.", voice="joe", job_id=lost)
+    assert exc.value.detail["job_id"] == lost
+    assert "does not answer" in farm.logs()
+    client.close()

@@ -189,8 +189,17 @@ class ShardedBroker:
                                              ttl_s=ttl_s, admission=admission)
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
-        """Every shard's due segments (a sweep of each)."""
-        return sum(broker.admit_due(admission, limit) for broker in self.shards)
+        """Every shard's due segments (a sweep of each; a shard that fails does not keep the others from theirs: its
+        error is raised after them)."""
+        admitted, error = 0, None
+        for broker in self.shards:
+            try:
+                admitted += broker.admit_due(admission, limit)
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return admitted
 
     def segments_done(self, job_id: str) -> int:
         return self.of(job_id).segments_done(job_id)
