@@ -26,7 +26,8 @@ class AsyncClient(ClientCore):
     asynchronous = True
 
     async def close(self) -> None:
-        await self.redis.aclose()
+        for connection in self._connections():
+            await connection.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -24,7 +24,8 @@ class Client(ClientCore):
     asynchronous = False
 
     def close(self) -> None:
-        self.redis.close()
+        for connection in self._connections():
+            connection.close()
 
     def __enter__(self) -> Client:
         return self

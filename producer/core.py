@@ -45,8 +45,9 @@ from producer.checks import job_id_arg
 from producer.reader import ResultsReader
 from producer.submit import Terms, job_status, plan_segments, prepare_submission, request_terms
 from producer.textin import OpenedJob, check_open_terms
-from producer.wire.broker import Broker
+from producer.wire.broker import Broker, advance  # noqa: F401 (advance: the faces drive their calls with it)
 from producer.wire.redis_broker import RedisBroker
+from producer.wire.sharded import ShardedBroker, broker_from_settings
 from producer.wire.errors import (BACKEND_AUTH_FAILED, JOB_CLOSED, JobError, JobNotFoundError, JobTimeoutError,
                                   TransientError)
 from producer.wire.keys import Keys, bucket_of, new_job_id
@@ -79,17 +80,10 @@ Call = Generator[Step, Any, T]  # a call that returns a value
 Stream = Generator[Step | Chunk, Any, None]  # a call that hands out chunks
 
 
-def advance(call: Generator[Any, Any, T], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
-    """Hand ``call`` the outcome of its last step: ``(False, next step)``, or ``(True, its return value)``."""
-    try:
-        return False, call.throw(error) if error is not None else call.send(reply)
-    except StopIteration as done:
-        return True, done.value
-
-
 class ClientCore:
     """What both faces hold (``redis``: the connection, redis-py's sync or asyncio client; ``broker``: the
-    wire's steps on it, ``RedisBroker`` unless one is handed in) and the client-level calls."""
+    wire's steps on it, ``RedisBroker`` unless one is handed in, or with ``redis.shards`` a ``ShardedBroker`` whose
+    first shard is on it) and the client-level calls."""
 
     asynchronous: bool  # the face awaits its steps: its connection is redis-py's asyncio client
 
@@ -97,8 +91,9 @@ class ClientCore:
         self.redis = connection
         self.settings = settings
         self.keys = Keys(settings.redis.key_prefix)
-        self.broker: Broker = broker if broker is not None else RedisBroker(
-            connection, self.keys, replicas=settings.redis.wait_replicas, wait_ms=settings.redis.wait_timeout_ms)
+        self.broker: Broker = broker if broker is not None else broker_from_settings(
+            settings.redis, asyncio=self.asynchronous, first=RedisBroker(
+                connection, self.keys, replicas=settings.redis.wait_replicas, wait_ms=settings.redis.wait_timeout_ms))
         self._groups_ready = False
 
     @classmethod
@@ -109,9 +104,15 @@ class ClientCore:
         settings = settings or settings_from_environment()
         if url:
             settings = settings.replace(redis={"url": url})
-        broker = RedisBroker.from_settings(settings.redis, asyncio=cls.asynchronous,
-                                           **{"health_check_interval": 30, **redis_kwargs})
-        return cls(broker.r, settings, broker=broker)
+        broker = broker_from_settings(settings.redis, asyncio=cls.asynchronous,
+                                      **{"health_check_interval": 30, **redis_kwargs})
+        return cls(broker.r, settings, broker=broker)  # type: ignore[attr-defined]
+
+    def _connections(self) -> list[Any]:
+        """The connections this client closes: its own, and the other shards' (``redis.shards``)."""
+        if isinstance(self.broker, ShardedBroker):
+            return [self.redis, *(c for c in self.broker.connections() if c is not self.redis)]
+        return [self.redis]
 
     def _failed(self, exc: Exception) -> Exception:
         """The error a call sees for what a step raised: the farm's code where there is one."""

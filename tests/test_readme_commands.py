@@ -27,7 +27,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,9 +74,14 @@ def words(cmd: str) -> list[str]:
     return toks
 
 
+SHARD_PORTS = ("6390", "6391")  # the shards block's nodes (the Sentinel block's redis-servers use others)
+
+
 def kind(cmd: str) -> str:
     toks = words(cmd)
     prog = Path(toks[0]).name
+    if "TTSFARM_REDIS_SHARDS=" in cmd or (prog == "redis-server" and toks[1:3] in (["--port", p] for p in SHARD_PORTS)):
+        return "shards"  # the shards' block: its own nodes, run in order
     if "TTSFARM_REDIS_MASTER_NAME=" in cmd or prog in ("redis-server", "redis-cli") or "--sentinel" in toks:
         return "sentinel"  # the Sentinel group's block: run in order against a group of its own
     if prog == "ttsfarm":
@@ -110,6 +115,7 @@ CHECKS = {
     "ttsfarm grpc": "test_grpc_serves_the_riva_client",
     "curl gateway": "test_gateway_and_its_curl_commands",
     "sentinel": "test_sentinel_commands",
+    "shards": "test_shard_commands",
 }
 PARSED_ONLY = {
     "ttsfarm quantize": "minutes of CPU per run; tests/test_quantize.py runs it",
@@ -241,6 +247,15 @@ def wait_for(what: str, ready: object, proc: subprocess.Popen[bytes], shell: She
             return
         time.sleep(0.2)
     raise AssertionError(f"{what} not ready after {timeout} s:\n{shell.log(log)}")
+
+
+def shut_down(ports: Iterable[int]) -> None:
+    """The daemonized redis-servers (or Sentinels) a test started, by their ports."""
+    for port in ports:
+        try:
+            redis.Redis(port=port, socket_timeout=2).shutdown(nosave=True)
+        except (redis.RedisError, OSError):
+            pass
 
 
 def heartbeat(r: redis.Redis, prefix: str, name: str, states: tuple[str, ...]) -> bool:
@@ -531,9 +546,39 @@ def test_sentinel_commands(shell: Shell) -> None:
     finally:
         if worker is not None:
             stop(worker)
-        for port in ports.values():  # the daemonized servers this test started, by their ports
-            try:
-                redis.Redis(port=port, socket_timeout=2).shutdown(nosave=True)
-            except (redis.RedisError, OSError):
-                pass
+        shut_down(ports.values())
 
+
+@pytest.mark.slow
+def test_shard_commands(shell: Shell) -> None:
+    """The shards block in order, on free ports, shard 0 being the test Redis: two more nodes, a worker on all
+    three, a submit, and ``ttsfarm status`` listing the three shards."""
+    ports = {p: free_port() for p in SHARD_PORTS}
+    work = shell.work / "shards"
+    work.mkdir()
+    prefix = shell.env["TTSFARM_REDIS_KEY_PREFIX"] + "sh"  # no other README worker reads these jobs
+    sh = Shell(work, {**shell.env, "TTSFARM_REDIS_KEY_PREFIX": prefix}, ports)
+    (work / ".venv").symlink_to(VENV_BIN.parent)
+    first = redis.Redis.from_url(shell.env["TTSFARM_REDIS_URL"])
+    worker = None
+    try:
+        for cmd in of_kind("shards"):
+            toks = words(cmd)
+            if Path(toks[0]).name == "celery":
+                worker = sh.start(cmd, "worker.log")
+                wait_for(cmd, lambda: heartbeat(first, prefix, "sh1@", ("serving",)), worker, sh, "worker.log", 300)
+            elif "submit" in toks:
+                assert "first chunk after" in sh.run(cmd).stderr
+                audio_ok(work / toks[toks.index("-o") + 1], 24000)
+            elif "status" in toks:
+                out = sh.run(cmd).stdout
+                addresses = [first.connection_pool.connection_kwargs["port"], *ports.values()]
+                assert "shards 3: " + ", ".join(f"127.0.0.1:{p}" for p in addresses) in out, out
+            else:
+                sh.run(cmd)
+        assert worker is not None
+        assert sum(redis.Redis(port=p).exists(f"{prefix}:workers") for p in ports.values()) == 0  # heartbeats on shard 0
+    finally:
+        if worker is not None:
+            stop(worker)
+        shut_down(ports.values())

@@ -1,7 +1,8 @@
 """A worker process's farm side: it loads the voices (one ``VoiceBank``, one model session per voice, plus
 the reserved loops' own when they have one), starts the inference loops (``workers.loop``) and writes a
 heartbeat (``Broker.write_heartbeat``). ``inference_threads`` loops share the bank, each with its own consumer
-name. The process's Redis connection is its broker's (``RedisBroker.from_url``), shared by the loops.
+name. The process's Redis connection is its broker's (``sharded.broker_from_settings``: one per shard with
+``redis.shards``), shared by the loops.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from producer.wire.admission import Admission
 from producer.wire.errors import BrokerError
 from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
+from producer.wire.sharded import broker_from_settings
 from producer.wire.settings import Settings
 from workers.events import JobEvents
 from workers.layout import resolve_loops
@@ -50,10 +52,8 @@ class FarmWorker:
         self.settings = settings
         self.hostname = hostname
         self.keys = Keys(settings.redis.key_prefix)
-        if connection is not None:
-            self.broker = RedisBroker(connection, self.keys)
-        else:
-            self.broker = RedisBroker.from_settings(settings.redis, health_check_interval=30)
+        first = RedisBroker(connection, self.keys) if connection is not None else None
+        self.broker = broker_from_settings(settings.redis, first=first, health_check_interval=30)
         self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
         q, rt = settings.queue, settings.runtime
         if bank is None and q.interactive_loops > 0 and q.interactive_loop_threads != rt.intra_op_threads:

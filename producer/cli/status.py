@@ -138,6 +138,9 @@ def _redis_line(snap: Snapshot) -> str:
                  f"failovers followed by workers {followed}")
     if r.get("error"):
         line += f"  error: {r['error']}"
+    if "shards" in r:  # redis.shards: the first shard's line above, then every shard's node
+        line += f"\n       shards {len(r['shards'])}: " + ", ".join(
+            f"{s.get('master', '?')}" + (f" (error: {s['error']})" if s.get("error") else "") for s in r["shards"])
     return line
 
 

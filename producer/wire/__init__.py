@@ -10,6 +10,8 @@
 ``broker``         ``Broker``, the seam where another backend goes: every step the farm takes (the SDK's
                    sans-IO producing steps, the workers' blocking consuming and results steps, admin steps)
 ``redis_broker``   ``RedisBroker``: those steps on Redis (with ``redis_consumer``: the only code that speaks Redis)
+``sharded``        ``ShardedBroker``: a ``Broker`` over one broker per shard (``redis.shards``), each job on the shard
+                   its id names; ``broker_from_settings`` builds the farm's broker (with ``sharded_consumer``)
 ``admission``      just-in-time admission: a listener's segments enter the streams a little ahead of playback
 ``backlog``        the backpressure arithmetic around ``lua.ADMIT``
 ``tasks``          Celery task names and the sender the book runner uses

@@ -336,19 +336,24 @@ class Broker(Protocol):
         ...
 
 
+def advance(op: Generator[Any, Any, T], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Hand ``op`` the outcome of its last step: ``(False, next step)``, or ``(True, its return value)``."""
+    try:
+        return False, op.throw(error) if error is not None else op.send(reply)
+    except StopIteration as done:
+        return True, done.value
+
+
 def run_blocking(broker: Broker, op: Op[T]) -> T:
     """Drive ``op`` on a broker with a blocking connection: each step sent, its reply (or error) handed back."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
+    finished, step = advance(op, None, None)
+    while not finished:
         try:
-            step = op.throw(error) if error is not None else op.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            reply, error = broker.send(step), None
+            outcome: tuple[Any, BaseException | None] = (broker.send(step), None)
         except Exception as exc:
-            reply, error = None, exc
+            outcome = (None, exc)
+        finished, step = advance(op, *outcome)
+    return step  # type: ignore[no-any-return]
 
 
 # -- IO steps a broker may yield (the Redis broker's; another broker may use its own) -----------------------

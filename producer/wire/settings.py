@@ -50,6 +50,19 @@ class RedisSettings:
     fails with BACKEND_UNAVAILABLE. 0: no wait (a master's loss may drop the last jobs it acknowledged)."""
     wait_timeout_ms: int = 500
     """How long a submit waits for ``wait_replicas`` replicas (milliseconds)."""
+    shards: tuple[str, ...] = ()
+    """More Redis nodes (or Sentinel groups, with ``master_name``) the farm's jobs spread over, after ``url``, which
+    is shard 0 and keeps Celery's broker and the heartbeats: each job lives on one shard chosen from its id, workers
+    consume every shard. ``TTSFARM_REDIS_SHARDS``: comma-separated URLs. Empty: ``url`` alone. Change it only on a
+    drained farm."""
+
+    @classmethod
+    def parse_env(cls, name: str, raw: str) -> object:
+        """One ``TTSFARM_REDIS_<FIELD>`` value: ``shards`` as comma-separated URLs (or a TOML list), the others as
+        TOML values."""
+        if name != "shards" or raw.lstrip().startswith("["):
+            return raw
+        return tuple(url.strip() for url in raw.split(",") if url.strip())
 
     def __post_init__(self) -> None:
         if self.url.strip().lower().startswith("sentinel://") and not self.master_name:
@@ -58,6 +71,13 @@ class RedisSettings:
         if self.wait_replicas < 0 or self.wait_timeout_ms <= 0:
             raise InputError("settings redis.wait_replicas must be 0 or more and redis.wait_timeout_ms above 0",
                              code=BAD_OPTION)
+        nodes = [self.url.strip(), *(url.strip() for url in self.shards)]
+        if any(not url for url in nodes[1:]) or len(set(nodes)) < len(nodes):
+            raise InputError(f"setting redis.shards: {list(self.shards)!r} lists an empty URL, redis.url, or one URL twice "
+                             "(it names the nodes after redis.url, each once)", code=BAD_OPTION)
+        if any(url.lower().startswith("sentinel://") for url in nodes[1:]) and not self.master_name:
+            raise InputError("setting redis.master_name: a sentinel:// shard needs the name of the Sentinels' master "
+                             "(TTSFARM_REDIS_MASTER_NAME)", code=BAD_OPTION)
 
 
 @dataclass(frozen=True)
