@@ -13,7 +13,8 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from pipeline.errors import MALFORMED_JOB, InputError
@@ -48,12 +49,31 @@ class Outcomes:
         self.publisher = ctx.publisher
         self.metrics = ctx.metrics
         self.segments = 0  # segments this loop published
+        self._deferred: list[Entry] | None = None  # acks gathered inside ``acks_together``
 
     def attempt(self, e: Entry) -> str:
         return f"{self.name}/{e.deliveries}"
 
     def ack(self, entries: Sequence[Entry]) -> None:
+        if self._deferred is not None:
+            self._deferred.extend(entries)
+            return
         self.consumer.ack(entries)
+
+    @contextmanager
+    def acks_together(self) -> Iterator[None]:
+        """The acks inside go to the queue as one step when the block ends: a window step or a whole batch ends
+        several segments at once, each after its job's records are written."""
+        if self._deferred is not None:
+            yield
+            return
+        self._deferred = []
+        try:
+            yield
+        finally:
+            pending, self._deferred = self._deferred, None
+            if pending:
+                self.consumer.ack(pending)
 
     # -- before a batch runs -------------------------------------------------------------------------------------
     def drop_malformed(self, entries: list[Entry]) -> list[Entry]:

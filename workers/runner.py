@@ -176,9 +176,10 @@ class BatchRunner:
         start = time.perf_counter()
         audios, durations, hop = self.compute(lambda: synthesize_timed(voice, [ph.ids for _, ph in ready], opts))
         done = {"infer_s": time.perf_counter() - start, "audio_s": sum(len(a) for a in audios) / voice.sample_rate}
-        for (e, ph), audio, dur in zip(ready, audios, durations):
-            words = segment_words(e.job, ph, dur, hop=hop, voice_rate=voice.sample_rate, model_samples=len(audio))  # type: ignore[arg-type]
-            self.outcomes.publish(e, audio, voice.sample_rate, batch_id, words)
+        with self.outcomes.acks_together():
+            for (e, ph), audio, dur in zip(ready, audios, durations):
+                words = segment_words(e.job, ph, dur, hop=hop, voice_rate=voice.sample_rate, model_samples=len(audio))  # type: ignore[arg-type]
+                self.outcomes.publish(e, audio, voice.sample_rate, batch_id, words)
         if self.on_batch:
             self.on_batch({**stats, **done})
 

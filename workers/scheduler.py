@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from producer.wire.errors import BrokerError, TransientError
 from producer.wire.queue import Entry, Head
 from workers import schedule
-from workers.claimer import Claimer
+from workers.claimer import IDLE_BLOCK_MS, Claimer
 from workers.context import LoopContext
 from workers.outcomes import Outcomes, work_of
 from workers.runner import BatchRunner
@@ -93,7 +93,7 @@ class DeadlineScheduler:
         heads: list[Head] = []
         if len(self.held) < s.max_open:  # what a loop claims it must be able to serve in time
             busy = bool(self.held or c.carry)
-            heads = c.heads(0 if busy else 250, handover_wait=not busy)
+            heads = c.heads(0 if busy else IDLE_BLOCK_MS, handover_wait=not busy)
         live = [x.entry for b in self.held for x in b.live]
         clocks = self._clocks([e.job.job_id for e in (*live, *c.carry) if e.job and e.job.lane == "interactive"]
                               + [h.job_id for h in heads if h.lane == "interactive"])

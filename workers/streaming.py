@@ -133,7 +133,12 @@ class StreamingBatch:
 
     # -- unit 2: the next window of every live job --------------------------------------------------
     def step(self) -> bool:
-        """Vocode and publish the next window of each live job; False once none is left."""
+        """Vocode and publish the next window of each live job; False once none is left. The segments it ends are
+        acked together."""
+        with self.outcomes.acks_together():
+            return self._step()
+
+    def _step(self) -> bool:
         self.live = self.outcomes.still_running([s.entry for s in self.live], self.live)
         if not self.live:
             return False

@@ -184,6 +184,7 @@ return admit_next(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumb
 ADMIT_DUE = ADMISSION_FUNCTIONS + """
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local k_due = prefix .. ':admission_due'
+if redis.call('ZCARD', k_due) == 0 then return 0 end  -- no job has staged segments (an idle farm's sweep)
 local jobs = redis.call('ZRANGEBYSCORE', k_due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 if #jobs == 0 and (tonumber(redis.call('HGET', prefix .. ':backlog:interactive', 'q') or '0') or 0) <= 0 then
   jobs = redis.call('ZRANGE', k_due, 0, tonumber(ARGV[4]) - 1)
@@ -214,14 +215,37 @@ end
 return out
 """
 
-# KEYS: backlog hash. ARGV: segments, seconds. Acked segments leave the lane's counters, all of them and those in
-# its bucket streams (q). Never below zero (entries written around the SDK).
-RELEASE = """
-local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0') - tonumber(ARGV[1])
-local s = tonumber(redis.call('HGET', KEYS[1], 's') or '0') - tonumber(ARGV[2])
-local q = tonumber(redis.call('HGET', KEYS[1], 'q') or '0') - tonumber(ARGV[1])
-redis.call('HSET', KEYS[1], 'n', math.max(n, 0), 's', math.max(s, 0), 'q', math.max(q, 0))
-return 1
+# KEYS: the entries' queue streams, one per entry. ARGV: the group, then per entry its id, its lane's backlog hash
+# key ('' for an entry that never parsed) and its predicted seconds. Acks and deletes each entry (the group is the only
+# reader: a finished entry would otherwise stay for ever); those whose XACK counted leave their lane's counters, all
+# of them and those in its bucket streams (q), once even if redelivered. Never below zero (entries written around the
+# SDK). Returns how many XACKs counted.
+ACK = """
+local group = ARGV[1]
+local tally, lanes, acked = {}, {}, 0
+for i, stream in ipairs(KEYS) do
+  local id, backlog, est = ARGV[3 * i - 1], ARGV[3 * i], tonumber(ARGV[3 * i + 1]) or 0
+  local n = redis.call('XACK', stream, group, id)
+  redis.call('XDEL', stream, id)
+  acked = acked + n
+  if n == 1 and backlog ~= '' then
+    if not tally[backlog] then
+      tally[backlog] = {0, 0}
+      lanes[#lanes + 1] = backlog
+    end
+    tally[backlog][1] = tally[backlog][1] + 1
+    tally[backlog][2] = tally[backlog][2] + est
+  end
+end
+for _, backlog in ipairs(lanes) do
+  local now = redis.call('HMGET', backlog, 'n', 's', 'q')
+  local count, seconds = tally[backlog][1], tally[backlog][2]
+  local n = tonumber(now[1] or '0') - count
+  local s = tonumber(now[2] or '0') - seconds
+  local q = tonumber(now[3] or '0') - count
+  redis.call('HSET', backlog, 'n', math.max(n, 0), 's', math.max(s, 0), 'q', math.max(q, 0))
+end
+return acked
 """
 
 # KEYS: status, results, parts, done-set, stream, lane backlog. ARGV: force, ttl, v, job json, max_n, max_s,

@@ -13,7 +13,7 @@ import redis
 
 from producer.wire.broker import Broker, Script, run_blocking
 from producer.wire.keys import GROUP
-from producer.wire.lua import RELEASE
+from producer.wire.lua import ACK
 from producer.wire.queue import Entry, Head, head_of, parse_entry
 from producer.wire.records import text_of
 
@@ -27,6 +27,7 @@ class RedisConsumer:
         self.name = name
         self.streams = list(streams)
         self.undelivered = 0  # entries no consumer had taken yet, over these streams, at the last peek
+        self._idle_ids: dict[str, str] | None = None  # the group's ids, still exact after a blocking read timed out
 
     def ensure_groups(self) -> None:
         run_blocking(self.broker, self.broker.ensure_groups(self.streams))
@@ -51,9 +52,15 @@ class RedisConsumer:
 
     def heads(self, block_ms: int) -> list[Head]:
         """Heads of all queues with undelivered entries; blocks up to ``block_ms`` while all are empty (0: no wait).
-        Each stream's second entry is read too, to tell whether another caller's first segment waits behind."""
-        ids = self._delivered_ids()
+        Each stream's second entry is read too, to tell whether another caller's first segment waits behind.
+
+        A blocking read that timed out saw nothing added to these streams, so nobody claimed from them meanwhile: the
+        group's last-delivered ids it read from are still exact, and the next call blocks again from them without
+        asking the group (an idle loop costs Redis one XREAD per ``block_ms``)."""
+        ids, self._idle_ids = self._idle_ids or self._delivered_ids(), None
         reply = self.r.xread(ids, count=2, block=block_ms if block_ms > 0 else None) if ids else []
+        if not reply and block_ms > 0:
+            self._idle_ids = ids
         heads = []
         for stream, entries in reply or []:
             behind = parse_entry(text_of(stream), *entries[1]) if len(entries) > 1 else None
@@ -66,21 +73,14 @@ class RedisConsumer:
         return [parse_entry(text_of(s), eid, f) for s, entries in reply or [] for eid, f in entries]
 
     def ack(self, entries: Sequence[Entry]) -> None:
-        """Ack entries and delete them from their stream (the group is the only reader, so a finished entry
-        would otherwise stay for ever); those whose XACK counted come off their lane's backlog (once, even if
-        redelivered)."""
-        pipe = self.r.pipeline(transaction=False)
+        """Ack entries and delete them from their stream; those whose XACK counted come off their lane's backlog (once,
+        even if redelivered). One script call for all of them (``lua.ACK``)."""
+        if not entries:
+            return
+        argv: list[object] = [GROUP]
         for e in entries:
-            pipe.xack(e.stream, GROUP, e.entry_id)
-            pipe.xdel(e.stream, e.entry_id)
-        released: dict[str, list[float]] = {}
-        for e, n in zip(entries, pipe.execute()[0::2]):
-            if n and e.job is not None:
-                tally = released.setdefault(e.job.lane, [0, 0.0])
-                tally[0] += 1
-                tally[1] += e.job.est_s
-        for lane, (count, seconds) in released.items():
-            self.broker.send(Script(RELEASE, [self.broker.keys.backlog(lane)], [int(count), round(seconds, 3)]))
+            argv += [e.entry_id, self.broker.keys.backlog(e.job.lane) if e.job is not None else "", e.job.est_s if e.job else 0]
+        self.broker.send(Script(ACK, [e.stream for e in entries], argv))
 
     def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
         """Entries another consumer took and left idle (it died): take them over, with delivery counts."""
