@@ -22,8 +22,9 @@ from producer.wire.backlog import admit_args, check_admitted, limits
 from producer.wire.broker import Command, Op, PieceReply, Replicated, Script, SegmentEnd
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE,
-                               MARK_STARTED, OPEN_JOB, READ_RESULTS, REQUEUE_DEAD_LETTER, SUBMIT_BOOK_SEGMENT)
+from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS,
+                               FINALIZE, MARK_STARTED, OPEN_JOB, PUBLISH_PIECE, READ_RESULTS, REQUEUE_DEAD_LETTER,
+                               SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
@@ -53,7 +54,6 @@ class RedisBroker:
         self.replicas = replicas
         self.wait_ms = wait_ms
         self._scripts: dict[str, Any] = {}
-        self._shas: dict[str, str] = {}
         self._master = ""  # the Sentinel group's master this broker last connected to, and how often it changed
         self.master_changes = 0
 
@@ -126,14 +126,6 @@ class RedisBroker:
         if script is None:
             script = self._scripts[source] = self.r.register_script(source)
         return script
-
-    def _sha(self, source: str) -> str:
-        """The SHA of ``source``, loaded once, for an EVALSHA inside a transaction (a registered script would ask
-        SCRIPT EXISTS on every execute)."""
-        sha = self._shas.get(source)
-        if sha is None:
-            sha = self._shas[source] = str(self.r.script_load(source))
-        return sha
 
     def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
         yield Script(ENSURE_GROUPS, streams, [GROUP])
@@ -216,60 +208,20 @@ class RedisBroker:
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
                       end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
-        k_status, k_res = self.keys.status(job_id), self.keys.results(job_id)
-        pipe = self.r.pipeline(transaction=True)
-        clock_at = -1
-        if chunks:
-            for fields in chunks:
-                pipe.xadd(k_res, dict(fields), maxlen=maxlen, approximate=True)
-            pipe.expire(k_res, ttl_s)
-            pipe.hset(k_status, f"windows:{seg}", piece + 1)
-            # the job's playback clock: audio delivered by every worker, and when its first chunk went out
-            clock_at = len(pipe)
-            pipe.hincrbyfloat(k_status, "delivered_s", seconds)
-            pipe.hsetnx(k_status, "first_chunk", time.time())
-            pipe.hget(k_status, "first_chunk")
-        if end is not None:
-            k_parts, k_words, k_done = self.keys.parts(job_id), self.keys.words(job_id), self.keys.done(job_id)
-            pipe.hdel(self.keys.frames(job_id), f"{seg}:frames")  # a book keeps only its segments in flight
-            pipe.hset(k_parts, str(seg), end.pcm)
-            pipe.expire(k_parts, ttl_s)
-            pipe.hset(k_words, str(seg), end.words_json)
-            pipe.expire(k_words, ttl_s)
-            pipe.sadd(k_done, seg)
-            pipe.expire(k_done, ttl_s)
-            pipe.hsetnx(k_status, "first_chunk", time.time())
-            pipe.hset(k_status, mapping={f"batch:{seg}": end.batch_id, f"worker:{seg}": end.worker})
-            pipe.scard(k_done)
-            pipe.hget(k_status, "state")
-            if end.open:  # the job's total is set at its close: read it with the end it may complete
-                pipe.hget(k_status, "total")
-        if not len(pipe):
+        if not chunks and end is None:
             return PieceReply()
-        if admission is None:
-            replies = pipe.execute()
-        else:  # the job's next segments, admitted in the same transaction as the audio that makes them due
-            admit = [self.keys.prefix, job_id, time.time(), admission.idle_ahead, int(end is not None)]
-            pipe.evalsha(self._sha(ADMIT_NEXT), 0, *admit)
-            replies = pipe.execute(raise_on_error=False)
-            for reply in replies[:-1]:
-                if isinstance(reply, Exception):
-                    raise reply
-            if isinstance(replies[-1], redis.exceptions.NoScriptError):  # Redis restarted and lost its scripts
-                self._shas.clear()
-                self.send(Script(ADMIT_NEXT, [], admit))
-            elif isinstance(replies[-1], Exception):
-                raise replies[-1]
-            replies = replies[:-1]
-        clock = PieceReply() if clock_at < 0 else PieceReply(float(replies[clock_at + 2] or 0.0), float(replies[clock_at]))
+        k = self.keys
+        argv: list[Any] = [seg, piece, seconds, time.time(), maxlen, ttl_s, len(chunks)]
+        for fields in chunks:
+            argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
+        argv += [1, end.pcm, end.words_json, end.batch_id, end.worker] if end is not None else [0, "", "", "", ""]
+        argv += [k.prefix, job_id, admission.idle_ahead if admission is not None else ""]
+        first, delivered, done, state = self.send(Script(PUBLISH_PIECE, [k.status(job_id), k.results(job_id), k.parts(job_id),
+                                                                        k.words(job_id), k.done(job_id), k.frames(job_id)], argv))
+        clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if chunks else PieceReply()
         if end is None:
             return clock
-        total = 0
-        if end.open:
-            total, replies = int(replies[-1] or 0), replies[:-1]
-        done, state = int(replies[-2]), replies[-1]
-        self.r.hset(k_status, "done", done)
-        return PieceReply(clock.first_chunk, clock.delivered_s, done, text_of(state) if state else "", total)
+        return PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "")
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.idle_ahead, limit])))
