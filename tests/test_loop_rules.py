@@ -88,6 +88,10 @@ class StorelessBroker:
     def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
         return False
 
+    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
+                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
+        return [("running", False)] * len(job_ids)
+
     def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
         return True, attempt, frames, 0
 

@@ -89,30 +89,31 @@ class Outcomes:
         return good
 
     def live(self, entries: Sequence[Entry]) -> list[Entry]:
-        """The entries whose jobs still want them (one round trip for their states). A cancelled job ends here,
-        between its segments; one whose deadline passed ends expired; one that ended otherwise is let go."""
+        """The entries whose jobs still want them, their jobs marked started (one round trip for all: the states and
+        the marks, ``Broker.start_segments``). A cancelled job ends here, between its segments; one whose deadline
+        passed ends expired; one that ended otherwise is let go. A job's first start anywhere is told to Flower."""
+        jobs = [_job(e) for e in entries]
+        now = time.time()
+        startable = [not (job.deadline and now > job.deadline) for job in jobs]
         kept = []
-        for e, state in zip(entries, self.ctx.broker.job_states([_job(e).job_id for e in entries])):
-            job = _job(e)
+        for e, job, ok, (state, first) in zip(entries, jobs, startable,
+                                              self.ctx.broker.start_segments([j.job_id for j in jobs], self.name, startable,
+                                                                               [x.claimed for x in entries])):
             if self._ended(e, state):
                 continue
             if job.closing:  # every segment is done: only the job's end is left (producer.wire.textin)
                 self.already_published(e)
                 continue
-            if job.deadline and time.time() > job.deadline:
+            if not ok:
                 if self.publisher.fail(job.job_id, DEADLINE_EXCEEDED, "the job's deadline passed before it ran", state="expired"):
                     self.ctx.events.failed(job.job_id, DEADLINE_EXCEEDED, "deadline passed")
                     self.metrics.error(DEADLINE_EXCEEDED, job_id=job.job_id)
                 self.ack([e])
-            else:
-                kept.append(e)
+                continue
+            if first:
+                self.ctx.events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
+            kept.append(e)
         return kept
-
-    def started(self, e: Entry) -> None:
-        """A segment is about to run: the job's start, if it is its first anywhere."""
-        job = _job(e)
-        if self.publisher.mark_started(job, self.name, e.claimed):
-            self.ctx.events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
 
     def still_running(self, entries: Sequence[Entry], items: Sequence[T]) -> list[T]:
         """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs; a cancelled job is ended here

@@ -131,7 +131,6 @@ class BatchRunner:
         for e in live:
             job = e.job
             assert job is not None
-            self.outcomes.started(e)
             self.ctx.hooks.segment(job)
             try:
                 ready.append((e, voice.phonemize(job.text, job.lang)))

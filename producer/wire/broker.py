@@ -190,6 +190,13 @@ class Broker(Protocol):
         """Each job's state ('' for none), in one round trip."""
         ...
 
+    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
+                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
+        """A batch's segments about to run, in one round trip: each job's state ('' for none) and whether this marked
+        its first start (as ``mark_started``, with when the worker claimed the segment); a job that ended, or a segment
+        not ``startable``, is not marked."""
+        ...
+
     def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         """Each job's playback clock as stored: its first chunk's time and the audio seconds delivered (raw
         values, None where unset), in one round trip."""

@@ -354,6 +354,29 @@ redis.call('HSET', KEYS[1], 'worker', ARGV[2], 'claimed', ARGV[3])
 return 1
 """
 
+# A batch's segments start: KEYS: each segment's job status; ARGV: now, worker, then per key 1 if the segment may start
+# (0: its deadline passed) and when the worker claimed it. Per key its job's state as read ('' for none) and 1 where
+# this marked the job's first start (MARK_STARTED's rule: started once, running over queued only, never over a state
+# written meanwhile; the worker and its claim time kept); a job that ended is not marked.
+START_SEGMENTS = ADMISSION_FUNCTIONS + """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local state = redis.call('HGET', key, 'state') or ''
+  local first = 0
+  if ARGV[2 * i + 1] == '1' and not final_state(state) and redis.call('HSETNX', key, 'started', ARGV[1]) == 1 then
+    if state == 'queued' then
+      redis.call('HSET', key, 'state', 'running', 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
+    else
+      redis.call('HSET', key, 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
+    end
+    first = 1
+  end
+  out[#out + 1] = state
+  out[#out + 1] = first
+end
+return out
+"""
+
 # KEYS: frames hash, status. ARGV: seg, attempt, frames, ttl. The first attempt to stream a segment stores its
 # tag and acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment
 # was published whole), windows published so far}.

@@ -24,7 +24,7 @@ from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
 from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS,
                                FINALIZE, MARK_STARTED, OPEN_JOB, PUBLISH_PIECE, READ_RESULTS, REQUEUE_DEAD_LETTER,
-                               SUBMIT_BOOK_SEGMENT)
+                               START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
@@ -191,6 +191,14 @@ class RedisBroker:
         for job_id in job_ids:
             pipe.hget(self.keys.status(job_id), "state")
         return [text_of(state) if state else "" for state in pipe.execute()]
+
+    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
+                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
+        if not job_ids:
+            return []
+        reply = self.send(Script(START_SEGMENTS, [self.keys.status(j) for j in job_ids],
+                                 [time.time(), worker, *[x for ok, at in zip(startable, claimed) for x in (int(ok), at)]]))
+        return [(text_of(reply[i]), bool(int(reply[i + 1]))) for i in range(0, len(reply), 2)]
 
     def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         ids = sorted(set(job_ids))
