@@ -126,57 +126,49 @@ class Publisher:
         one attempt. Empty frames: the segment was published whole already (its frames are dropped then)."""
         return self.broker.claim_frames(job.job_id, job.seg, attempt, frames, self.ttl)
 
-    def assemble(self, job: SegmentJob) -> tuple[bytes, float]:
-        """The job's full PCM16 from its parts, in segment order."""
-        by_seg = self.broker.job_parts(job.job_id)
+    def assemble(self, job: SegmentJob) -> tuple[bytes, float, list[Any]]:
+        """The job's full PCM16 from its parts, in segment order, and its words timed in it (one round trip)."""
+        by_seg, words = self.broker.job_output(job.job_id)
         missing = [i for i in range(job.total) if i not in by_seg]
         if missing:
             raise RuntimeError(f"job {job.job_id}: parts missing for segments {missing[:5]}")
-        pcm = b"".join(by_seg[i] for i in range(job.total))
-        return pcm, len(pcm) / 2 / job.sample_rate
+        parts = [by_seg[i] for i in range(job.total)]
+        pcm = b"".join(parts)
+        timed = job_words([words.get(seg, []) for seg in range(job.total)], [len(p) // 2 for p in parts], job.sample_rate)
+        return pcm, len(pcm) / 2 / job.sample_rate, timed
 
     def store_and_finish(self, job: SegmentJob) -> tuple[str | None, bool]:
         """Encode, store and finish a job whose segments are all done. Returns the URL (None if another
         worker already finished it, or a cancel won) and whether this call ended it as cancelled."""
         from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
 
-        pcm, duration = self.assemble(job)
+        pcm, duration, timed = self.assemble(job)
         data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format,
                                                       bitrate=job.bitrate or None)
         key = f"{job.job_id}/audio.{job.format}"
         url = self.storage.put(key, data, _content_type(CONTENT_TYPES, job))
-        created = job.created
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
-        words = json.dumps([w.to_dict() for w in self.job_words(job)], ensure_ascii=False)
+        words = json.dumps([w.to_dict() for w in timed], ensure_ascii=False)
         # Beside the audio, for whoever joins stored jobs later (a book's chapter captions).
         self.storage.put(words_key(job.job_id), words.encode("utf-8"), "application/json")
-        won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
-                          done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
+        won = self.finish(job.job_id, "done", info, drop_work=True, url=url, key=key, duration=round(duration, 4),
+                          finished=time.time(), done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
-            self.broker.drop_job_work(job.job_id)
             return None, True
         if won:
-            self.broker.drop_job_work(job.job_id)
-            log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
+            log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - job.created, url)
         return (url if won else None), False
 
-    def job_words(self, job: SegmentJob) -> list[Any]:
-        """Every word of the job, its times in the assembled audio (segments in order, pauses counted)."""
-        by_seg, part_bytes = self.broker.job_words(job.job_id, job.total)
-        return job_words([by_seg.get(seg, []) for seg in range(job.total)], [n // 2 for n in part_bytes], job.sample_rate)
-
-    def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
+    def finish(self, job_id: str, state: str, final_info: dict[str, Any], *, drop_work: bool = False, **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
-        0 if the job had ended already."""
-        return self.broker.finalize(job_id, state, final_info, maxlen=self.maxlen, ttl_s=self.ttl, **status)
+        0 if the job had ended already. ``drop_work``: with it, delete what the job keeps only while it runs."""
+        return self.broker.finalize(job_id, state, final_info, maxlen=self.maxlen, ttl_s=self.ttl, drop_work=drop_work,
+                                    **status)
 
     def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> int:
         info = {"code": code, "message": message}
-        won = self.finish(job_id, state, info, error_code=code, error_message=message, finished=time.time())
-        if won:
-            self.broker.drop_job_work(job_id)
-        return won
+        return self.finish(job_id, state, info, drop_work=True, error_code=code, error_message=message, finished=time.time())
 
     def is_final(self, state: str) -> bool:
         return state in STATES_FINAL

@@ -234,24 +234,16 @@ class Broker(Protocol):
         """Append a dead-letter record (``records.dead_letter_fields``) to the farm's dead letters."""
         ...
 
-    def job_parts(self, job_id: str) -> dict[int, bytes]:
-        """The PCM parts of a job's done segments, by segment."""
-        ...
-
-    def job_words(self, job_id: str, total: int) -> tuple[dict[int, Any], list[int]]:
-        """A job's words by segment (as published, JSON-decoded) and each segment's part length in bytes (0 if
-        missing), in one round trip."""
+    def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
+        """A job's PCM parts and its words (as published, JSON-decoded), each by segment, in one round trip."""
         ...
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 **status: Any) -> int:
+                 drop_work: bool = False, **status: Any) -> int:
         """Write a job's end state and its one final record: 1 as asked, 2 if a client's cancel won the race
-        (the job ends cancelled), 0 if it had ended already. ``status``: fields for the job's status record
-        (any names: ``info`` too)."""
-        ...
-
-    def drop_job_work(self, job_id: str) -> None:
-        """Delete what a job keeps only while it runs (parts, done set, words, streamed frames)."""
+        (the job ends cancelled), 0 if it had ended already. ``drop_work``: when this ends it, delete what the job
+        keeps only while it runs (parts, done set, words, streamed frames) in the same step. ``status``: fields for
+        the job's status record (any names: ``info`` too)."""
         ...
 
     # -- admin: dead letters, queue snapshot, heartbeats, books, control (blocking) ----------------------------

@@ -320,8 +320,9 @@ redis.call('HINCRBY', KEYS[6], 'q', 1)
 return 'submitted'
 """
 
-# KEYS: status, results. ARGV: state, the final record and the one to write instead if a client's cancel won
-# the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, then
+# KEYS: status, results, then what the job keeps only while it runs, deleted when this ends it (parts, done set,
+# words, frames; none to keep them). ARGV: state, the final record and the one to write instead if a client's cancel
+# won the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, then
 # field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
 # whatever was made. A job that ends otherwise than done drops its staged segments.
 FINALIZE = ADMISSION_FUNCTIONS + """
@@ -339,6 +340,7 @@ local lane = redis.call('HGET', KEYS[1], 'lane')
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))
 redis.call('EXPIRE', KEYS[2], ARGV[5])
+if #KEYS > 2 then redis.call('DEL', unpack(KEYS, 3)) end
 if state == 'cancelled' and ARGV[1] ~= 'cancelled' then return 2 end
 return 1
 """

@@ -243,28 +243,22 @@ class RedisBroker:
     def dead_letter(self, record: Mapping[str, Any]) -> None:
         self.r.xadd(self.keys.dead_letters(), dict(record), maxlen=100_000, approximate=True)
 
-    def job_parts(self, job_id: str) -> dict[int, bytes]:
-        return {int(k): v for k, v in self.r.hgetall(self.keys.parts(job_id)).items()}
-
-    def job_words(self, job_id: str, total: int) -> tuple[dict[int, Any], list[int]]:
+    def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
         pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(self.keys.parts(job_id))
         pipe.hgetall(self.keys.words(job_id))
-        for seg in range(total):
-            pipe.hstrlen(self.keys.parts(job_id), str(seg))
-        replies = pipe.execute()
-        return {int(k): json.loads(v) for k, v in replies[0].items()}, [int(n) for n in replies[1:]]
+        parts, words = pipe.execute()
+        return {int(k): v for k, v in parts.items()}, {int(k): json.loads(v) for k, v in words.items()}
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 **status: Any) -> int:
+                 drop_work: bool = False, **status: Any) -> int:
         argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s,
                            self.keys.prefix, job_id]
         for k, v in status.items():
             argv += [k, v]
-        return int(self.send(Script(FINALIZE, [self.keys.status(job_id), self.keys.results(job_id)], argv)))
-
-    def drop_job_work(self, job_id: str) -> None:
         k = self.keys
-        self.r.delete(k.parts(job_id), k.done(job_id), k.words(job_id), k.frames(job_id))
+        work = [k.parts(job_id), k.done(job_id), k.words(job_id), k.frames(job_id)] if drop_work else []
+        return int(self.send(Script(FINALIZE, [k.status(job_id), k.results(job_id), *work], argv)))
 
     # -- admin --------------------------------------------------------------------------------------------
 
