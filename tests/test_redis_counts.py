@@ -29,10 +29,10 @@ from scripts.bench_host import NULL_VOICE, config_dir, counters_delta, fresh_rec
 pytestmark = pytest.mark.slow
 
 # ceilings (today's counts, measured 2026-12-01 on this scenario, plus room for timing)
-MAX_COMMANDS_PER_SEGMENT = 62.0  # measured 56.6-58.2
-MAX_ROUND_TRIPS_PER_SEGMENT = 14.5  # 12.8-13.4
-MAX_IDLE_COMMANDS_PER_S = 100.0  # 88.8-92.8
-MAX_IDLE_ROUND_TRIPS_PER_S = 37.0  # 31.9-33.3
+MAX_COMMANDS_PER_SEGMENT = 47.0  # measured 42.3-42.5 (56.6-58.2 before issue 23)
+MAX_ROUND_TRIPS_PER_SEGMENT = 8.0  # 6.7-6.9 (12.8-13.4)
+MAX_IDLE_COMMANDS_PER_S = 22.0  # 14.5-17.8 (88.8-92.8)
+MAX_IDLE_ROUND_TRIPS_PER_S = 16.0  # 10.8-13.5 (31.9-33.3)
 
 PREFIX = "counts"
 

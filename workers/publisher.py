@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.wire.admission import Admission, may_stage
-from producer.wire.broker import Broker, SegmentEnd, run_blocking
+from producer.wire.broker import Broker, FrameClaim, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
 from producer.wire.storage import Storage
@@ -119,12 +119,14 @@ class Publisher:
         return SegmentOutcome(done=reply.done, total=job.total or reply.total, state=reply.state, started=seg.started,
                               delivered_before_s=seg.delivered_before_s)
 
-    def claim_frames(self, job: SegmentJob, attempt: str, frames: bytes) -> tuple[bool, str, bytes, int]:
-        """Fix a streamed segment's acoustic output before any of its windows is published: the first attempt
-        to claim it stores its attempt tag and frames (and gets True); a later attempt (a redo after a crash, or a
-        retry) gets those back, with how many windows were published, and vocodes the same frames, so readers see
-        one attempt. Empty frames: the segment was published whole already (its frames are dropped then)."""
-        return self.broker.claim_frames(job.job_id, job.seg, attempt, frames, self.ttl)
+    def claim_frames(self, claims: list[tuple[SegmentJob, str, bytes]]) -> list[tuple[bool, str, bytes, int]]:
+        """Fix streamed segments' acoustic output before any of their windows is published (one step for a batch):
+        the first attempt to claim a segment stores its attempt tag and frames (and gets True); a later attempt (a
+        redo after a crash, or a retry) gets those back, with how many windows were published, and vocodes the same
+        frames, so readers see one attempt. Empty frames: the segment was published whole already (its frames are
+        dropped then)."""
+        return self.broker.claim_frames([FrameClaim(job.job_id, job.seg, attempt, frames) for job, attempt, frames in claims],
+                                        self.ttl)
 
     def assemble(self, job: SegmentJob) -> tuple[bytes, float, list[Any]]:
         """The job's full PCM16 from its parts, in segment order, and its words timed in it (one round trip)."""

@@ -12,7 +12,7 @@ Guarantees kept from whole-segment publishing:
   the last window is the segment's ``last``; the segment's whole PCM becomes its part for assembly then, and
   the entry is acked only then.
 * One attempt per segment: before its first window is published, a segment's frames and attempt tag are
-  claimed (``Publisher.claim_frames``). A redo (the worker died mid-segment, its entry was reclaimed) gets
+  claimed (``Publisher.claim_frames``, the batch's segments in one step). A redo (the worker died mid-segment, its entry was reclaimed) gets
   those frames and tag back, vocodes the same frames, skips the windows already published, and publishes
   the rest under the same tag: a reader sees one attempt's chunks, seamless.
 * A cancelled job stops at the next window: its state is read before each window step.
@@ -111,14 +111,16 @@ class StreamingBatch:
         start = time.perf_counter()
         outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts)
         self.infer_s += time.perf_counter() - start
-        pub = self.outcomes.publisher
-        for (e, ph), out in zip(self.ready, outs):
+        plans = []
+        for e, _ in self.ready:
+            assert e.job is not None
+            # a job's later segments are not awaited (earlier audio is playing): no small first window for them
+            plans.append(self.plan if e.job.seg == 0 and self.small_first else self.plan.without_small_first())
+        claims = self.outcomes.publisher.claim_frames([(e.job, self.outcomes.attempt(e), pack_frames(out, plan))  # type: ignore[misc]
+                                                       for (e, _), out, plan in zip(self.ready, outs, plans)])
+        for (e, ph), out, plan, (won, tag, stored, published) in zip(self.ready, outs, plans, claims):
             job = e.job
             assert job is not None
-            attempt = self.outcomes.attempt(e)
-            # a job's later segments are not awaited (earlier audio is playing): no small first window for them
-            plan = self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first()
-            won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out, plan))
             if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
                 self.outcomes.already_published(e)
                 continue

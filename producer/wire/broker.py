@@ -63,6 +63,16 @@ class SegmentEnd:
 
 
 @dataclass(frozen=True)
+class FrameClaim:
+    """A streamed segment's claim on its attempt: the frames (and window plan) its windows are cut from."""
+
+    job_id: str
+    seg: int
+    attempt: str
+    frames: bytes
+
+
+@dataclass(frozen=True)
 class PieceReply:
     """What the store said after a piece: the job's playback clock (its first chunk's time, 0.0 before; the audio
     seconds delivered including this piece) and, after a segment's end, the segments done and the job's state."""
@@ -202,10 +212,11 @@ class Broker(Protocol):
         values, None where unset), in one round trip."""
         ...
 
-    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
-        """Fix a streamed segment's attempt before any of its windows is published, atomically: the first
-        attempt stores its tag and frames and gets ``(True, its tag, b"", 0)``; a later one gets ``(False, that
-        tag, those frames, windows published so far)``; frames are b"" once the segment was published whole."""
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+        """Fix streamed segments' attempts before any of their windows is published, atomically and in one step
+        for all of them: per claim, the first attempt stores its tag and frames and gets ``(True, its tag, its
+        frames, 0)``; a later one gets ``(False, that tag, those frames, windows published so far)``; frames are b""
+        once the segment was published whole."""
         ...
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,

@@ -379,18 +379,25 @@ end
 return out
 """
 
-# KEYS: frames hash, status. ARGV: seg, attempt, frames, ttl. The first attempt to stream a segment stores its
-# tag and acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment
-# was published whole), windows published so far}.
+# A batch's streamed segments fix their attempts, one script for all. KEYS: per segment its job's frames hash and
+# status. ARGV: ttl, then per segment: seg, attempt, frames. The first attempt to stream a segment stores its tag and
+# acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment was
+# published whole), windows published so far}. One such reply per segment.
 CLAIM_FRAMES = """
-local won = redis.call('HSETNX', KEYS[1], ARGV[1] .. ':attempt', ARGV[2])
-if won == 1 then
-  redis.call('HSET', KEYS[1], ARGV[1] .. ':frames', ARGV[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local k_frames, k_status = KEYS[2 * i - 1], KEYS[2 * i]
+  local seg, attempt = ARGV[3 * i - 1], ARGV[3 * i]
+  if redis.call('HSETNX', k_frames, seg .. ':attempt', attempt) == 1 then
+    redis.call('HSET', k_frames, seg .. ':frames', ARGV[3 * i + 1])
+    redis.call('EXPIRE', k_frames, ARGV[1])
+    out[i] = {1, attempt, '', 0}
+  else
+    out[i] = {0, redis.call('HGET', k_frames, seg .. ':attempt'), redis.call('HGET', k_frames, seg .. ':frames') or '',
+              redis.call('HGET', k_status, 'windows:' .. seg) or 0}
+  end
 end
-if won == 1 then return {1, ARGV[2], '', 0} end
-return {0, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET', KEYS[1], ARGV[1] .. ':frames') or '',
-        redis.call('HGET', KEYS[2], 'windows:' .. ARGV[1]) or 0}
+return out
 """
 
 # KEYS: dead-letter stream, the job's status, its results stream, the queue stream to requeue on, its lane's backlog

@@ -19,7 +19,7 @@ import redis.asyncio
 
 from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
-from producer.wire.broker import Command, Op, PieceReply, Replicated, Script, SegmentEnd
+from producer.wire.broker import Command, FrameClaim, Op, PieceReply, Replicated, Script, SegmentEnd
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
 from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS,
@@ -209,10 +209,14 @@ class RedisBroker:
             pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s")
         return {job_id: (reply[0], reply[1]) for job_id, reply in zip(ids, pipe.execute())}
 
-    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
-        won, tag, stored, windows = self.send(Script(CLAIM_FRAMES, [self.keys.frames(job_id), self.keys.status(job_id)],
-                                                     [str(seg), attempt, frames, ttl_s]))
-        return bool(int(won)), text_of(tag), frames if int(won) else bytes(stored or b""), int(windows or 0)
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+        if not claims:
+            return []
+        keys = [k for c in claims for k in (self.keys.frames(c.job_id), self.keys.status(c.job_id))]
+        argv: list[Any] = [ttl_s, *[x for c in claims for x in (str(c.seg), c.attempt, c.frames)]]
+        replies = self.send(Script(CLAIM_FRAMES, keys, argv))
+        return [(bool(int(won)), text_of(tag), c.frames if int(won) else bytes(stored or b""), int(windows or 0))
+                for c, (won, tag, stored, windows) in zip(claims, replies)]
 
     def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
                       end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
