@@ -20,6 +20,39 @@ end
 return #KEYS
 """
 
+# The heads a consumer may take, in one step. KEYS: queue streams. ARGV: the group. Returns {ids, lag, heads}: ids per
+# stream, the group's last-delivered id ('' where the stream or the group is missing); lag: entries not yet delivered
+# over the streams, where Redis knows it; heads: per stream with undelivered entries {stream, its first two} (read as
+# XRANGE returns them). Delivered entries are never needed: a stream holds only what is pending or undelivered.
+HEADS = """
+local ids, heads, lag = {}, {}, 0
+for i, key in ipairs(KEYS) do
+  local groups = redis.pcall('XINFO', 'GROUPS', key)
+  local last, known = '', false
+  if type(groups) == 'table' and not groups.err then
+    for _, g in ipairs(groups) do
+      local name, delivered, behind = nil, nil, nil
+      for j = 1, #g, 2 do
+        if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then delivered = g[j + 1]
+        elseif g[j] == 'lag' then behind = g[j + 1] end
+      end
+      if name == ARGV[1] then
+        last = delivered
+        if type(behind) == 'number' then
+          lag, known = lag + behind, behind == 0
+        end
+      end
+    end
+  end
+  ids[i] = last
+  if last ~= '' and not known then
+    local entries = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 2)
+    if #entries > 0 then heads[#heads + 1] = {key, entries} end
+  end
+end
+return {ids, lag, heads}
+"""
+
 # Reads the results stream KEYS[1] after ARGV[1] (an exclusive start, "(1-0"), at most ARGV[2] entries, with
 # how many entries the stream has lost at its head (Redis 7's entries-added minus its length; -1 before 7):
 # workers trim it at results_maxlen and nothing else deletes from it, so a reader that has read fewer entries
