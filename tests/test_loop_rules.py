@@ -24,7 +24,7 @@ from generate_tiny_voice import write_tiny_voice
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
-from producer.wire.broker import FrameClaim, PieceReply
+from producer.wire.broker import FrameClaim, Piece, PieceReply
 from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
 from producer.wire.records import SegmentJob
@@ -95,10 +95,10 @@ class StorelessBroker:
     def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
         return [(True, c.attempt, c.frames, 0) for c in claims]
 
-    def publish_piece(self, job_id: str, seg: int, chunks: list[Any], **_: Any) -> PieceReply:
-        self.pieces += 1
-        self.published.append(job_id)
-        return PieceReply(state="running")
+    def publish_pieces(self, pieces: Sequence[Piece], **_: Any) -> list[PieceReply]:
+        self.pieces += len(pieces)
+        self.published += [p.job_id for p in pieces]
+        return [PieceReply(state="running") for _ in pieces]
 
 
 @pytest.fixture(scope="module")

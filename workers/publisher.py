@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.wire.admission import Admission, may_stage
-from producer.wire.broker import Broker, FrameClaim, SegmentEnd, run_blocking
+from producer.wire.broker import Broker, FrameClaim, Piece, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
 from producer.wire.storage import Storage
@@ -37,6 +37,17 @@ class SegmentProgress:
     # and the audio seconds published for the job before that piece
     started: float = 0.0
     delivered_before_s: float = 0.0
+
+
+@dataclass
+class PieceOut:
+    """A piece of a segment to publish: its PCM, whether it is the segment's last, whether to publish it (False: a
+    window an earlier attempt published, whose numbering is only advanced)."""
+
+    seg: SegmentProgress
+    pcm: bytes
+    last: bool
+    publish: bool = True
 
 
 @dataclass
@@ -89,35 +100,43 @@ class Publisher:
         segment's words that end inside it (by sample range from the segment's start). With ``last``, the
         segment's whole PCM (its pieces joined) becomes its part for assembly and the outcome is returned.
         ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
-        job = seg.job
-        step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
-        pieces = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
-        chunks = []
-        if publish:
-            for i, piece in enumerate(pieces):
-                final = last and i == len(pieces) - 1
-                start = seg.samples + i * step // 2
-                inside = words_in(seg.words, start, start + len(piece) // 2, last=final)
-                chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, piece, inside))
-        end = None
-        if last:
-            end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker,
-                             open=job.total == 0)
-        seconds = len(pcm) / 2 / job.sample_rate
-        reply = self.broker.publish_piece(job.job_id, job.seg, chunks, piece=seg.pieces, seconds=seconds, end=end,
-                                          maxlen=self.maxlen, ttl_s=self.ttl,
-                                          admission=self.admission if may_stage(job) else None)
-        seg.part += len(pieces)
-        seg.pieces += 1
-        seg.samples += len(pcm) // 2
-        seg.pcm.append(pcm)
-        if publish:
-            seg.delivered_before_s = max(0.0, reply.delivered_s - seconds)
-            seg.started = reply.first_chunk
-        if not last:
-            return None
-        return SegmentOutcome(done=reply.done, total=job.total or reply.total, state=reply.state, started=seg.started,
-                              delivered_before_s=seg.delivered_before_s)
+        return self.publish_pieces([PieceOut(seg, pcm, last, publish)], batch_id=batch_id, worker=worker)[0]
+
+    def publish_pieces(self, outs: list[PieceOut], *, batch_id: str, worker: str) -> list[SegmentOutcome | None]:
+        """Several segments' next pieces (a window step's: one piece per segment), as ``publish_piece`` each, in one
+        round trip."""
+        pieces = []
+        for out in outs:
+            seg, pcm, job = out.seg, out.pcm, out.seg.job
+            step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
+            parts = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
+            chunks = []
+            if out.publish:
+                for i, part in enumerate(parts):
+                    final = out.last and i == len(parts) - 1
+                    start = seg.samples + i * step // 2
+                    inside = words_in(seg.words, start, start + len(part) // 2, last=final)
+                    chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, part, inside))
+            end = None
+            if out.last:
+                end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
+            pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
+                                self.admission if may_stage(job) else None))
+            seg.part += len(parts)
+        replies = self.broker.publish_pieces(pieces, maxlen=self.maxlen, ttl_s=self.ttl)
+        results: list[SegmentOutcome | None] = []
+        for out, piece, reply in zip(outs, pieces, replies):
+            seg = out.seg
+            seg.pieces += 1
+            seg.samples += len(out.pcm) // 2
+            seg.pcm.append(out.pcm)
+            if out.publish:
+                seg.delivered_before_s = max(0.0, reply.delivered_s - piece.seconds)
+                seg.started = reply.first_chunk
+            results.append(None if not out.last else
+                           SegmentOutcome(done=reply.done, total=seg.job.total, state=reply.state, started=seg.started,
+                                          delivered_before_s=seg.delivered_before_s))
+        return results
 
     def claim_frames(self, claims: list[tuple[SegmentJob, str, bytes]]) -> list[tuple[bool, str, bytes, int]]:
         """Fix streamed segments' acoustic output before any of their windows is published (one step for a batch):

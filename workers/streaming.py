@@ -35,7 +35,7 @@ from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
 from producer.wire.queue import Entry
 from workers.outcomes import Outcomes
-from workers.publisher import SegmentProgress
+from workers.publisher import PieceOut, SegmentProgress
 from workers.timings import segment_words
 
 log = logging.getLogger(__name__)
@@ -135,8 +135,8 @@ class StreamingBatch:
 
     # -- unit 2: the next window of every live job --------------------------------------------------
     def step(self) -> bool:
-        """Vocode and publish the next window of each live job; False once none is left. The segments it ends are
-        acked together."""
+        """Vocode and publish the next window of each live job (the windows in one round trip); False once none is
+        left. The segments it ends are acked together."""
         with self.outcomes.acks_together():
             return self._step()
 
@@ -150,12 +150,15 @@ class StreamingBatch:
         self.windows += len(made)
         self.outcomes.metrics.windows(self.voice.name, len(made))
         by_item = {id(s.item): s for s in self.live}
+        outs = []
         for item, window, audio in made:
             s = by_item[id(item)]
             pcm = s.finish(audio, window.last)
             s.samples += len(pcm) // 2
-            outcome = self.outcomes.publisher.publish_piece(s.progress, pcm, last=window.last, batch_id=self.batch_id,
-                                                            worker=self.outcomes.name, publish=window.index >= s.skip)
+            outs.append(PieceOut(s.progress, pcm, window.last, publish=window.index >= s.skip))
+        outcomes = self.outcomes.publisher.publish_pieces(outs, batch_id=self.batch_id, worker=self.outcomes.name)
+        for (item, window, _), outcome in zip(made, outcomes):  # every window of the step is out: now what follows
+            s = by_item[id(item)]
             job = s.entry.job
             assert job is not None
             if window.index >= s.skip:

@@ -73,6 +73,21 @@ class FrameClaim:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """One piece of a segment to publish: its chunk records (``records.chunk_fields``; none for a window an earlier
+    attempt published), its index in the segment, its seconds of audio, the segment's end with its last piece, and
+    the admission policy when the job may have staged segments (``admission.may_stage``)."""
+
+    job_id: str
+    seg: int
+    chunks: Sequence[Mapping[str, Any]]
+    piece: int
+    seconds: float
+    end: SegmentEnd | None = None
+    admission: Admission | None = None
+
+
+@dataclass(frozen=True)
 class PieceReply:
     """What the store said after a piece: the job's playback clock (its first chunk's time, 0.0 before; the audio
     seconds delivered including this piece) and, after a segment's end, the segments done and the job's state."""
@@ -219,13 +234,12 @@ class Broker(Protocol):
         once the segment was published whole."""
         ...
 
-    def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
-        """Publish chunk records (``records.chunk_fields``) of a segment's piece number ``piece`` and move the job's
-        playback clock by ``seconds``, all at once; with ``end``, also the segment's part for assembly, its words
-        and bookkeeping, counted done; and, in the same atomic step, admit the job's next staged segments that are
-        due by ``admission`` (``producer.wire.admission``; None: the job has none staged). No chunks and no end:
-        nothing is written."""
+    def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
+        """Publish pieces of segments (a window step's) in order, all in one round trip: per piece, at once, its chunk
+        records on its job's results stream (trimmed near ``maxlen``) and the job's playback clock moved by its
+        seconds; with its segment's end, also the segment's part for assembly, its words and bookkeeping, counted
+        done; and the job's next staged segments admitted if due by ``Piece.admission`` (``producer.wire.admission``;
+        None: the job has none staged). A piece with no chunks and no end writes nothing. One reply per piece."""
         ...
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:

@@ -204,53 +204,64 @@ redis.call('HINCRBY', KEYS[2], 'q', now_n)
 return {1, n + add_n, tostring(s + add_s)}
 """
 
-# One piece of a segment published: its chunks, the job's playback clock, and with the segment's end its part for
-# assembly, its words and its place in the done set; then the job's next segments admitted if this audio made them
-# due (``admit_next``, the same step as the audio). KEYS: status, results, parts, words, done-set, frames.
-# ARGV: seg, piece (its index in the segment), seconds, now, results maxlen, ttl, chunks, then per chunk the count of
-# its field/value items and those items; then 1 with the segment's end (else 0) and its pcm, words json, batch id, worker; then the
-# admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns {first_chunk, delivered_s,
-# segments done, state} (first_chunk and delivered_s '' without chunks; done 0 without the end).
-PUBLISH_PIECE = ADMISSION_FUNCTIONS + """
-local k_status, k_results = KEYS[1], KEYS[2]
-local seg, piece, now, maxlen, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[5], ARGV[6]
-local chunks, at = tonumber(ARGV[7]), 8
-local st = redis.call('HMGET', k_status, 'first_chunk', 'state')
-local first, delivered = st[1], ''
-local status = {}
-if chunks > 0 then
-  for _ = 1, chunks do
-    local width, fields = tonumber(ARGV[at]), {}
-    for i = 1, width do fields[i] = ARGV[at + i] end
-    redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields))
-    at = at + width + 1
+# Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunks, the
+# job's playback clock, and with the segment's end its part for assembly, its words and its place in the done set; then
+# the job's next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per
+# piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
+# piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
+# items; then 1 with the segment's end (else 0) and its pcm, words json, batch id, worker; then the admission: prefix,
+# job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk, delivered_s, segments done,
+# state} (first_chunk and delivered_s '' without chunks; done 0 without the end).
+PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
+local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
+
+local function publish(k, at)
+  local k_status, k_results = KEYS[k], KEYS[k + 1]
+  local seg, piece, seconds, chunks = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], tonumber(ARGV[at + 3])
+  at = at + 4
+  local st = redis.call('HMGET', k_status, 'first_chunk', 'state')
+  local first, delivered = st[1], ''
+  local status = {}
+  if chunks > 0 then
+    for _ = 1, chunks do
+      local width, fields = tonumber(ARGV[at]), {}
+      for i = 1, width do fields[i] = ARGV[at + i] end
+      redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+      at = at + width + 1
+    end
+    redis.call('EXPIRE', k_results, ttl)
+    -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
+    delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', seconds)
+    status[#status + 1], status[#status + 2] = 'windows:' .. seg, piece + 1
   end
-  redis.call('EXPIRE', k_results, ttl)
-  -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
-  delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', ARGV[3])
-  status[#status + 1], status[#status + 2] = 'windows:' .. seg, piece + 1
-end
-local ending, done = tonumber(ARGV[at]), 0
-if (chunks > 0 or ending == 1) and not first then
-  first = now
-  status[#status + 1], status[#status + 2] = 'first_chunk', now
-end
-if ending == 1 then
-  redis.call('HDEL', KEYS[6], seg .. ':frames')  -- a book keeps only its segments in flight
-  redis.call('HSET', KEYS[3], seg, ARGV[at + 1])
-  redis.call('EXPIRE', KEYS[3], ttl)
-  redis.call('HSET', KEYS[4], seg, ARGV[at + 2])
-  redis.call('EXPIRE', KEYS[4], ttl)
-  redis.call('SADD', KEYS[5], seg)
-  redis.call('EXPIRE', KEYS[5], ttl)
-  done = redis.call('SCARD', KEYS[5])
-  for _, kv in ipairs({'batch:' .. seg, ARGV[at + 3], 'worker:' .. seg, ARGV[at + 4], 'done', done}) do
-    status[#status + 1] = kv
+  local ending, done = tonumber(ARGV[at]), 0
+  if (chunks > 0 or ending == 1) and not first then
+    first = now
+    status[#status + 1], status[#status + 2] = 'first_chunk', now
   end
+  if ending == 1 then
+    redis.call('HDEL', KEYS[k + 5], seg .. ':frames')  -- a book keeps only its segments in flight
+    redis.call('HSET', KEYS[k + 2], seg, ARGV[at + 1])
+    redis.call('EXPIRE', KEYS[k + 2], ttl)
+    redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 2])
+    redis.call('EXPIRE', KEYS[k + 3], ttl)
+    redis.call('SADD', KEYS[k + 4], seg)
+    redis.call('EXPIRE', KEYS[k + 4], ttl)
+    done = redis.call('SCARD', KEYS[k + 4])
+    for _, kv in ipairs({'batch:' .. seg, ARGV[at + 3], 'worker:' .. seg, ARGV[at + 4], 'done', done}) do
+      status[#status + 1] = kv
+    end
+  end
+  if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
+  if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
+  return {first or '', delivered, done, st[2] or ''}, at + 8
 end
-if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
-if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
-return {first or '', delivered, done, st[2] or ''}
+
+local out, at = {}, 4
+for k = 1, #KEYS, 6 do
+  out[#out + 1], at = publish(k, at)
+end
+return out
 """
 
 # ARGV: prefix, job id, now, idle_ahead, 1 if the piece ended its segment (else 0). A job's audio was just

@@ -19,12 +19,12 @@ import redis.asyncio
 
 from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
-from producer.wire.broker import Command, FrameClaim, Op, PieceReply, Replicated, Script, SegmentEnd
+from producer.wire.broker import Command, FrameClaim, Op, Piece, PieceReply, Replicated, Script, SegmentEnd
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
 from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS,
-                               FINALIZE, MARK_STARTED, OPEN_JOB, PUBLISH_PIECE, READ_RESULTS, REQUEUE_DEAD_LETTER,
-                               START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
+                               FINALIZE, MARK_STARTED, OPEN_JOB, PUBLISH_PIECE, PUBLISH_PIECES, READ_RESULTS,
+                               REQUEUE_DEAD_LETTER, START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
@@ -218,22 +218,30 @@ class RedisBroker:
         return [(bool(int(won)), text_of(tag), c.frames if int(won) else bytes(stored or b""), int(windows or 0))
                 for c, (won, tag, stored, windows) in zip(claims, replies)]
 
-    def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
-        if not chunks and end is None:
-            return PieceReply()
+    def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
+        todo = [p for p in pieces if p.chunks or p.end is not None]
+        keys: list[str] = []
+        argv: list[Any] = [maxlen, ttl_s, time.time()]
         k = self.keys
-        argv: list[Any] = [seg, piece, seconds, time.time(), maxlen, ttl_s, len(chunks)]
-        for fields in chunks:
-            argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
-        argv += [1, end.pcm, end.words_json, end.batch_id, end.worker] if end is not None else [0, "", "", "", ""]
-        argv += [k.prefix, job_id, admission.idle_ahead if admission is not None else ""]
-        first, delivered, done, state = self.send(Script(PUBLISH_PIECE, [k.status(job_id), k.results(job_id), k.parts(job_id),
-                                                                        k.words(job_id), k.done(job_id), k.frames(job_id)], argv))
-        clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if chunks else PieceReply()
-        if end is None:
-            return clock
-        return PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "")
+        for p in todo:
+            keys += [k.status(p.job_id), k.results(p.job_id), k.parts(p.job_id), k.words(p.job_id), k.done(p.job_id),
+                     k.frames(p.job_id)]
+            argv += [p.seg, p.piece, p.seconds, len(p.chunks)]
+            for fields in p.chunks:
+                argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
+            argv += [1, p.end.pcm, p.end.words_json, p.end.batch_id, p.end.worker] if p.end is not None else [0, "", "", "", ""]
+            argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
+        replies = iter(self.send(Script(PUBLISH_PIECES, keys, argv)) if todo else [])
+        out = []
+        for p in pieces:
+            if not p.chunks and p.end is None:
+                out.append(PieceReply())
+                continue
+            first, delivered, done, state = next(replies)
+            clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if p.chunks else PieceReply()
+            out.append(clock if p.end is None else
+                       PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else ""))
+        return out
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.idle_ahead, limit])))
