@@ -31,6 +31,7 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -390,7 +391,7 @@ def main() -> None:
     res = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "host.json").write_text(json.dumps(res, indent=2))
-    command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+    command = "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     block = markdown(res, command, args.label)
     (args.out / "host.md").write_text(block + "\n")
     print(block)

@@ -203,7 +203,7 @@ class Outcomes:
             self.metrics.segment_published(job, audio_s, first_chunk=whole)
         if 0 < outcome.total <= outcome.done and not self.publisher.is_final(outcome.state):
             whole = job if job.total else dataclasses.replace(job, total=outcome.total)  # an appended job, closed
-            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(whole),
+            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(whole, outcome.output),
                                                   f"storing job {job.job_id}")
             if url:
                 self.ctx.events.succeeded(job.job_id, url)

@@ -57,6 +57,7 @@ class SegmentOutcome:
     state: str
     started: float = 0.0  # the job's playback clock before the segment's last piece (see SegmentProgress)
     delivered_before_s: float = 0.0
+    output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # the job's parts and words, when it ended the job
 
 
 class Publisher:
@@ -121,7 +122,7 @@ class Publisher:
             if out.last:
                 end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
             pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
-                                self.admission if may_stage(job) else None))
+                                self.admission if may_stage(job) else None, job.total))
             seg.part += len(parts)
         replies = self.broker.publish_pieces(pieces, maxlen=self.maxlen, ttl_s=self.ttl)
         results: list[SegmentOutcome | None] = []
@@ -135,7 +136,7 @@ class Publisher:
                 seg.started = reply.first_chunk
             results.append(None if not out.last else
                            SegmentOutcome(done=reply.done, total=seg.job.total, state=reply.state, started=seg.started,
-                                          delivered_before_s=seg.delivered_before_s))
+                                          delivered_before_s=seg.delivered_before_s, output=reply.output))
         return results
 
     def claim_frames(self, claims: list[tuple[SegmentJob, str, bytes]]) -> list[tuple[bool, str, bytes, int]]:
@@ -147,9 +148,10 @@ class Publisher:
         return self.broker.claim_frames([FrameClaim(job.job_id, job.seg, attempt, frames) for job, attempt, frames in claims],
                                         self.ttl)
 
-    def assemble(self, job: SegmentJob) -> tuple[bytes, float, list[Any]]:
-        """The job's full PCM16 from its parts, in segment order, and its words timed in it (one round trip)."""
-        by_seg, words = self.broker.job_output(job.job_id)
+    def assemble(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[bytes, float, list[Any]]:
+        """The job's full PCM16 from its parts, in segment order, and its words timed in it: from ``output`` (the parts
+        and words its last piece's publish returned), else read (one round trip)."""
+        by_seg, words = output or self.broker.job_output(job.job_id)
         missing = [i for i in range(job.total) if i not in by_seg]
         if missing:
             raise RuntimeError(f"job {job.job_id}: parts missing for segments {missing[:5]}")
@@ -158,12 +160,13 @@ class Publisher:
         timed = job_words([words.get(seg, []) for seg in range(job.total)], [len(p) // 2 for p in parts], job.sample_rate)
         return pcm, len(pcm) / 2 / job.sample_rate, timed
 
-    def store_and_finish(self, job: SegmentJob) -> tuple[str | None, bool]:
-        """Encode, store and finish a job whose segments are all done. Returns the URL (None if another
-        worker already finished it, or a cancel won) and whether this call ended it as cancelled."""
+    def store_and_finish(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[str | None, bool]:
+        """Encode, store and finish a job whose segments are all done (``output``: its parts and words, if the publish
+        of its last piece returned them). Returns the URL (None if another worker already finished it, or a cancel
+        won) and whether this call ended it as cancelled."""
         from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
 
-        pcm, duration, timed = self.assemble(job)
+        pcm, duration, timed = self.assemble(job, output)
         data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format,
                                                       bitrate=job.bitrate or None)
         key = f"{job.job_id}/audio.{job.format}"

@@ -85,6 +85,7 @@ class Piece:
     seconds: float
     end: SegmentEnd | None = None
     admission: Admission | None = None
+    total: int = 0  # the job's segments: the piece that ends its last one gets the job's output back
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class PieceReply:
     done: int = 0
     state: str = ""
     total: int = 0  # the job's total as its status holds it (read for a job whose text is appended: ``SegmentEnd.open``)
+    output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # when this piece ended the job's last segment: its
+    # parts and words, as ``job_output`` reads them
 
 
 @runtime_checkable
@@ -239,7 +242,8 @@ class Broker(Protocol):
         records on its job's results stream (trimmed near ``maxlen``) and the job's playback clock moved by its
         seconds; with its segment's end, also the segment's part for assembly, its words and bookkeeping, counted
         done; and the job's next staged segments admitted if due by ``Piece.admission`` (``producer.wire.admission``;
-        None: the job has none staged). A piece with no chunks and no end writes nothing. One reply per piece."""
+        None: the job has none staged). A piece with no chunks and no end writes nothing. One reply per piece; the one
+        whose end made the job's segments all done carries the job's output (``PieceReply.output``)."""
         ...
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:

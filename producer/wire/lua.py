@@ -209,9 +209,10 @@ return {1, n + add_n, tostring(s + add_s)}
 # the job's next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per
 # piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
 # piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
-# items; then 1 with the segment's end (else 0) and its pcm, words json, batch id, worker; then the admission: prefix,
-# job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk, delivered_s, segments done,
-# state} (first_chunk and delivered_s '' without chunks; done 0 without the end).
+# items; then 1 with the segment's end (else 0) and its pcm, words json, batch id, worker, the job's segment count; then
+# the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
+# delivered_s, segments done, state, 1 when this ended the job's last segment, then its parts and its words (HGETALL),
+# for the job's assembly} (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
 local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
 
@@ -234,7 +235,7 @@ local function publish(k, at)
     delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', seconds)
     status[#status + 1], status[#status + 2] = 'windows:' .. seg, piece + 1
   end
-  local ending, done = tonumber(ARGV[at]), 0
+  local ending, done, output = tonumber(ARGV[at]), 0, {0, {}, {}}
   if (chunks > 0 or ending == 1) and not first then
     first = now
     status[#status + 1], status[#status + 2] = 'first_chunk', now
@@ -251,10 +252,11 @@ local function publish(k, at)
     for _, kv in ipairs({'batch:' .. seg, ARGV[at + 3], 'worker:' .. seg, ARGV[at + 4], 'done', done}) do
       status[#status + 1] = kv
     end
+    if done >= tonumber(ARGV[at + 5]) then output = {1, redis.call('HGETALL', KEYS[k + 2]), redis.call('HGETALL', KEYS[k + 3])} end
   end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
-  if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
-  return {first or '', delivered, done, st[2] or ''}, at + 8
+  if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
+  return {first or '', delivered, done, st[2] or '', output[1], output[2], output[3]}, at + 9
 end
 
 local out, at = {}, 4

@@ -229,7 +229,7 @@ class RedisBroker:
             argv += [p.seg, p.piece, p.seconds, len(p.chunks)]
             for fields in p.chunks:
                 argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
-            argv += [1, p.end.pcm, p.end.words_json, p.end.batch_id, p.end.worker] if p.end is not None else [0, "", "", "", ""]
+            argv += [1, p.end.pcm, p.end.words_json, p.end.batch_id, p.end.worker, p.total] if p.end is not None else [0, "", "", "", "", 0]
             argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
         replies = iter(self.send(Script(PUBLISH_PIECES, keys, argv)) if todo else [])
         out = []
@@ -237,10 +237,11 @@ class RedisBroker:
             if not p.chunks and p.end is None:
                 out.append(PieceReply())
                 continue
-            first, delivered, done, state = next(replies)
+            first, delivered, done, state, ended, parts, words = next(replies)
             clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if p.chunks else PieceReply()
+            output = (_job_output(_pairs(parts), _pairs(words))) if int(ended) else None
             out.append(clock if p.end is None else
-                       PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else ""))
+                       PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "", output))
         return out
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
@@ -259,8 +260,7 @@ class RedisBroker:
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(self.keys.parts(job_id))
         pipe.hgetall(self.keys.words(job_id))
-        parts, words = pipe.execute()
-        return {int(k): v for k, v in parts.items()}, {int(k): json.loads(v) for k, v in words.items()}
+        return _job_output(*pipe.execute())
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  drop_work: bool = False, **status: Any) -> int:
@@ -439,3 +439,12 @@ def _bucket(lane: str, bucket: int, stream: str, length: Any, groups: Any) -> Bu
     lag = group.get("lag")
     return BucketState(lane, bucket, stream, grouped=True, length=_int(length), lag=None if lag is None else int(lag),
                        pending=int(group.get("pending") or 0), consumers=int(group.get("consumers") or 0))
+
+
+def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
+    """A hash as a script returns HGETALL (a flat list) -> a dict."""
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def _job_output(parts: Mapping[Any, bytes], words: Mapping[Any, Any]) -> tuple[dict[int, bytes], dict[int, Any]]:
+    return {int(k): v for k, v in parts.items()}, {int(k): json.loads(v) for k, v in words.items()}
