@@ -230,7 +230,7 @@ local function publish(k, at)
       redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields))
       at = at + width + 1
     end
-    redis.call('EXPIRE', k_results, ttl)
+    if not first then redis.call('EXPIRE', k_results, ttl) end  -- the job's first chunk made it (FINALIZE sets it again)
     -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
     delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', seconds)
     status[#status + 1], status[#status + 2] = 'windows:' .. seg, piece + 1
@@ -243,12 +243,12 @@ local function publish(k, at)
   if ending == 1 then
     redis.call('HDEL', KEYS[k + 5], seg .. ':frames')  -- a book keeps only its segments in flight
     redis.call('HSET', KEYS[k + 2], seg, ARGV[at + 1])
-    redis.call('EXPIRE', KEYS[k + 2], ttl)
     redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 2])
-    redis.call('EXPIRE', KEYS[k + 3], ttl)
     redis.call('SADD', KEYS[k + 4], seg)
-    redis.call('EXPIRE', KEYS[k + 4], ttl)
     done = redis.call('SCARD', KEYS[k + 4])
+    if done == 1 then  -- the job's first segment done made the three: they expire together (or go with FINALIZE)
+      for i = 2, 4 do redis.call('EXPIRE', KEYS[k + i], ttl) end
+    end
     for _, kv in ipairs({'batch:' .. seg, ARGV[at + 3], 'worker:' .. seg, ARGV[at + 4], 'done', done}) do
       status[#status + 1] = kv
     end
@@ -374,7 +374,9 @@ return 'submitted'
 FINALIZE = ADMISSION_FUNCTIONS + """
 if redis.call('HSETNX', KEYS[1], 'final', '1') == 0 then return 0 end
 local state, record = ARGV[1], ARGV[2]
-if redis.call('HGET', KEYS[1], 'state') == 'cancelled' and state ~= 'cancelled' then
+local now = redis.call('HMGET', KEYS[1], 'state', 'lane')
+local lane = now[2]
+if now[1] == 'cancelled' and state ~= 'cancelled' then
   state = 'cancelled'
   record = ARGV[3]
 else
@@ -382,7 +384,6 @@ else
   for i = 8, #ARGV do status[#status + 1] = ARGV[i] end
   redis.call('HSET', KEYS[1], 'state', state, unpack(status))
 end
-local lane = redis.call('HGET', KEYS[1], 'lane')
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))
 redis.call('EXPIRE', KEYS[2], ARGV[5])
