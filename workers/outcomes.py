@@ -115,12 +115,14 @@ class Outcomes:
             kept.append(e)
         return kept
 
-    def still_running(self, entries: Sequence[Entry], items: Sequence[T]) -> list[T]:
+    def still_running(self, entries: Sequence[Entry], items: Sequence[T], known: dict[str, str] | None = None) -> list[T]:
         """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs; a cancelled job is ended here
-        (it stops at this window), one that ended otherwise is let go."""
+        (it stops at this window), one that ended otherwise is let go. ``known``: the jobs' states as just read (one
+        round trip here otherwise)."""
         if not entries:
             return []
-        states = self.ctx.broker.job_states([_job(e).job_id for e in entries])
+        ids = [_job(e).job_id for e in entries]
+        states = [known[i] for i in ids] if known is not None and all(i in known for i in ids) else self.ctx.broker.job_states(ids)
         return [item for e, item, state in zip(entries, items, states) if not self._ended(e, state)]
 
     def _ended(self, e: Entry, state: str) -> bool:

@@ -134,14 +134,15 @@ class StreamingBatch:
                                       PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
 
     # -- unit 2: the next window of every live job --------------------------------------------------
-    def step(self) -> bool:
+    def step(self, states: dict[str, str] | None = None) -> bool:
         """Vocode and publish the next window of each live job (the windows in one round trip); False once none is
-        left. The segments it ends are acked together."""
+        left. ``states``: the jobs' states if the caller just read them (else they are read here). The segments it
+        ends are acked together."""
         with self.outcomes.acks_together():
-            return self._step()
+            return self._step(states)
 
-    def _step(self) -> bool:
-        self.live = self.outcomes.still_running([s.entry for s in self.live], self.live)
+    def _step(self, states: dict[str, str] | None) -> bool:
+        self.live = self.outcomes.still_running([s.entry for s in self.live], self.live, states)
         if not self.live:
             return False
         start = time.perf_counter()

@@ -225,9 +225,9 @@ class Broker(Protocol):
         not ``startable``, is not marked."""
         ...
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
         """Each job's playback clock as stored: its first chunk's time and the audio seconds delivered (raw
-        values, None where unset), in one round trip."""
+        values, None where unset), and its state ('' for none), in one round trip."""
         ...
 
     def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:

@@ -200,14 +200,14 @@ class RedisBroker:
                                  [time.time(), worker, *[x for ok, at in zip(startable, claimed) for x in (int(ok), at)]]))
         return [(text_of(reply[i]), bool(int(reply[i + 1]))) for i in range(0, len(reply), 2)]
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
         ids = sorted(set(job_ids))
         if not ids:
             return {}
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s")
-        return {job_id: (reply[0], reply[1]) for job_id, reply in zip(ids, pipe.execute())}
+            pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s", "state")
+        return {job_id: (reply[0], reply[1], text_of(reply[2]) if reply[2] else "") for job_id, reply in zip(ids, pipe.execute())}
 
     def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
         if not claims:
