@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SegmentProgress:
-    """A segment being published piece by piece: the next chunk's part number, the pieces so far."""
+    """A segment being published piece by piece: the next chunk's part number, the pieces and samples so far."""
 
     job: SegmentJob
     attempt: str
@@ -32,7 +32,6 @@ class SegmentProgress:
     part: int = 0
     pieces: int = 0
     samples: int = 0  # published so far
-    pcm: list[bytes] = field(default_factory=list)
     # the job's playback clock as the last published piece found it (workers/schedule.py): its first chunk's time,
     # and the audio seconds published for the job before that piece
     started: float = 0.0
@@ -98,8 +97,8 @@ class Publisher:
                       publish: bool = True) -> SegmentOutcome | None:
         """The next piece of a segment (a whole segment, or one vocoder window of it) as chunks of at most
         ``chunk_ms``, numbered on from the segment's earlier pieces, in one round trip; each chunk carries the
-        segment's words that end inside it (by sample range from the segment's start). With ``last``, the
-        segment's whole PCM (its pieces joined) becomes its part for assembly and the outcome is returned.
+        segment's words that end inside it (by sample range from the segment's start); the piece's PCM is kept for the
+        job's assembly. With ``last``, the segment is counted done and the outcome is returned.
         ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
         return self.publish_pieces([PieceOut(seg, pcm, last, publish)], batch_id=batch_id, worker=worker)[0]
 
@@ -120,7 +119,7 @@ class Publisher:
                     chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, part, inside))
             end = None
             if out.last:
-                end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
+                end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
             pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
                                 self.admission if may_stage(job) else None, job.total))
             seg.part += len(parts)
@@ -130,7 +129,6 @@ class Publisher:
             seg = out.seg
             seg.pieces += 1
             seg.samples += len(out.pcm) // 2
-            seg.pcm.append(out.pcm)
             if out.publish:
                 seg.delivered_before_s = max(0.0, reply.delivered_s - piece.seconds)
                 seg.started = reply.first_chunk

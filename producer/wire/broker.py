@@ -52,10 +52,9 @@ Op = Generator[Any, Any, T]  # a producing step: yields the broker's IO steps, i
 
 @dataclass(frozen=True)
 class SegmentEnd:
-    """What a segment's last piece writes besides its chunks: the segment's whole PCM (its part for assembly), its
-    words (JSON), and which batch and worker made it."""
+    """What a segment's last piece writes besides its chunks: the segment's words (JSON), and which batch and worker
+    made it. (Its PCM for assembly is its pieces', each stored as it is published: ``Broker.job_output`` joins them.)"""
 
-    pcm: bytes
     words_json: str
     batch_id: str
     worker: str
@@ -239,9 +238,9 @@ class Broker(Protocol):
 
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
         """Publish pieces of segments (a window step's) in order, all in one round trip: per piece, at once, its chunk
-        records on its job's results stream (trimmed near ``maxlen``) and the job's playback clock moved by its
-        seconds; with its segment's end, also the segment's part for assembly, its words and bookkeeping, counted
-        done; and the job's next staged segments admitted if due by ``Piece.admission`` (``producer.wire.admission``;
+        records on its job's results stream (trimmed near ``maxlen``), its PCM (the chunks' joined) kept for the
+        job's assembly, and the job's playback clock moved by its seconds; with its segment's end, also its words
+        and bookkeeping, counted done; and the job's next staged segments admitted if due by ``Piece.admission`` (``producer.wire.admission``;
         None: the job has none staged). A piece with no chunks and no end writes nothing. One reply per piece; the one
         whose end made the job's segments all done carries the job's output (``PieceReply.output``)."""
         ...
@@ -264,7 +263,8 @@ class Broker(Protocol):
         ...
 
     def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
-        """A job's PCM parts and its words (as published, JSON-decoded), each by segment, in one round trip."""
+        """A job's PCM parts (each segment's pieces joined) and its words (as published, JSON-decoded), each by
+        segment, in one round trip."""
         ...
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,

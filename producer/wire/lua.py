@@ -204,12 +204,13 @@ redis.call('HINCRBY', KEYS[2], 'q', now_n)
 return {1, n + add_n, tostring(s + add_s)}
 """
 
-# Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunks, the
-# job's playback clock, and with the segment's end its part for assembly, its words and its place in the done set; then
+# Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunks, its
+# PCM for the job's assembly (the chunks' pcm joined, in the parts hash under 'seg:piece': the audio is sent once), the
+# job's playback clock, and with the segment's end its words and its place in the done set; then
 # the job's next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per
 # piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
 # piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
-# items; then 1 with the segment's end (else 0) and its pcm, words json, batch id, worker, the job's segment count; then
+# items; then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count; then
 # the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
 # delivered_s, segments done, state, 1 when this ended the job's last segment, then its parts and its words (HGETALL),
 # for the job's assembly} (first_chunk and delivered_s '' without chunks; done 0 without the end).
@@ -224,12 +225,17 @@ local function publish(k, at)
   local first, delivered = st[1], ''
   local status = {}
   if chunks > 0 then
+    local pcm = {}
     for _ = 1, chunks do
       local width, fields = tonumber(ARGV[at]), {}
       for i = 1, width do fields[i] = ARGV[at + i] end
+      for i = 1, width, 2 do
+        if fields[i] == 'pcm' then pcm[#pcm + 1] = fields[i + 1] end
+      end
       redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields))
       at = at + width + 1
     end
+    redis.call('HSET', KEYS[k + 2], seg .. ':' .. piece, table.concat(pcm))
     if not first then redis.call('EXPIRE', k_results, ttl) end  -- the job's first chunk made it (FINALIZE sets it again)
     -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
     delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', seconds)
@@ -242,21 +248,20 @@ local function publish(k, at)
   end
   if ending == 1 then
     redis.call('HDEL', KEYS[k + 5], seg .. ':frames')  -- a book keeps only its segments in flight
-    redis.call('HSET', KEYS[k + 2], seg, ARGV[at + 1])
-    redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 2])
+    redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 1])
     redis.call('SADD', KEYS[k + 4], seg)
     done = redis.call('SCARD', KEYS[k + 4])
     if done == 1 then  -- the job's first segment done made the three: they expire together (or go with FINALIZE)
       for i = 2, 4 do redis.call('EXPIRE', KEYS[k + i], ttl) end
     end
-    for _, kv in ipairs({'batch:' .. seg, ARGV[at + 3], 'worker:' .. seg, ARGV[at + 4], 'done', done}) do
+    for _, kv in ipairs({'batch:' .. seg, ARGV[at + 2], 'worker:' .. seg, ARGV[at + 3], 'done', done}) do
       status[#status + 1] = kv
     end
-    if done >= tonumber(ARGV[at + 5]) then output = {1, redis.call('HGETALL', KEYS[k + 2]), redis.call('HGETALL', KEYS[k + 3])} end
+    if done >= tonumber(ARGV[at + 4]) then output = {1, redis.call('HGETALL', KEYS[k + 2]), redis.call('HGETALL', KEYS[k + 3])} end
   end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
-  if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
-  return {first or '', delivered, done, st[2] or '', output[1], output[2], output[3]}, at + 9
+  if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
+  return {first or '', delivered, done, st[2] or '', output[1], output[2], output[3]}, at + 8
 end
 
 local out, at = {}, 4

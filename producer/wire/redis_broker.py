@@ -229,7 +229,7 @@ class RedisBroker:
             argv += [p.seg, p.piece, p.seconds, len(p.chunks)]
             for fields in p.chunks:
                 argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
-            argv += [1, p.end.pcm, p.end.words_json, p.end.batch_id, p.end.worker, p.total] if p.end is not None else [0, "", "", "", "", 0]
+            argv += [1, p.end.words_json, p.end.batch_id, p.end.worker, p.total] if p.end is not None else [0, "", "", "", 0]
             argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
         replies = iter(self.send(Script(PUBLISH_PIECES, keys, argv)) if todo else [])
         out = []
@@ -446,5 +446,11 @@ def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
     return dict(zip(flat[0::2], flat[1::2]))
 
 
-def _job_output(parts: Mapping[Any, bytes], words: Mapping[Any, Any]) -> tuple[dict[int, bytes], dict[int, Any]]:
-    return {int(k): v for k, v in parts.items()}, {int(k): json.loads(v) for k, v in words.items()}
+def _job_output(pieces: Mapping[Any, bytes], words: Mapping[Any, Any]) -> tuple[dict[int, bytes], dict[int, Any]]:
+    """Each segment's PCM (its pieces, stored under ``seg:piece``, joined in order) and words, by segment."""
+    by_seg: dict[int, list[tuple[int, bytes]]] = {}
+    for key, pcm in pieces.items():
+        seg, _, piece = text_of(key).partition(":")
+        by_seg.setdefault(int(seg), []).append((int(piece or 0), pcm))
+    parts = {seg: b"".join(pcm for _, pcm in sorted(found)) for seg, found in by_seg.items()}
+    return parts, {int(k): json.loads(v) for k, v in words.items()}
