@@ -119,7 +119,7 @@ class Publisher:
                     chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, part, inside))
             end = None
             if out.last:
-                end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker)
+                end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker, open=job.total == 0)
             pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
                                 self.admission if may_stage(job) else None, job.total))
             seg.part += len(parts)
@@ -133,7 +133,7 @@ class Publisher:
                 seg.delivered_before_s = max(0.0, reply.delivered_s - piece.seconds)
                 seg.started = reply.first_chunk
             results.append(None if not out.last else
-                           SegmentOutcome(done=reply.done, total=seg.job.total, state=reply.state, started=seg.started,
+                           SegmentOutcome(done=reply.done, total=seg.job.total or reply.total, state=reply.state, started=seg.started,
                                           delivered_before_s=seg.delivered_before_s, output=reply.output))
         return results
 

@@ -212,8 +212,9 @@ return {1, n + add_n, tostring(s + add_s)}
 # piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
 # items; then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count; then
 # the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
-# delivered_s, segments done, state, 1 when this ended the job's last segment, then its parts and its words (HGETALL),
-# for the job's assembly} (first_chunk and delivered_s '' without chunks; done 0 without the end).
+# delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once closed), 1 when
+# this ended the job's last segment, then its parts and its words (HGETALL), for the job's assembly} (first_chunk and
+# delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
 local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
 
@@ -221,7 +222,7 @@ local function publish(k, at)
   local k_status, k_results = KEYS[k], KEYS[k + 1]
   local seg, piece, seconds, chunks = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], tonumber(ARGV[at + 3])
   at = at + 4
-  local st = redis.call('HMGET', k_status, 'first_chunk', 'state')
+  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total')
   local first, delivered = st[1], ''
   local status = {}
   if chunks > 0 then
@@ -257,11 +258,16 @@ local function publish(k, at)
     for _, kv in ipairs({'batch:' .. seg, ARGV[at + 2], 'worker:' .. seg, ARGV[at + 3], 'done', done}) do
       status[#status + 1] = kv
     end
-    if done >= tonumber(ARGV[at + 4]) then output = {1, redis.call('HGETALL', KEYS[k + 2]), redis.call('HGETALL', KEYS[k + 3])} end
+    -- an appended job's records say 0 until it is closed; its status then holds the total
+    local total = tonumber(ARGV[at + 4]) or 0
+    if total == 0 then total = tonumber(st[3] or '0') or 0 end
+    if total > 0 and done >= total then
+      output = {1, redis.call('HGETALL', KEYS[k + 2]), redis.call('HGETALL', KEYS[k + 3])}
+    end
   end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
-  return {first or '', delivered, done, st[2] or '', output[1], output[2], output[3]}, at + 8
+  return {first or '', delivered, done, st[2] or '', st[3] or '0', output[1], output[2], output[3]}, at + 8
 end
 
 local out, at = {}, 4

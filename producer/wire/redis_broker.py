@@ -22,9 +22,9 @@ from producer.wire.backlog import admit_args, check_admitted, limits
 from producer.wire.broker import Command, FrameClaim, Op, Piece, PieceReply, Replicated, Script
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS,
-                               FINALIZE, MARK_STARTED, OPEN_JOB, PUBLISH_PIECE, PUBLISH_PIECES, READ_RESULTS,
-                               REQUEUE_DEAD_LETTER, START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
+from producer.wire.lua import (ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE,
+                               MARK_STARTED, OPEN_JOB, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
+                               START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
@@ -237,11 +237,12 @@ class RedisBroker:
             if not p.chunks and p.end is None:
                 out.append(PieceReply())
                 continue
-            first, delivered, done, state, ended, parts, words = next(replies)
+            first, delivered, done, state, total, ended, parts, words = next(replies)
             clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if p.chunks else PieceReply()
             output = (_job_output(_pairs(parts), _pairs(words))) if int(ended) else None
             out.append(clock if p.end is None else
-                       PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "", output))
+                       PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "",
+                                  int(total or 0), output))
         return out
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
