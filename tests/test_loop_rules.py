@@ -24,7 +24,7 @@ from generate_tiny_voice import write_tiny_voice
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
-from producer.wire.broker import PieceReply
+from producer.wire.broker import FrameClaim, Piece, PieceReply
 from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
 from producer.wire.records import SegmentJob
@@ -88,13 +88,17 @@ class StorelessBroker:
     def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
         return False
 
-    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
-        return True, attempt, frames, 0
+    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
+                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
+        return [("running", False)] * len(job_ids)
 
-    def publish_piece(self, job_id: str, seg: int, chunks: list[Any], **_: Any) -> PieceReply:
-        self.pieces += 1
-        self.published.append(job_id)
-        return PieceReply(state="running")
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+        return [(True, c.attempt, c.frames, 0) for c in claims]
+
+    def publish_pieces(self, pieces: Sequence[Piece], **_: Any) -> list[PieceReply]:
+        self.pieces += len(pieces)
+        self.published += [p.job_id for p in pieces]
+        return [PieceReply(state="running") for _ in pieces]
 
 
 @pytest.fixture(scope="module")

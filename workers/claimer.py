@@ -20,7 +20,9 @@ from workers.context import LoopContext
 
 log = logging.getLogger(__name__)
 
-RECLAIM_EVERY_S = 2.0
+RECLAIM_EVERY_S = 2.0  # once per process, by whichever shared loop comes first
+PRUNE_EVERY_S = 60.0  # dead consumers are forgotten after 10 x claim_idle_ms idle: no hurry
+IDLE_BLOCK_MS = 1000  # an idle loop waits this long on the streams (any new entry wakes it at once)
 WINDOW_POLL_MS = 10
 RESERVED_HANDOVER_S = 0.005  # a shared loop that leaves an interactive head to a free reserved loop waits this
 
@@ -47,20 +49,19 @@ class Claimer:
         self.lanes = LaneState()
         self.carry: list[Entry] = []
         self.waiting = 0  # entries of its lanes still waiting when it took its last batch
-        self._last_reclaim = 0.0
         self._last_touch = 0.0
 
     def housekeeping(self, held: list[Entry]) -> None:
         """Segments held between windows wait for their deadlines: keep them ours, well inside the idle time after
-        which any loop (this one too) would reclaim them as a dead worker's, and before reclaiming. A shared loop
-        takes over what dead workers left (never what it holds itself) and forgets dead consumers."""
+        which any loop (this one too) would reclaim them as a dead worker's, and before reclaiming. One shared loop of the
+        process at a time takes over what dead workers left (never what it holds itself) and forgets dead consumers."""
         if held and time.monotonic() - self._last_touch > min(RECLAIM_EVERY_S, self.q.claim_idle_ms / 4000):
             self._last_touch = time.monotonic()
             self.queue.touch(held)
-        if self.lane_filter is None and time.monotonic() - self._last_reclaim > RECLAIM_EVERY_S:
-            self._last_reclaim = time.monotonic()
+        if self.lane_filter is None and self.ctx.chores.due("reclaim", RECLAIM_EVERY_S):
             mine = {(e.stream, e.entry_id) for e in held}
             self.carry += [e for e in self.queue.reclaim(self.q.claim_idle_ms) if (e.stream, e.entry_id) not in mine]
+        if self.lane_filter is None and self.ctx.chores.due("prune", PRUNE_EVERY_S):
             self.queue.prune(min_idle_ms=10 * self.q.claim_idle_ms)
 
     def heads(self, block_ms: int, *, interactive_only: bool = False, handover_wait: bool = True) -> list[Head]:
@@ -83,8 +84,9 @@ class Claimer:
         return heads
 
     def gather(self, interactive_only: bool = False) -> list[Entry]:
-        """A batch by the lane rules (``batcher.choose_head``): waits up to 250 ms for work unless ``interactive_only``."""
-        heads = self.heads(0 if interactive_only else 250, interactive_only=interactive_only, handover_wait=not interactive_only)
+        """A batch by the lane rules (``batcher.choose_head``): waits up to ``IDLE_BLOCK_MS`` for work unless
+        ``interactive_only``."""
+        heads = self.heads(0 if interactive_only else IDLE_BLOCK_MS, interactive_only=interactive_only, handover_wait=not interactive_only)
         head = choose_head(heads, now_ms(), self.lanes, self.q)
         return self.claim(head) if head is not None else []
 

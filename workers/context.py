@@ -10,6 +10,7 @@ worker object, so ``workers.loop`` and ``workers.farm`` do not import each other
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,11 +41,29 @@ class LoopHooks:
             fn(live)
 
 
+class Chores:
+    """Chores of the process that any of its loops may do, each at most once per period for the whole process (the
+    loops share the queue streams: one reclaim every few seconds serves them all)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+
+    def due(self, chore: str, every_s: float) -> bool:
+        """True for the one caller that should do ``chore`` now (none did it in the last ``every_s``)."""
+        with self._lock:
+            now = time.monotonic()
+            if chore in self._last and now - self._last[chore] < every_s:
+                return False
+            self._last[chore] = now
+            return True
+
+
 @dataclass(frozen=True)
 class LoopContext:
     """The members of a worker process its loops share. The three callables ask the process about its other
     loops (``FarmWorker``): the device's batch cap, and whether a reserved loop is free or a shared loop is
-    running a caller's first segment."""
+    running a caller's first segment. ``chores``: what the process's loops do once for all of them."""
 
     settings: Settings
     hostname: str
@@ -59,3 +78,4 @@ class LoopContext:
     device_max_batch: Callable[[], int]
     reserved_loop_free: Callable[[], bool]
     shared_loop_serving_interactive: Callable[[], bool]
+    chores: Chores = field(default_factory=Chores)

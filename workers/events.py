@@ -4,14 +4,18 @@ Each job is one task, its job id the task's uuid: ``task-received`` and ``task-s
 segment starts, ``task-succeeded`` or ``task-failed`` when it ends, ``task-revoked`` when a client cancelled
 it (Flower shows REVOKED): once, by the worker that finds it cancelled, whether it was still queued (its
 segments are skipped; ``task-received`` goes first so Flower has its name) or running (it stops between
-segments; ``terminated`` is then true). The dispatcher has its own broker connection and a lock, since the
-inference threads share it.
+segments; ``terminated`` is then true).
+
+The loops never wait for an event: ``_send`` queues it, with its time, and one sender thread with its own broker
+connection publishes what has queued up as one message (Celery's buffered "task" group: a list of events, which
+Celery's event receiver and so Flower read as the events one by one), in the order they were sent.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from typing import Any
@@ -30,19 +34,49 @@ class JobEvents:
         self._conn: Any = None
         self._dispatcher: Any = None
         self._started: dict[str, float] = {}
+        self._outbox: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
 
     def _send(self, kind: str, **fields: Any) -> None:
         if not self.enabled:
             return
-        with self._lock:
-            try:
-                if self._dispatcher is None:
-                    self._conn = self.app.connection_for_write()
-                    self._dispatcher = self.app.events.Dispatcher(self._conn, hostname=self.hostname, enabled=True)
+        if self._sender is None:
+            with self._lock:
+                if self._sender is None:
+                    self._sender = threading.Thread(target=self._send_queued, name="ttsfarm-events", daemon=True)
+                    self._sender.start()
+        self._outbox.put((kind, {**fields, "timestamp": time.time()}))
+
+    def _send_queued(self) -> None:
+        """The sender thread: everything queued since its last message goes out as one."""
+        while True:
+            item = self._outbox.get()
+            batch = [item]
+            while item is not None:
+                try:
+                    item = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                batch.append(item)
+            events = [x for x in batch if x is not None]
+            if events:
+                self._publish(events)
+            if batch[-1] is None:
+                return
+
+    def _publish(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        try:  # monitoring must never stop the work
+            if self._dispatcher is None:
+                self._conn = self.app.connection_for_write()
+                self._dispatcher = self.app.events.Dispatcher(self._conn, hostname=self.hostname, enabled=True,
+                                                              buffer_group={"task"}, buffer_limit=len(events) + 1)
+            self._dispatcher.buffer_limit = len(events) + 1  # flushed below, once
+            for kind, fields in events:
                 self._dispatcher.send(kind, **fields)
-            except Exception as exc:  # monitoring must never stop the work
-                log.warning("could not send %s event: %s", kind, exc)
-                self._reset()
+            self._dispatcher.flush()
+        except Exception as exc:
+            log.warning("could not send %d task events: %s", len(events), exc)
+            self._reset()
 
     def _reset(self) -> None:
         try:
@@ -77,5 +111,10 @@ class JobEvents:
         self._send("task-failed", uuid=job_id, exception=f"{code}: {message}", traceback="")
 
     def close(self) -> None:
-        with self._lock:
-            self._reset()
+        """Send what is queued, then let the connection go."""
+        sender = self._sender
+        if sender is not None:
+            self._outbox.put(None)
+            sender.join(10)
+            self._sender = None
+        self._reset()

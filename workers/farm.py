@@ -24,7 +24,7 @@ from producer.wire.sharded import broker_from_settings
 from producer.wire.settings import Settings
 from workers.events import JobEvents
 from workers.layout import resolve_loops
-from workers.context import LoopContext, LoopHooks
+from workers.context import Chores, LoopContext, LoopHooks
 from workers.loop import InferenceLoop
 from workers.metrics import WorkerMetrics
 from workers.publisher import Publisher
@@ -81,6 +81,7 @@ class FarmWorker:
         self._threads: list[threading.Thread] = []
         self.loops: list[InferenceLoop] = []
         self._device_max_batch: int | None = None
+        self.chores = Chores()
 
     @property
     def device_max_batch(self) -> int:
@@ -107,7 +108,7 @@ class FarmWorker:
                            interactive_bank=self.interactive_bank, publisher=self.publisher, events=self.events,
                            metrics=self.metrics, stopping=self.stopping, hooks=self.hooks,
                            device_max_batch=lambda: self.device_max_batch, reserved_loop_free=self.reserved_loop_free,
-                           shared_loop_serving_interactive=self.shared_loop_serving_interactive)
+                           shared_loop_serving_interactive=self.shared_loop_serving_interactive, chores=self.chores)
 
     def banks(self) -> list[VoiceBank]:
         """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""

@@ -13,7 +13,8 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from pipeline.errors import MALFORMED_JOB, InputError
@@ -48,12 +49,31 @@ class Outcomes:
         self.publisher = ctx.publisher
         self.metrics = ctx.metrics
         self.segments = 0  # segments this loop published
+        self._deferred: list[Entry] | None = None  # acks gathered inside ``acks_together``
 
     def attempt(self, e: Entry) -> str:
         return f"{self.name}/{e.deliveries}"
 
     def ack(self, entries: Sequence[Entry]) -> None:
+        if self._deferred is not None:
+            self._deferred.extend(entries)
+            return
         self.consumer.ack(entries)
+
+    @contextmanager
+    def acks_together(self) -> Iterator[None]:
+        """The acks inside go to the queue as one step when the block ends: a window step or a whole batch ends
+        several segments at once, each after its job's records are written."""
+        if self._deferred is not None:
+            yield
+            return
+        self._deferred = []
+        try:
+            yield
+        finally:
+            pending, self._deferred = self._deferred, None
+            if pending:
+                self.consumer.ack(pending)
 
     # -- before a batch runs -------------------------------------------------------------------------------------
     def drop_malformed(self, entries: list[Entry]) -> list[Entry]:
@@ -69,37 +89,40 @@ class Outcomes:
         return good
 
     def live(self, entries: Sequence[Entry]) -> list[Entry]:
-        """The entries whose jobs still want them (one round trip for their states). A cancelled job ends here,
-        between its segments; one whose deadline passed ends expired; one that ended otherwise is let go."""
+        """The entries whose jobs still want them, their jobs marked started (one round trip for all: the states and
+        the marks, ``Broker.start_segments``). A cancelled job ends here, between its segments; one whose deadline
+        passed ends expired; one that ended otherwise is let go. A job's first start anywhere is told to Flower."""
+        jobs = [_job(e) for e in entries]
+        now = time.time()
+        startable = [not (job.deadline and now > job.deadline) for job in jobs]
         kept = []
-        for e, state in zip(entries, self.ctx.broker.job_states([_job(e).job_id for e in entries])):
-            job = _job(e)
+        for e, job, ok, (state, first) in zip(entries, jobs, startable,
+                                              self.ctx.broker.start_segments([j.job_id for j in jobs], self.name, startable,
+                                                                               [x.claimed for x in entries])):
             if self._ended(e, state):
                 continue
             if job.closing:  # every segment is done: only the job's end is left (producer.wire.textin)
                 self.already_published(e)
                 continue
-            if job.deadline and time.time() > job.deadline:
+            if not ok:
                 if self.publisher.fail(job.job_id, DEADLINE_EXCEEDED, "the job's deadline passed before it ran", state="expired"):
                     self.ctx.events.failed(job.job_id, DEADLINE_EXCEEDED, "deadline passed")
                     self.metrics.error(DEADLINE_EXCEEDED, job_id=job.job_id)
                 self.ack([e])
-            else:
-                kept.append(e)
+                continue
+            if first:
+                self.ctx.events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
+            kept.append(e)
         return kept
 
-    def started(self, e: Entry) -> None:
-        """A segment is about to run: the job's start, if it is its first anywhere."""
-        job = _job(e)
-        if self.publisher.mark_started(job, self.name, e.claimed):
-            self.ctx.events.started(job.job_id, voice=job.request_voice, lane=job.lane, total=job.total, text=job.text)
-
-    def still_running(self, entries: Sequence[Entry], items: Sequence[T]) -> list[T]:
+    def still_running(self, entries: Sequence[Entry], items: Sequence[T], known: dict[str, str] | None = None) -> list[T]:
         """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs; a cancelled job is ended here
-        (it stops at this window), one that ended otherwise is let go."""
+        (it stops at this window), one that ended otherwise is let go. ``known``: the jobs' states as just read (one
+        round trip here otherwise)."""
         if not entries:
             return []
-        states = self.ctx.broker.job_states([_job(e).job_id for e in entries])
+        ids = [_job(e).job_id for e in entries]
+        states = [known[i] for i in ids] if known is not None and all(i in known for i in ids) else self.ctx.broker.job_states(ids)
         return [item for e, item, state in zip(entries, items, states) if not self._ended(e, state)]
 
     def _ended(self, e: Entry, state: str) -> bool:
@@ -182,7 +205,7 @@ class Outcomes:
             self.metrics.segment_published(job, audio_s, first_chunk=whole)
         if 0 < outcome.total <= outcome.done and not self.publisher.is_final(outcome.state):
             whole = job if job.total else dataclasses.replace(job, total=outcome.total)  # an appended job, closed
-            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(whole),
+            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(whole, outcome.output),
                                                   f"storing job {job.job_id}")
             if url:
                 self.ctx.events.succeeded(job.job_id, url)

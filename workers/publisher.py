@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.wire.admission import Admission, may_stage
-from producer.wire.broker import Broker, SegmentEnd, run_blocking
+from producer.wire.broker import Broker, FrameClaim, Piece, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
 from producer.wire.storage import Storage
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SegmentProgress:
-    """A segment being published piece by piece: the next chunk's part number, the pieces so far."""
+    """A segment being published piece by piece: the next chunk's part number, the pieces and samples so far."""
 
     job: SegmentJob
     attempt: str
@@ -32,11 +32,21 @@ class SegmentProgress:
     part: int = 0
     pieces: int = 0
     samples: int = 0  # published so far
-    pcm: list[bytes] = field(default_factory=list)
     # the job's playback clock as the last published piece found it (workers/schedule.py): its first chunk's time,
     # and the audio seconds published for the job before that piece
     started: float = 0.0
     delivered_before_s: float = 0.0
+
+
+@dataclass
+class PieceOut:
+    """A piece of a segment to publish: its PCM, whether it is the segment's last, whether to publish it (False: a
+    window an earlier attempt published, whose numbering is only advanced)."""
+
+    seg: SegmentProgress
+    pcm: bytes
+    last: bool
+    publish: bool = True
 
 
 @dataclass
@@ -46,6 +56,7 @@ class SegmentOutcome:
     state: str
     started: float = 0.0  # the job's playback clock before the segment's last piece (see SegmentProgress)
     delivered_before_s: float = 0.0
+    output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # the job's parts and words, when it ended the job
 
 
 class Publisher:
@@ -86,97 +97,100 @@ class Publisher:
                       publish: bool = True) -> SegmentOutcome | None:
         """The next piece of a segment (a whole segment, or one vocoder window of it) as chunks of at most
         ``chunk_ms``, numbered on from the segment's earlier pieces, in one round trip; each chunk carries the
-        segment's words that end inside it (by sample range from the segment's start). With ``last``, the
-        segment's whole PCM (its pieces joined) becomes its part for assembly and the outcome is returned.
+        segment's words that end inside it (by sample range from the segment's start); the piece's PCM is kept for the
+        job's assembly. With ``last``, the segment is counted done and the outcome is returned.
         ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
-        job = seg.job
-        step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
-        pieces = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
-        chunks = []
-        if publish:
-            for i, piece in enumerate(pieces):
-                final = last and i == len(pieces) - 1
-                start = seg.samples + i * step // 2
-                inside = words_in(seg.words, start, start + len(piece) // 2, last=final)
-                chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, piece, inside))
-        end = None
-        if last:
-            end = SegmentEnd(b"".join([*seg.pcm, pcm]), json.dumps(seg.words, ensure_ascii=False), batch_id, worker,
-                             open=job.total == 0)
-        seconds = len(pcm) / 2 / job.sample_rate
-        reply = self.broker.publish_piece(job.job_id, job.seg, chunks, piece=seg.pieces, seconds=seconds, end=end,
-                                          maxlen=self.maxlen, ttl_s=self.ttl,
-                                          admission=self.admission if may_stage(job) else None)
-        seg.part += len(pieces)
-        seg.pieces += 1
-        seg.samples += len(pcm) // 2
-        seg.pcm.append(pcm)
-        if publish:
-            seg.delivered_before_s = max(0.0, reply.delivered_s - seconds)
-            seg.started = reply.first_chunk
-        if not last:
-            return None
-        return SegmentOutcome(done=reply.done, total=job.total or reply.total, state=reply.state, started=seg.started,
-                              delivered_before_s=seg.delivered_before_s)
+        return self.publish_pieces([PieceOut(seg, pcm, last, publish)], batch_id=batch_id, worker=worker)[0]
 
-    def claim_frames(self, job: SegmentJob, attempt: str, frames: bytes) -> tuple[bool, str, bytes, int]:
-        """Fix a streamed segment's acoustic output before any of its windows is published: the first attempt
-        to claim it stores its attempt tag and frames (and gets True); a later attempt (a redo after a crash, or a
-        retry) gets those back, with how many windows were published, and vocodes the same frames, so readers see
-        one attempt. Empty frames: the segment was published whole already (its frames are dropped then)."""
-        return self.broker.claim_frames(job.job_id, job.seg, attempt, frames, self.ttl)
+    def publish_pieces(self, outs: list[PieceOut], *, batch_id: str, worker: str) -> list[SegmentOutcome | None]:
+        """Several segments' next pieces (a window step's: one piece per segment), as ``publish_piece`` each, in one
+        round trip."""
+        pieces = []
+        for out in outs:
+            seg, pcm, job = out.seg, out.pcm, out.seg.job
+            step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
+            parts = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
+            chunks = []
+            if out.publish:
+                for i, part in enumerate(parts):
+                    final = out.last and i == len(parts) - 1
+                    start = seg.samples + i * step // 2
+                    inside = words_in(seg.words, start, start + len(part) // 2, last=final)
+                    chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, part, inside))
+            end = None
+            if out.last:
+                end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker, open=job.total == 0)
+            pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
+                                self.admission if may_stage(job) else None, job.total))
+            seg.part += len(parts)
+        replies = self.broker.publish_pieces(pieces, maxlen=self.maxlen, ttl_s=self.ttl)
+        results: list[SegmentOutcome | None] = []
+        for out, piece, reply in zip(outs, pieces, replies):
+            seg = out.seg
+            seg.pieces += 1
+            seg.samples += len(out.pcm) // 2
+            if out.publish:
+                seg.delivered_before_s = max(0.0, reply.delivered_s - piece.seconds)
+                seg.started = reply.first_chunk
+            results.append(None if not out.last else
+                           SegmentOutcome(done=reply.done, total=seg.job.total or reply.total, state=reply.state, started=seg.started,
+                                          delivered_before_s=seg.delivered_before_s, output=reply.output))
+        return results
 
-    def assemble(self, job: SegmentJob) -> tuple[bytes, float]:
-        """The job's full PCM16 from its parts, in segment order."""
-        by_seg = self.broker.job_parts(job.job_id)
+    def claim_frames(self, claims: list[tuple[SegmentJob, str, bytes]]) -> list[tuple[bool, str, bytes, int]]:
+        """Fix streamed segments' acoustic output before any of their windows is published (one step for a batch):
+        the first attempt to claim a segment stores its attempt tag and frames (and gets True); a later attempt (a
+        redo after a crash, or a retry) gets those back, with how many windows were published, and vocodes the same
+        frames, so readers see one attempt. Empty frames: the segment was published whole already (its frames are
+        dropped then)."""
+        return self.broker.claim_frames([FrameClaim(job.job_id, job.seg, attempt, frames) for job, attempt, frames in claims],
+                                        self.ttl)
+
+    def assemble(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[bytes, float, list[Any]]:
+        """The job's full PCM16 from its parts, in segment order, and its words timed in it: from ``output`` (the parts
+        and words its last piece's publish returned), else read (one round trip)."""
+        by_seg, words = output or self.broker.job_output(job.job_id)
         missing = [i for i in range(job.total) if i not in by_seg]
         if missing:
             raise RuntimeError(f"job {job.job_id}: parts missing for segments {missing[:5]}")
-        pcm = b"".join(by_seg[i] for i in range(job.total))
-        return pcm, len(pcm) / 2 / job.sample_rate
+        parts = [by_seg[i] for i in range(job.total)]
+        pcm = b"".join(parts)
+        timed = job_words([words.get(seg, []) for seg in range(job.total)], [len(p) // 2 for p in parts], job.sample_rate)
+        return pcm, len(pcm) / 2 / job.sample_rate, timed
 
-    def store_and_finish(self, job: SegmentJob) -> tuple[str | None, bool]:
-        """Encode, store and finish a job whose segments are all done. Returns the URL (None if another
-        worker already finished it, or a cancel won) and whether this call ended it as cancelled."""
+    def store_and_finish(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[str | None, bool]:
+        """Encode, store and finish a job whose segments are all done (``output``: its parts and words, if the publish
+        of its last piece returned them). Returns the URL (None if another worker already finished it, or a cancel
+        won) and whether this call ended it as cancelled."""
         from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
 
-        pcm, duration = self.assemble(job)
+        pcm, duration, timed = self.assemble(job, output)
         data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format,
                                                       bitrate=job.bitrate or None)
         key = f"{job.job_id}/audio.{job.format}"
         url = self.storage.put(key, data, _content_type(CONTENT_TYPES, job))
-        created = job.created
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}
-        words = json.dumps([w.to_dict() for w in self.job_words(job)], ensure_ascii=False)
+        words = json.dumps([w.to_dict() for w in timed], ensure_ascii=False)
         # Beside the audio, for whoever joins stored jobs later (a book's chapter captions).
         self.storage.put(words_key(job.job_id), words.encode("utf-8"), "application/json")
-        won = self.finish(job.job_id, "done", info, url=url, key=key, duration=round(duration, 4), finished=time.time(),
-                          done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
+        won = self.finish(job.job_id, "done", info, drop_work=True, url=url, key=key, duration=round(duration, 4),
+                          finished=time.time(), done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
-            self.broker.drop_job_work(job.job_id)
             return None, True
         if won:
-            self.broker.drop_job_work(job.job_id)
-            log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - created, url)
+            log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - job.created, url)
         return (url if won else None), False
 
-    def job_words(self, job: SegmentJob) -> list[Any]:
-        """Every word of the job, its times in the assembled audio (segments in order, pauses counted)."""
-        by_seg, part_bytes = self.broker.job_words(job.job_id, job.total)
-        return job_words([by_seg.get(seg, []) for seg in range(job.total)], [n // 2 for n in part_bytes], job.sample_rate)
-
-    def finish(self, job_id: str, state: str, final_info: dict[str, Any], **status: Any) -> int:
+    def finish(self, job_id: str, state: str, final_info: dict[str, Any], *, drop_work: bool = False, **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
-        0 if the job had ended already."""
-        return self.broker.finalize(job_id, state, final_info, maxlen=self.maxlen, ttl_s=self.ttl, **status)
+        0 if the job had ended already. ``drop_work``: with it, delete what the job keeps only while it runs."""
+        return self.broker.finalize(job_id, state, final_info, maxlen=self.maxlen, ttl_s=self.ttl, drop_work=drop_work,
+                                    **status)
 
     def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> int:
         info = {"code": code, "message": message}
-        won = self.finish(job_id, state, info, error_code=code, error_message=message, finished=time.time())
-        if won:
-            self.broker.drop_job_work(job_id)
-        return won
+        return self.finish(job_id, state, info, drop_work=True, error_code=code, error_message=message, finished=time.time())
 
     def is_final(self, state: str) -> bool:
         return state in STATES_FINAL

@@ -131,7 +131,6 @@ class BatchRunner:
         for e in live:
             job = e.job
             assert job is not None
-            self.outcomes.started(e)
             self.ctx.hooks.segment(job)
             try:
                 ready.append((e, voice.phonemize(job.text, job.lang)))
@@ -176,19 +175,21 @@ class BatchRunner:
         start = time.perf_counter()
         audios, durations, hop = self.compute(lambda: synthesize_timed(voice, [ph.ids for _, ph in ready], opts))
         done = {"infer_s": time.perf_counter() - start, "audio_s": sum(len(a) for a in audios) / voice.sample_rate}
-        for (e, ph), audio, dur in zip(ready, audios, durations):
-            words = segment_words(e.job, ph, dur, hop=hop, voice_rate=voice.sample_rate, model_samples=len(audio))  # type: ignore[arg-type]
-            self.outcomes.publish(e, audio, voice.sample_rate, batch_id, words)
+        with self.outcomes.acks_together():
+            for (e, ph), audio, dur in zip(ready, audios, durations):
+                words = segment_words(e.job, ph, dur, hop=hop, voice_rate=voice.sample_rate, model_samples=len(audio))  # type: ignore[arg-type]
+                self.outcomes.publish(e, audio, voice.sample_rate, batch_id, words)
         if self.on_batch:
             self.on_batch({**stats, **done})
 
-    def window(self, batch: StreamingBatch, running: str) -> bool:
-        """One window step of a held batch at ``running`` urgency; False once its last window is out (then it is
-        reported). If the step fails: on a backend error its entries stay pending (reclaimed and continued from
-        their claimed frames) and the error is raised; on another error each segment is retried and False returned."""
+    def window(self, batch: StreamingBatch, running: str, states: dict[str, str] | None = None) -> bool:
+        """One window step of a held batch at ``running`` urgency (``states``: its jobs' states, if just read); False
+        once its last window is out (then it is reported). If the step fails: on a backend error its entries stay
+        pending (reclaimed and continued from their claimed frames) and the error is raised; on another error each
+        segment is retried and False returned."""
         outer, self.running = self.running, running
         try:
-            more = self.compute(batch.step)
+            more = self.compute(lambda: batch.step(states))
             self.ctx.hooks.window(batch.live)
         except (BrokerError, TransientError):
             raise

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from producer.wire.errors import BrokerError, TransientError
 from producer.wire.queue import Entry, Head
 from workers import schedule
-from workers.claimer import Claimer
+from workers.claimer import IDLE_BLOCK_MS, Claimer
 from workers.context import LoopContext
 from workers.outcomes import Outcomes, work_of
 from workers.runner import BatchRunner
@@ -93,10 +93,13 @@ class DeadlineScheduler:
         heads: list[Head] = []
         if len(self.held) < s.max_open:  # what a loop claims it must be able to serve in time
             busy = bool(self.held or c.carry)
-            heads = c.heads(0 if busy else 250, handover_wait=not busy)
+            heads = c.heads(0 if busy else IDLE_BLOCK_MS, handover_wait=not busy)
         live = [x.entry for b in self.held for x in b.live]
-        clocks = self._clocks([e.job.job_id for e in (*live, *c.carry) if e.job and e.job.lane == "interactive"]
-                              + [h.job_id for h in heads if h.lane == "interactive"])
+        # the clocks of interactive jobs (bulk ones are due by their arrival), and the states of every held job, read
+        # together: a window step then needs no read of its own
+        clocks, states = self._clocks([e.job.job_id for e in (*live, *c.carry) if e.job and e.job.lane == "interactive"]
+                                      + [h.job_id for h in heads if h.lane == "interactive"],
+                                      [e.job.job_id for e in live if e.job])
 
         def playing(job_id: str) -> bool:
             return clocks.get(job_id, Clock()).started is not None
@@ -120,7 +123,7 @@ class DeadlineScheduler:
             return
         running = schedule.urgency(_lane_of(unit), unit.due, now, s)
         if unit.kind == WINDOW:
-            self._window(unit.ref, running)
+            self._window(unit.ref, running, states)
         elif unit.kind == CARRIED:
             self._run_carried(running)
         else:
@@ -138,10 +141,11 @@ class DeadlineScheduler:
         if batch:
             self.runner.run(batch, running, hold=self.held.append)
 
-    def _window(self, batch: StreamingBatch, running: str) -> None:
-        """One window step of a held batch; the batch is let go after its last window, or when the step fails."""
+    def _window(self, batch: StreamingBatch, running: str, states: dict[str, str] | None = None) -> None:
+        """One window step of a held batch (``states``: its jobs' states, read this step); the batch is let go after its
+        last window, or when the step fails."""
         try:
-            more = self.runner.window(batch, running)
+            more = self.runner.window(batch, running, states)
         except (BrokerError, TransientError):
             self.held.remove(batch)
             raise
@@ -152,9 +156,12 @@ class DeadlineScheduler:
         assert e.job is not None
         return schedule.due(work_of(e.job), clocks.get(e.job.job_id, Clock()), self.sched)
 
-    def _clocks(self, job_ids: list[str]) -> dict[str, Clock]:
-        """The playback clocks of these jobs (one round trip)."""
-        return {job_id: Clock.from_status(*raw) for job_id, raw in self.ctx.broker.playback_clocks(job_ids).items()}
+    def _clocks(self, job_ids: list[str], also: list[str]) -> tuple[dict[str, Clock], dict[str, str]]:
+        """The playback clocks of ``job_ids``, and the states of those and of ``also`` (one round trip)."""
+        raw = self.ctx.broker.playback_clocks([*job_ids, *also])
+        wanted = set(job_ids)
+        clocks = {job_id: Clock.from_status(first, delivered) for job_id, (first, delivered, _) in raw.items() if job_id in wanted}
+        return clocks, {job_id: state for job_id, (_, _, state) in raw.items()}
 
     def drain(self) -> None:
         while self.held:

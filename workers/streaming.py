@@ -12,7 +12,7 @@ Guarantees kept from whole-segment publishing:
   the last window is the segment's ``last``; the segment's whole PCM becomes its part for assembly then, and
   the entry is acked only then.
 * One attempt per segment: before its first window is published, a segment's frames and attempt tag are
-  claimed (``Publisher.claim_frames``). A redo (the worker died mid-segment, its entry was reclaimed) gets
+  claimed (``Publisher.claim_frames``, the batch's segments in one step). A redo (the worker died mid-segment, its entry was reclaimed) gets
   those frames and tag back, vocodes the same frames, skips the windows already published, and publishes
   the rest under the same tag: a reader sees one attempt's chunks, seamless.
 * A cancelled job stops at the next window: its state is read before each window step.
@@ -35,7 +35,7 @@ from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
 from producer.wire.queue import Entry
 from workers.outcomes import Outcomes
-from workers.publisher import SegmentProgress
+from workers.publisher import PieceOut, SegmentProgress
 from workers.timings import segment_words
 
 log = logging.getLogger(__name__)
@@ -111,14 +111,16 @@ class StreamingBatch:
         start = time.perf_counter()
         outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts)
         self.infer_s += time.perf_counter() - start
-        pub = self.outcomes.publisher
-        for (e, ph), out in zip(self.ready, outs):
+        plans = []
+        for e, _ in self.ready:
+            assert e.job is not None
+            # a job's later segments are not awaited (earlier audio is playing): no small first window for them
+            plans.append(self.plan if e.job.seg == 0 and self.small_first else self.plan.without_small_first())
+        claims = self.outcomes.publisher.claim_frames([(e.job, self.outcomes.attempt(e), pack_frames(out, plan))  # type: ignore[misc]
+                                                       for (e, _), out, plan in zip(self.ready, outs, plans)])
+        for (e, ph), out, plan, (won, tag, stored, published) in zip(self.ready, outs, plans, claims):
             job = e.job
             assert job is not None
-            attempt = self.outcomes.attempt(e)
-            # a job's later segments are not awaited (earlier audio is playing): no small first window for them
-            plan = self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first()
-            won, tag, stored, published = pub.claim_frames(job, attempt, pack_frames(out, plan))
             if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
                 self.outcomes.already_published(e)
                 continue
@@ -132,9 +134,15 @@ class StreamingBatch:
                                       PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
 
     # -- unit 2: the next window of every live job --------------------------------------------------
-    def step(self) -> bool:
-        """Vocode and publish the next window of each live job; False once none is left."""
-        self.live = self.outcomes.still_running([s.entry for s in self.live], self.live)
+    def step(self, states: dict[str, str] | None = None) -> bool:
+        """Vocode and publish the next window of each live job (the windows in one round trip); False once none is
+        left. ``states``: the jobs' states if the caller just read them (else they are read here). The segments it
+        ends are acked together."""
+        with self.outcomes.acks_together():
+            return self._step(states)
+
+    def _step(self, states: dict[str, str] | None) -> bool:
+        self.live = self.outcomes.still_running([s.entry for s in self.live], self.live, states)
         if not self.live:
             return False
         start = time.perf_counter()
@@ -143,12 +151,15 @@ class StreamingBatch:
         self.windows += len(made)
         self.outcomes.metrics.windows(self.voice.name, len(made))
         by_item = {id(s.item): s for s in self.live}
+        outs = []
         for item, window, audio in made:
             s = by_item[id(item)]
             pcm = s.finish(audio, window.last)
             s.samples += len(pcm) // 2
-            outcome = self.outcomes.publisher.publish_piece(s.progress, pcm, last=window.last, batch_id=self.batch_id,
-                                                            worker=self.outcomes.name, publish=window.index >= s.skip)
+            outs.append(PieceOut(s.progress, pcm, window.last, publish=window.index >= s.skip))
+        outcomes = self.outcomes.publisher.publish_pieces(outs, batch_id=self.batch_id, worker=self.outcomes.name)
+        for (item, window, _), outcome in zip(made, outcomes):  # every window of the step is out: now what follows
+            s = by_item[id(item)]
             job = s.entry.job
             assert job is not None
             if window.index >= s.skip:

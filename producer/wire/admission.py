@@ -3,7 +3,7 @@ next job's first segment is a stream head at once instead of waiting behind the 
 
 At submit (``lua.ADMIT``) an interactive job's first segments covering ``queue.admission_horizon_s`` of predicted
 audio go to their bucket streams; the rest wait staged (``Keys.staging``, ``Keys.staged``). Whenever the job's
-audio is published, the same atomic step (``lua.ADMIT_NEXT``, inside the publish) admits its next segments so that
+audio is published, the same atomic step (``admit_next``, inside the publish's script ``lua.PUBLISH_PIECE``) admits its next segments so that
 the audio admitted and not yet played stays at the job's horizon (its submit's, kept in its status); the workers' sweep (``lua.ADMIT_DUE``, every
 ``queue.admission_sweep_ms``) does the same for jobs whose listener played on between publishes. When nothing else
 waits in the streams (an idle farm) a job runs further ahead, up to ``queue.admission_idle_ahead`` segments in

@@ -7,7 +7,7 @@ request again (a retry after a lost reply) is the job that exists, and another o
 (JOB_ID_CONFLICT) with nothing written. Workers take a segment off the counters when their XACK of it succeeds
 (an XACK counts once, so a redelivered entry cannot be subtracted twice). A lane that is empty admits any
 job, so a job larger than the limit can still run when nothing else waits. The scripts are ``lua.ADMIT`` and
-``lua.RELEASE``; this module builds their arguments and reads their answers.
+``lua.ACK``; this module builds their arguments and reads their answers.
 """
 
 from __future__ import annotations

@@ -52,14 +52,39 @@ Op = Generator[Any, Any, T]  # a producing step: yields the broker's IO steps, i
 
 @dataclass(frozen=True)
 class SegmentEnd:
-    """What a segment's last piece writes besides its chunks: the segment's whole PCM (its part for assembly), its
-    words (JSON), and which batch and worker made it."""
+    """What a segment's last piece writes besides its chunks: the segment's words (JSON), and which batch and worker
+    made it. (Its PCM for assembly is its pieces', each stored as it is published: ``Broker.job_output`` joins them.)"""
 
-    pcm: bytes
     words_json: str
     batch_id: str
     worker: str
     open: bool = False  # the segment's job had its text appended (total 0 in its records): read its total too
+
+
+@dataclass(frozen=True)
+class FrameClaim:
+    """A streamed segment's claim on its attempt: the frames (and window plan) its windows are cut from."""
+
+    job_id: str
+    seg: int
+    attempt: str
+    frames: bytes
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of a segment to publish: its chunk records (``records.chunk_fields``; none for a window an earlier
+    attempt published), its index in the segment, its seconds of audio, the segment's end with its last piece, and
+    the admission policy when the job may have staged segments (``admission.may_stage``)."""
+
+    job_id: str
+    seg: int
+    chunks: Sequence[Mapping[str, Any]]
+    piece: int
+    seconds: float
+    end: SegmentEnd | None = None
+    admission: Admission | None = None
+    total: int = 0  # the job's segments: the piece that ends its last one gets the job's output back
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,8 @@ class PieceReply:
     done: int = 0
     state: str = ""
     total: int = 0  # the job's total as its status holds it (read for a job whose text is appended: ``SegmentEnd.open``)
+    output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # when this piece ended the job's last segment: its
+    # parts and words, as ``job_output`` reads them
 
 
 @runtime_checkable
@@ -190,24 +217,32 @@ class Broker(Protocol):
         """Each job's state ('' for none), in one round trip."""
         ...
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
+                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
+        """A batch's segments about to run, in one round trip: each job's state ('' for none) and whether this marked
+        its first start (as ``mark_started``, with when the worker claimed the segment); a job that ended, or a segment
+        not ``startable``, is not marked."""
+        ...
+
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
         """Each job's playback clock as stored: its first chunk's time and the audio seconds delivered (raw
-        values, None where unset), in one round trip."""
+        values, None where unset), and its state ('' for none), in one round trip."""
         ...
 
-    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
-        """Fix a streamed segment's attempt before any of its windows is published, atomically: the first
-        attempt stores its tag and frames and gets ``(True, its tag, b"", 0)``; a later one gets ``(False, that
-        tag, those frames, windows published so far)``; frames are b"" once the segment was published whole."""
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+        """Fix streamed segments' attempts before any of their windows is published, atomically and in one step
+        for all of them: per claim, the first attempt stores its tag and frames and gets ``(True, its tag, its
+        frames, 0)``; a later one gets ``(False, that tag, those frames, windows published so far)``; frames are b""
+        once the segment was published whole."""
         ...
 
-    def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
-        """Publish chunk records (``records.chunk_fields``) of a segment's piece number ``piece`` and move the job's
-        playback clock by ``seconds``, all at once; with ``end``, also the segment's part for assembly, its words
-        and bookkeeping, counted done; and, in the same atomic step, admit the job's next staged segments that are
-        due by ``admission`` (``producer.wire.admission``; None: the job has none staged). No chunks and no end:
-        nothing is written."""
+    def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
+        """Publish pieces of segments (a window step's) in order, all in one round trip: per piece, at once, its chunk
+        records on its job's results stream (trimmed near ``maxlen``), its PCM (the chunks' joined) kept for the
+        job's assembly, and the job's playback clock moved by its seconds; with its segment's end, also its words
+        and bookkeeping, counted done; and the job's next staged segments admitted if due by ``Piece.admission`` (``producer.wire.admission``;
+        None: the job has none staged). A piece with no chunks and no end writes nothing. One reply per piece; the one
+        whose end made the job's segments all done carries the job's output (``PieceReply.output``)."""
         ...
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
@@ -227,24 +262,17 @@ class Broker(Protocol):
         """Append a dead-letter record (``records.dead_letter_fields``) to the farm's dead letters."""
         ...
 
-    def job_parts(self, job_id: str) -> dict[int, bytes]:
-        """The PCM parts of a job's done segments, by segment."""
-        ...
-
-    def job_words(self, job_id: str, total: int) -> tuple[dict[int, Any], list[int]]:
-        """A job's words by segment (as published, JSON-decoded) and each segment's part length in bytes (0 if
-        missing), in one round trip."""
+    def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
+        """A job's PCM parts (each segment's pieces joined) and its words (as published, JSON-decoded), each by
+        segment, in one round trip."""
         ...
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 **status: Any) -> int:
+                 drop_work: bool = False, **status: Any) -> int:
         """Write a job's end state and its one final record: 1 as asked, 2 if a client's cancel won the race
-        (the job ends cancelled), 0 if it had ended already. ``status``: fields for the job's status record
-        (any names: ``info`` too)."""
-        ...
-
-    def drop_job_work(self, job_id: str) -> None:
-        """Delete what a job keeps only while it runs (parts, done set, words, streamed frames)."""
+        (the job ends cancelled), 0 if it had ended already. ``drop_work``: when this ends it, delete what the job
+        keeps only while it runs (parts, done set, words, streamed frames) in the same step. ``status``: fields for
+        the job's status record (any names: ``info`` too)."""
         ...
 
     # -- admin: dead letters, queue snapshot, heartbeats, books, control (blocking) ----------------------------

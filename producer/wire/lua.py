@@ -20,6 +20,39 @@ end
 return #KEYS
 """
 
+# The heads a consumer may take, in one step. KEYS: queue streams. ARGV: the group. Returns {ids, lag, heads}: ids per
+# stream, the group's last-delivered id ('' where the stream or the group is missing); lag: entries not yet delivered
+# over the streams, where Redis knows it; heads: per stream with undelivered entries {stream, its first two} (read as
+# XRANGE returns them). Delivered entries are never needed: a stream holds only what is pending or undelivered.
+HEADS = """
+local ids, heads, lag = {}, {}, 0
+for i, key in ipairs(KEYS) do
+  local groups = redis.pcall('XINFO', 'GROUPS', key)
+  local last, known = '', false
+  if type(groups) == 'table' and not groups.err then
+    for _, g in ipairs(groups) do
+      local name, delivered, behind = nil, nil, nil
+      for j = 1, #g, 2 do
+        if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then delivered = g[j + 1]
+        elseif g[j] == 'lag' then behind = g[j + 1] end
+      end
+      if name == ARGV[1] then
+        last = delivered
+        if type(behind) == 'number' then
+          lag, known = lag + behind, behind == 0
+        end
+      end
+    end
+  end
+  ids[i] = last
+  if last ~= '' and not known then
+    local entries = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 2)
+    if #entries > 0 then heads[#heads + 1] = {key, entries} end
+  end
+end
+return {ids, lag, heads}
+"""
+
 # Reads the results stream KEYS[1] after ARGV[1] (an exclusive start, "(1-0"), at most ARGV[2] entries, with
 # how many entries the stream has lost at its head (Redis 7's entries-added minus its length; -1 before 7):
 # workers trim it at results_maxlen and nothing else deletes from it, so a reader that has read fewer entries
@@ -171,6 +204,79 @@ redis.call('HINCRBY', KEYS[2], 'q', now_n)
 return {1, n + add_n, tostring(s + add_s)}
 """
 
+# Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunks, its
+# PCM for the job's assembly (the chunks' pcm joined, in the parts hash under 'seg:piece': the audio is sent once), the
+# job's playback clock, and with the segment's end its words and its place in the done set; then
+# the job's next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per
+# piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
+# piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
+# items; then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count; then
+# the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
+# delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once closed), 1 when
+# this ended the job's last segment, then its parts and its words (HGETALL), for the job's assembly} (first_chunk and
+# delivered_s '' without chunks; done 0 without the end).
+PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
+local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
+
+local function publish(k, at)
+  local k_status, k_results = KEYS[k], KEYS[k + 1]
+  local seg, piece, seconds, chunks = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], tonumber(ARGV[at + 3])
+  at = at + 4
+  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total')
+  local first, delivered = st[1], ''
+  local status = {}
+  if chunks > 0 then
+    local pcm = {}
+    for _ = 1, chunks do
+      local width, fields = tonumber(ARGV[at]), {}
+      for i = 1, width do fields[i] = ARGV[at + i] end
+      for i = 1, width, 2 do
+        if fields[i] == 'pcm' then pcm[#pcm + 1] = fields[i + 1] end
+      end
+      redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+      at = at + width + 1
+    end
+    redis.call('HSET', KEYS[k + 2], seg .. ':' .. piece, table.concat(pcm))
+    if not first then redis.call('EXPIRE', k_results, ttl) end  -- the job's first chunk made it (FINALIZE sets it again)
+    -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
+    delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', seconds)
+    status[#status + 1], status[#status + 2] = 'windows:' .. seg, piece + 1
+  end
+  local ending, done, output = tonumber(ARGV[at]), 0, {0, {}, {}}
+  if (chunks > 0 or ending == 1) and not first then
+    first = now
+    status[#status + 1], status[#status + 2] = 'first_chunk', now
+  end
+  if ending == 1 then
+    redis.call('HDEL', KEYS[k + 5], seg .. ':frames')  -- a book keeps only its segments in flight
+    redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 1])
+    redis.call('SADD', KEYS[k + 4], seg)
+    done = redis.call('SCARD', KEYS[k + 4])
+    if done == 1 then  -- the job's first segment done made the three: they expire together (or go with FINALIZE)
+      for i = 2, 4 do redis.call('EXPIRE', KEYS[k + i], ttl) end
+    end
+    for _, kv in ipairs({'batch:' .. seg, ARGV[at + 2], 'worker:' .. seg, ARGV[at + 3], 'done', done}) do
+      status[#status + 1] = kv
+    end
+    -- an appended job's records say 0 until it is closed; its status then holds the total
+    local total = tonumber(ARGV[at + 4]) or 0
+    if total == 0 then total = tonumber(st[3] or '0') or 0 end
+    if total > 0 and done >= total then
+      output = {1, redis.call('HGETALL', KEYS[k + 2]), redis.call('HGETALL', KEYS[k + 3])}
+    end
+  end
+  if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
+  if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
+  return {first or '', delivered, done, st[2] or '', st[3] or '0', output[1], output[2], output[3]}, at + 8
+end
+
+local out, at = {}, 4
+for k = 1, #KEYS, 6 do
+  out[#out + 1], at = publish(k, at)
+end
+return out
+"""
+
 # ARGV: prefix, job id, now, idle_ahead, 1 if the piece ended its segment (else 0). A job's audio was just
 # published (run inside the same MULTI as the piece, so the publish and the admission it allows happen at once):
 # admit its next segments if they are due.
@@ -184,6 +290,7 @@ return admit_next(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumb
 ADMIT_DUE = ADMISSION_FUNCTIONS + """
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local k_due = prefix .. ':admission_due'
+if redis.call('ZCARD', k_due) == 0 then return 0 end  -- no job has staged segments (an idle farm's sweep)
 local jobs = redis.call('ZRANGEBYSCORE', k_due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 if #jobs == 0 and (tonumber(redis.call('HGET', prefix .. ':backlog:interactive', 'q') or '0') or 0) <= 0 then
   jobs = redis.call('ZRANGE', k_due, 0, tonumber(ARGV[4]) - 1)
@@ -214,14 +321,37 @@ end
 return out
 """
 
-# KEYS: backlog hash. ARGV: segments, seconds. Acked segments leave the lane's counters, all of them and those in
-# its bucket streams (q). Never below zero (entries written around the SDK).
-RELEASE = """
-local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0') - tonumber(ARGV[1])
-local s = tonumber(redis.call('HGET', KEYS[1], 's') or '0') - tonumber(ARGV[2])
-local q = tonumber(redis.call('HGET', KEYS[1], 'q') or '0') - tonumber(ARGV[1])
-redis.call('HSET', KEYS[1], 'n', math.max(n, 0), 's', math.max(s, 0), 'q', math.max(q, 0))
-return 1
+# KEYS: the entries' queue streams, one per entry. ARGV: the group, then per entry its id, its lane's backlog hash
+# key ('' for an entry that never parsed) and its predicted seconds. Acks and deletes each entry (the group is the only
+# reader: a finished entry would otherwise stay for ever); those whose XACK counted leave their lane's counters, all
+# of them and those in its bucket streams (q), once even if redelivered. Never below zero (entries written around the
+# SDK). Returns how many XACKs counted.
+ACK = """
+local group = ARGV[1]
+local tally, lanes, acked = {}, {}, 0
+for i, stream in ipairs(KEYS) do
+  local id, backlog, est = ARGV[3 * i - 1], ARGV[3 * i], tonumber(ARGV[3 * i + 1]) or 0
+  local n = redis.call('XACK', stream, group, id)
+  redis.call('XDEL', stream, id)
+  acked = acked + n
+  if n == 1 and backlog ~= '' then
+    if not tally[backlog] then
+      tally[backlog] = {0, 0}
+      lanes[#lanes + 1] = backlog
+    end
+    tally[backlog][1] = tally[backlog][1] + 1
+    tally[backlog][2] = tally[backlog][2] + est
+  end
+end
+for _, backlog in ipairs(lanes) do
+  local now = redis.call('HMGET', backlog, 'n', 's', 'q')
+  local count, seconds = tally[backlog][1], tally[backlog][2]
+  local n = tonumber(now[1] or '0') - count
+  local s = tonumber(now[2] or '0') - seconds
+  local q = tonumber(now[3] or '0') - count
+  redis.call('HSET', backlog, 'n', math.max(n, 0), 's', math.max(s, 0), 'q', math.max(q, 0))
+end
+return acked
 """
 
 # KEYS: status, results, parts, done-set, stream, lane backlog. ARGV: force, ttl, v, job json, max_n, max_s,
@@ -247,14 +377,17 @@ redis.call('HINCRBY', KEYS[6], 'q', 1)
 return 'submitted'
 """
 
-# KEYS: status, results. ARGV: state, the final record and the one to write instead if a client's cancel won
-# the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, then
+# KEYS: status, results, then what the job keeps only while it runs, deleted when this ends it (parts, done set,
+# words, frames; none to keep them). ARGV: state, the final record and the one to write instead if a client's cancel
+# won the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, then
 # field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
 # whatever was made. A job that ends otherwise than done drops its staged segments.
 FINALIZE = ADMISSION_FUNCTIONS + """
 if redis.call('HSETNX', KEYS[1], 'final', '1') == 0 then return 0 end
 local state, record = ARGV[1], ARGV[2]
-if redis.call('HGET', KEYS[1], 'state') == 'cancelled' and state ~= 'cancelled' then
+local now = redis.call('HMGET', KEYS[1], 'state', 'lane')
+local lane = now[2]
+if now[1] == 'cancelled' and state ~= 'cancelled' then
   state = 'cancelled'
   record = ARGV[3]
 else
@@ -262,10 +395,10 @@ else
   for i = 8, #ARGV do status[#status + 1] = ARGV[i] end
   redis.call('HSET', KEYS[1], 'state', state, unpack(status))
 end
-local lane = redis.call('HGET', KEYS[1], 'lane')
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))
 redis.call('EXPIRE', KEYS[2], ARGV[5])
+if #KEYS > 2 then redis.call('DEL', unpack(KEYS, 3)) end
 if state == 'cancelled' and ARGV[1] ~= 'cancelled' then return 2 end
 return 1
 """
@@ -281,18 +414,48 @@ redis.call('HSET', KEYS[1], 'worker', ARGV[2], 'claimed', ARGV[3])
 return 1
 """
 
-# KEYS: frames hash, status. ARGV: seg, attempt, frames, ttl. The first attempt to stream a segment stores its
-# tag and acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment
-# was published whole), windows published so far}.
-CLAIM_FRAMES = """
-local won = redis.call('HSETNX', KEYS[1], ARGV[1] .. ':attempt', ARGV[2])
-if won == 1 then
-  redis.call('HSET', KEYS[1], ARGV[1] .. ':frames', ARGV[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
+# A batch's segments start: KEYS: each segment's job status; ARGV: now, worker, then per key 1 if the segment may start
+# (0: its deadline passed) and when the worker claimed it. Per key its job's state as read ('' for none) and 1 where
+# this marked the job's first start (MARK_STARTED's rule: started once, running over queued only, never over a state
+# written meanwhile; the worker and its claim time kept); a job that ended is not marked.
+START_SEGMENTS = ADMISSION_FUNCTIONS + """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local state = redis.call('HGET', key, 'state') or ''
+  local first = 0
+  if ARGV[2 * i + 1] == '1' and not final_state(state) and redis.call('HSETNX', key, 'started', ARGV[1]) == 1 then
+    if state == 'queued' then
+      redis.call('HSET', key, 'state', 'running', 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
+    else
+      redis.call('HSET', key, 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
+    end
+    first = 1
+  end
+  out[#out + 1] = state
+  out[#out + 1] = first
 end
-if won == 1 then return {1, ARGV[2], '', 0} end
-return {0, redis.call('HGET', KEYS[1], ARGV[1] .. ':attempt'), redis.call('HGET', KEYS[1], ARGV[1] .. ':frames') or '',
-        redis.call('HGET', KEYS[2], 'windows:' .. ARGV[1]) or 0}
+return out
+"""
+
+# A batch's streamed segments fix their attempts, one script for all. KEYS: per segment its job's frames hash and
+# status. ARGV: ttl, then per segment: seg, attempt, frames. The first attempt to stream a segment stores its tag and
+# acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment was
+# published whole), windows published so far}. One such reply per segment.
+CLAIM_FRAMES = """
+local out = {}
+for i = 1, #KEYS / 2 do
+  local k_frames, k_status = KEYS[2 * i - 1], KEYS[2 * i]
+  local seg, attempt = ARGV[3 * i - 1], ARGV[3 * i]
+  if redis.call('HSETNX', k_frames, seg .. ':attempt', attempt) == 1 then
+    redis.call('HSET', k_frames, seg .. ':frames', ARGV[3 * i + 1])
+    redis.call('EXPIRE', k_frames, ARGV[1])
+    out[i] = {1, attempt, '', 0}
+  else
+    out[i] = {0, redis.call('HGET', k_frames, seg .. ':attempt'), redis.call('HGET', k_frames, seg .. ':frames') or '',
+              redis.call('HGET', k_status, 'windows:' .. seg) or 0}
+  end
+end
+return out
 """
 
 # KEYS: dead-letter stream, the job's status, its results stream, the queue stream to requeue on, its lane's backlog

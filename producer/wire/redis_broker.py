@@ -19,11 +19,12 @@ import redis.asyncio
 
 from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
-from producer.wire.broker import Command, Op, PieceReply, Replicated, Script, SegmentEnd
+from producer.wire.broker import Command, FrameClaim, Op, Piece, PieceReply, Replicated, Script
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (ADMIT, ADMIT_DUE, ADMIT_NEXT, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE,
-                               MARK_STARTED, OPEN_JOB, READ_RESULTS, REQUEUE_DEAD_LETTER, SUBMIT_BOOK_SEGMENT)
+from producer.wire.lua import (ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE,
+                               MARK_STARTED, OPEN_JOB, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
+                               START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
@@ -53,7 +54,6 @@ class RedisBroker:
         self.replicas = replicas
         self.wait_ms = wait_ms
         self._scripts: dict[str, Any] = {}
-        self._shas: dict[str, str] = {}
         self._master = ""  # the Sentinel group's master this broker last connected to, and how often it changed
         self.master_changes = 0
 
@@ -127,14 +127,6 @@ class RedisBroker:
             script = self._scripts[source] = self.r.register_script(source)
         return script
 
-    def _sha(self, source: str) -> str:
-        """The SHA of ``source``, loaded once, for an EVALSHA inside a transaction (a registered script would ask
-        SCRIPT EXISTS on every execute)."""
-        sha = self._shas.get(source)
-        if sha is None:
-            sha = self._shas[source] = str(self.r.script_load(source))
-        return sha
-
     def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
         yield Script(ENSURE_GROUPS, streams, [GROUP])
 
@@ -200,76 +192,58 @@ class RedisBroker:
             pipe.hget(self.keys.status(job_id), "state")
         return [text_of(state) if state else "" for state in pipe.execute()]
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
+                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
+        if not job_ids:
+            return []
+        reply = self.send(Script(START_SEGMENTS, [self.keys.status(j) for j in job_ids],
+                                 [time.time(), worker, *[x for ok, at in zip(startable, claimed) for x in (int(ok), at)]]))
+        return [(text_of(reply[i]), bool(int(reply[i + 1]))) for i in range(0, len(reply), 2)]
+
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
         ids = sorted(set(job_ids))
         if not ids:
             return {}
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s")
-        return {job_id: (reply[0], reply[1]) for job_id, reply in zip(ids, pipe.execute())}
+            pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s", "state")
+        return {job_id: (reply[0], reply[1], text_of(reply[2]) if reply[2] else "") for job_id, reply in zip(ids, pipe.execute())}
 
-    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
-        won, tag, stored, windows = self.send(Script(CLAIM_FRAMES, [self.keys.frames(job_id), self.keys.status(job_id)],
-                                                     [str(seg), attempt, frames, ttl_s]))
-        return bool(int(won)), text_of(tag), frames if int(won) else bytes(stored or b""), int(windows or 0)
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+        if not claims:
+            return []
+        keys = [k for c in claims for k in (self.keys.frames(c.job_id), self.keys.status(c.job_id))]
+        argv: list[Any] = [ttl_s, *[x for c in claims for x in (str(c.seg), c.attempt, c.frames)]]
+        replies = self.send(Script(CLAIM_FRAMES, keys, argv))
+        return [(bool(int(won)), text_of(tag), c.frames if int(won) else bytes(stored or b""), int(windows or 0))
+                for c, (won, tag, stored, windows) in zip(claims, replies)]
 
-    def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
-        k_status, k_res = self.keys.status(job_id), self.keys.results(job_id)
-        pipe = self.r.pipeline(transaction=True)
-        clock_at = -1
-        if chunks:
-            for fields in chunks:
-                pipe.xadd(k_res, dict(fields), maxlen=maxlen, approximate=True)
-            pipe.expire(k_res, ttl_s)
-            pipe.hset(k_status, f"windows:{seg}", piece + 1)
-            # the job's playback clock: audio delivered by every worker, and when its first chunk went out
-            clock_at = len(pipe)
-            pipe.hincrbyfloat(k_status, "delivered_s", seconds)
-            pipe.hsetnx(k_status, "first_chunk", time.time())
-            pipe.hget(k_status, "first_chunk")
-        if end is not None:
-            k_parts, k_words, k_done = self.keys.parts(job_id), self.keys.words(job_id), self.keys.done(job_id)
-            pipe.hdel(self.keys.frames(job_id), f"{seg}:frames")  # a book keeps only its segments in flight
-            pipe.hset(k_parts, str(seg), end.pcm)
-            pipe.expire(k_parts, ttl_s)
-            pipe.hset(k_words, str(seg), end.words_json)
-            pipe.expire(k_words, ttl_s)
-            pipe.sadd(k_done, seg)
-            pipe.expire(k_done, ttl_s)
-            pipe.hsetnx(k_status, "first_chunk", time.time())
-            pipe.hset(k_status, mapping={f"batch:{seg}": end.batch_id, f"worker:{seg}": end.worker})
-            pipe.scard(k_done)
-            pipe.hget(k_status, "state")
-            if end.open:  # the job's total is set at its close: read it with the end it may complete
-                pipe.hget(k_status, "total")
-        if not len(pipe):
-            return PieceReply()
-        if admission is None:
-            replies = pipe.execute()
-        else:  # the job's next segments, admitted in the same transaction as the audio that makes them due
-            admit = [self.keys.prefix, job_id, time.time(), admission.idle_ahead, int(end is not None)]
-            pipe.evalsha(self._sha(ADMIT_NEXT), 0, *admit)
-            replies = pipe.execute(raise_on_error=False)
-            for reply in replies[:-1]:
-                if isinstance(reply, Exception):
-                    raise reply
-            if isinstance(replies[-1], redis.exceptions.NoScriptError):  # Redis restarted and lost its scripts
-                self._shas.clear()
-                self.send(Script(ADMIT_NEXT, [], admit))
-            elif isinstance(replies[-1], Exception):
-                raise replies[-1]
-            replies = replies[:-1]
-        clock = PieceReply() if clock_at < 0 else PieceReply(float(replies[clock_at + 2] or 0.0), float(replies[clock_at]))
-        if end is None:
-            return clock
-        total = 0
-        if end.open:
-            total, replies = int(replies[-1] or 0), replies[:-1]
-        done, state = int(replies[-2]), replies[-1]
-        self.r.hset(k_status, "done", done)
-        return PieceReply(clock.first_chunk, clock.delivered_s, done, text_of(state) if state else "", total)
+    def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
+        todo = [p for p in pieces if p.chunks or p.end is not None]
+        keys: list[str] = []
+        argv: list[Any] = [maxlen, ttl_s, time.time()]
+        k = self.keys
+        for p in todo:
+            keys += [k.status(p.job_id), k.results(p.job_id), k.parts(p.job_id), k.words(p.job_id), k.done(p.job_id),
+                     k.frames(p.job_id)]
+            argv += [p.seg, p.piece, p.seconds, len(p.chunks)]
+            for fields in p.chunks:
+                argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
+            argv += [1, p.end.words_json, p.end.batch_id, p.end.worker, p.total] if p.end is not None else [0, "", "", "", 0]
+            argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
+        replies = iter(self.send(Script(PUBLISH_PIECES, keys, argv)) if todo else [])
+        out = []
+        for p in pieces:
+            if not p.chunks and p.end is None:
+                out.append(PieceReply())
+                continue
+            first, delivered, done, state, total, ended, parts, words = next(replies)
+            clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if p.chunks else PieceReply()
+            output = (_job_output(_pairs(parts), _pairs(words))) if int(ended) else None
+            out.append(clock if p.end is None else
+                       PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "",
+                                  int(total or 0), output))
+        return out
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.idle_ahead, limit])))
@@ -283,28 +257,21 @@ class RedisBroker:
     def dead_letter(self, record: Mapping[str, Any]) -> None:
         self.r.xadd(self.keys.dead_letters(), dict(record), maxlen=100_000, approximate=True)
 
-    def job_parts(self, job_id: str) -> dict[int, bytes]:
-        return {int(k): v for k, v in self.r.hgetall(self.keys.parts(job_id)).items()}
-
-    def job_words(self, job_id: str, total: int) -> tuple[dict[int, Any], list[int]]:
+    def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
         pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(self.keys.parts(job_id))
         pipe.hgetall(self.keys.words(job_id))
-        for seg in range(total):
-            pipe.hstrlen(self.keys.parts(job_id), str(seg))
-        replies = pipe.execute()
-        return {int(k): json.loads(v) for k, v in replies[0].items()}, [int(n) for n in replies[1:]]
+        return _job_output(*pipe.execute())
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 **status: Any) -> int:
+                 drop_work: bool = False, **status: Any) -> int:
         argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s,
                            self.keys.prefix, job_id]
         for k, v in status.items():
             argv += [k, v]
-        return int(self.send(Script(FINALIZE, [self.keys.status(job_id), self.keys.results(job_id)], argv)))
-
-    def drop_job_work(self, job_id: str) -> None:
         k = self.keys
-        self.r.delete(k.parts(job_id), k.done(job_id), k.words(job_id), k.frames(job_id))
+        work = [k.parts(job_id), k.done(job_id), k.words(job_id), k.frames(job_id)] if drop_work else []
+        return int(self.send(Script(FINALIZE, [k.status(job_id), k.results(job_id), *work], argv)))
 
     # -- admin --------------------------------------------------------------------------------------------
 
@@ -473,3 +440,18 @@ def _bucket(lane: str, bucket: int, stream: str, length: Any, groups: Any) -> Bu
     lag = group.get("lag")
     return BucketState(lane, bucket, stream, grouped=True, length=_int(length), lag=None if lag is None else int(lag),
                        pending=int(group.get("pending") or 0), consumers=int(group.get("consumers") or 0))
+
+
+def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
+    """A hash as a script returns HGETALL (a flat list) -> a dict."""
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def _job_output(pieces: Mapping[Any, bytes], words: Mapping[Any, Any]) -> tuple[dict[int, bytes], dict[int, Any]]:
+    """Each segment's PCM (its pieces, stored under ``seg:piece``, joined in order) and words, by segment."""
+    by_seg: dict[int, list[tuple[int, bytes]]] = {}
+    for key, pcm in pieces.items():
+        seg, _, piece = text_of(key).partition(":")
+        by_seg.setdefault(int(seg), []).append((int(piece or 0), pcm))
+    parts = {seg: b"".join(pcm for _, pcm in sorted(found)) for seg, found in by_seg.items()}
+    return parts, {int(k): json.loads(v) for k, v in words.items()}

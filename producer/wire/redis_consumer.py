@@ -8,12 +8,13 @@ No worker hoards entries another could run. ``RedisBroker.consumer`` makes one p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 
 from producer.wire.broker import Broker, Script, run_blocking
 from producer.wire.keys import GROUP
-from producer.wire.lua import RELEASE
+from producer.wire.lua import ACK, HEADS
 from producer.wire.queue import Entry, Head, head_of, parse_entry
 from producer.wire.records import text_of
 
@@ -27,60 +28,59 @@ class RedisConsumer:
         self.name = name
         self.streams = list(streams)
         self.undelivered = 0  # entries no consumer had taken yet, over these streams, at the last peek
+        self._idle_ids: dict[str, str] | None = None  # the group's ids, still exact after a blocking read timed out
 
     def ensure_groups(self) -> None:
         run_blocking(self.broker, self.broker.ensure_groups(self.streams))
 
-    def _delivered_ids(self) -> dict[str, str]:
-        pipe = self.r.pipeline(transaction=False)
-        for stream in self.streams:
-            pipe.xinfo_groups(stream)
-        ids: dict[str, str] = {}
-        lag = 0
-        for stream, groups in zip(self.streams, pipe.execute(raise_on_error=False)):
-            if isinstance(groups, Exception):
-                self.ensure_groups()
-                ids[stream] = "0-0"
-                continue
-            for g in groups:
-                if text_of(g["name"]) == GROUP:
-                    ids[stream] = text_of(g["last-delivered-id"])
-                    lag += int(g.get("lag") or 0)  # Redis 7: entries not yet delivered (None when unknown)
-        self.undelivered = lag
-        return ids
-
     def heads(self, block_ms: int) -> list[Head]:
-        """Heads of all queues with undelivered entries; blocks up to ``block_ms`` while all are empty (0: no wait).
-        Each stream's second entry is read too, to tell whether another caller's first segment waits behind."""
-        ids = self._delivered_ids()
-        reply = self.r.xread(ids, count=2, block=block_ms if block_ms > 0 else None) if ids else []
+        """Heads of all queues with undelivered entries, read with the group's ids in one script (``lua.HEADS``); while
+        all are empty it blocks up to ``block_ms`` (0: no wait) on those ids. Each stream's second entry is read too,
+        to tell whether another caller's first segment waits behind.
+
+        A blocking read that timed out saw nothing added to these streams, so nobody claimed from them meanwhile: the
+        group's ids it read from are still exact, and the next call blocks again from them without the script (an
+        idle loop costs Redis one XREAD per ``block_ms``)."""
+        ids, self._idle_ids = self._idle_ids, None
+        found: list[tuple[str, list[Any]]] = []
+        if ids is None:
+            ids, found = self._peek()
+        if not found and block_ms > 0 and ids:
+            reply = self.r.xread(ids, count=2, block=block_ms)
+            if not reply:
+                self._idle_ids = ids
+            found = [(text_of(stream), [(eid, fields) for eid, fields in entries]) for stream, entries in reply or []]
         heads = []
-        for stream, entries in reply or []:
-            behind = parse_entry(text_of(stream), *entries[1]) if len(entries) > 1 else None
+        for stream, entries in found:
+            behind = parse_entry(stream, *entries[1]) if len(entries) > 1 else None
             first_behind = behind is not None and behind.job is not None and behind.job.seg == 0
-            heads.append(head_of(text_of(stream), *entries[0], first_behind=first_behind))
+            heads.append(head_of(stream, *entries[0], first_behind=first_behind))
         return heads
+
+    def _peek(self) -> tuple[dict[str, str], list[tuple[str, list[Any]]]]:
+        """The group's ids per stream and the undelivered heads (``lua.HEADS``); a stream without the group gets it."""
+        ids_raw, lag, heads = self.broker.send(Script(HEADS, self.streams, [GROUP]))
+        ids = {stream: text_of(i) for stream, i in zip(self.streams, ids_raw)}
+        if any(not i for i in ids.values()):
+            self.ensure_groups()
+            ids = {stream: i or "0-0" for stream, i in ids.items()}
+        self.undelivered = int(lag)  # Redis 7: entries not yet delivered (where known)
+        found = [(text_of(stream), [(eid, _pairs(fields)) for eid, fields in entries]) for stream, entries in heads]
+        return ids, found
 
     def claim(self, stream: str, count: int) -> list[Entry]:
         reply = self.r.xreadgroup(GROUP, self.name, {stream: ">"}, count=count)
         return [parse_entry(text_of(s), eid, f) for s, entries in reply or [] for eid, f in entries]
 
     def ack(self, entries: Sequence[Entry]) -> None:
-        """Ack entries and delete them from their stream (the group is the only reader, so a finished entry
-        would otherwise stay for ever); those whose XACK counted come off their lane's backlog (once, even if
-        redelivered)."""
-        pipe = self.r.pipeline(transaction=False)
+        """Ack entries and delete them from their stream; those whose XACK counted come off their lane's backlog (once,
+        even if redelivered). One script call for all of them (``lua.ACK``)."""
+        if not entries:
+            return
+        argv: list[object] = [GROUP]
         for e in entries:
-            pipe.xack(e.stream, GROUP, e.entry_id)
-            pipe.xdel(e.stream, e.entry_id)
-        released: dict[str, list[float]] = {}
-        for e, n in zip(entries, pipe.execute()[0::2]):
-            if n and e.job is not None:
-                tally = released.setdefault(e.job.lane, [0, 0.0])
-                tally[0] += 1
-                tally[1] += e.job.est_s
-        for lane, (count, seconds) in released.items():
-            self.broker.send(Script(RELEASE, [self.broker.keys.backlog(lane)], [int(count), round(seconds, 3)]))
+            argv += [e.entry_id, self.broker.keys.backlog(e.job.lane) if e.job is not None else "", e.job.est_s if e.job else 0]
+        self.broker.send(Script(ACK, [e.stream for e in entries], argv))
 
     def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
         """Entries another consumer took and left idle (it died): take them over, with delivery counts."""
@@ -156,3 +156,8 @@ class RedisConsumer:
                     self.r.xgroup_delconsumer(stream, GROUP, self.name)
             except redis.RedisError:
                 pass
+
+
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    """A stream entry's fields as a script returns them (a flat list) -> a dict, as redis-py gives XREAD's."""
+    return dict(zip(flat[0::2], flat[1::2]))

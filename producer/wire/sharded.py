@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from producer.wire.broker import Broker, Op, PieceReply, SegmentEnd, advance
+from producer.wire.broker import Broker, FrameClaim, Op, Piece, PieceReply, advance
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.sharded_consumer import ShardedConsumer, untag
 from producer.wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
@@ -184,19 +184,26 @@ class ShardedBroker:
     def job_states(self, job_ids: Sequence[str]) -> list[str]:
         return self._gather(job_ids, job_ids, lambda broker, ids: broker.job_states(ids))
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
-        out: dict[str, tuple[Any, Any]] = {}
+    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
+                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
+        items = list(zip(job_ids, startable, claimed))
+        return self._gather(items, job_ids, lambda broker, part: broker.start_segments(
+            [i[0] for i in part], worker, [i[1] for i in part], [i[2] for i in part]))
+
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
+        out: dict[str, tuple[Any, Any, str]] = {}
         for shard, positions in self._by_shard(job_ids).items():
             out.update(self.shards[shard].playback_clocks([job_ids[p] for p in positions]))
         return out
 
-    def claim_frames(self, job_id: str, seg: int, attempt: str, frames: bytes, ttl_s: int) -> tuple[bool, str, bytes, int]:
-        return self.of(job_id).claim_frames(job_id, seg, attempt, frames, ttl_s)
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+        return self._gather(claims, [c.job_id for c in claims], lambda broker, part: broker.claim_frames(part, ttl_s))
 
-    def publish_piece(self, job_id: str, seg: int, chunks: Sequence[Mapping[str, Any]], *, piece: int, seconds: float,
-                      end: SegmentEnd | None, maxlen: int, ttl_s: int, admission: Admission | None) -> PieceReply:
-        return self.of(job_id).publish_piece(job_id, seg, chunks, piece=piece, seconds=seconds, end=end, maxlen=maxlen,
-                                             ttl_s=ttl_s, admission=admission)
+    def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
+        """One round trip per shard the pieces' jobs live on (a window step's pieces of one job stay in order: they
+        go to one shard, in one call)."""
+        return self._gather(pieces, [p.job_id for p in pieces],
+                            lambda broker, part: broker.publish_pieces(part, maxlen=maxlen, ttl_s=ttl_s))
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         """Every shard's due segments (a sweep of each; a shard that fails does not keep the others from theirs: its
@@ -222,18 +229,13 @@ class ShardedBroker:
         shard, stream = untag(str(record["stream"]))
         self.shards[shard].dead_letter({**record, "stream": stream})
 
-    def job_parts(self, job_id: str) -> dict[int, bytes]:
-        return self.of(job_id).job_parts(job_id)
-
-    def job_words(self, job_id: str, total: int) -> tuple[dict[int, Any], list[int]]:
-        return self.of(job_id).job_words(job_id, total)
+    def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
+        return self.of(job_id).job_output(job_id)
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 **status: Any) -> int:
-        return self.of(job_id).finalize(job_id, state, final_info, maxlen=maxlen, ttl_s=ttl_s, **status)
-
-    def drop_job_work(self, job_id: str) -> None:
-        self.of(job_id).drop_job_work(job_id)
+                 drop_work: bool = False, **status: Any) -> int:
+        return self.of(job_id).finalize(job_id, state, final_info, maxlen=maxlen, ttl_s=ttl_s, drop_work=drop_work,
+                                        **status)
 
     # -- admin: every shard's, added up ---------------------------------------------------------------------
     def queue_snapshot(self, n_buckets: int, *, dead_letters: int = 0) -> QueueSnapshot:

@@ -2,7 +2,7 @@
 
 What `ttsfarm status` draws, what a worker's metrics endpoint exposes as gauges at scrape time (the lag is what
 KEDA scales the workers on) and what an autoscaler or a dashboard asks: each lane's backlog counters (kept by
-``lua.ADMIT`` and ``lua.RELEASE``), each bucket stream's length, lag (entries not yet delivered to the
+``lua.ADMIT`` and ``lua.ACK``), each bucket stream's length, lag (entries not yet delivered to the
 workers' group), pending count (claimed, not acked) and consumers, and the dead-letter stream's length and
 newest entries.
 """

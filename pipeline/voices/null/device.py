@@ -1,0 +1,150 @@
+"""A device made of sleeps, calibrated from measured stage times, so a CPU host can stand in for a GPU worker.
+
+One lock per stage, held for the call's time: a stage's calls run one at a time (as one session's kernels queue
+on one stream), while an acoustic call and a vocoder call may overlap. The time of a call is the profile's for
+its padded batch: rows rounded up to the next of the CUDA batch sizes and widths to their multiple, as the
+CUDA stages pad (``pipeline.voices.gpu.ShapePolicy``).
+
+``h200`` comes from the H200 sweep (docs/BENCHMARKS.md, "GPU", second run: the precisions served on CUDA, FP32
+acoustic and FP16 vocoder, items of the bench's English workload, about 1.87 s of speech, ~76 ids and ~161
+frames each):
+
+* acoustic: 11.70 ms at batch 1, 11.95 ms at batch 8 (and 13.81 / 13.31 = 1.04 x that at batch 16 in the first
+  run): launch-bound, flat in the batch. Eight items take no longer than one, so neither does one item eight
+  times longer: the time grows only past 16 reference items' worth of ids (rows x width > 16 x 76).
+* vocoder: 1.17 ms at batch 1 and 3.15 ms at batch 8 of 161-frame items, taken as linear in the padded frames
+  (0.887 ms + 1.757 us per frame; the FP32 rows at batch 1/2/4/8/16 fit such a line within 10 %).
+
+``h200_chained`` is ``h200`` scaled by 1.61 so that a batch of 8 reference items through both stages takes the
+24.25 ms that the raw batched ceiling measured for joe (stages chained in-process, host glue included: 618 speech
+s/s) instead of the sweep's 11.95 + 3.15 ms: the real calls' own host work (input staging, output copies, the
+acoustic graph's nodes that run on the CPU) counted as device time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from bisect import bisect_left
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.voices.gpu import ShapePolicy
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Milliseconds per stage call as a function of the padded batch."""
+
+    acoustic_ms: tuple[tuple[int, float], ...] = ()  # (rows, ms) measured at the reference width, interpolated
+    acoustic_ref_ids: int = 76
+    vocoder_base_ms: float = 0.0
+    vocoder_ms_per_frame: float = 0.0
+
+    def acoustic(self, rows: int, width: int) -> float:
+        if not self.acoustic_ms:
+            return 0.0
+        points = self.acoustic_ms
+        sizes = [b for b, _ in points]
+        i = bisect_left(sizes, rows)
+        if i == 0:
+            ms = points[0][1]
+        elif i >= len(points):
+            ms = points[-1][1]
+        else:
+            (b0, m0), (b1, m1) = points[i - 1], points[i]
+            ms = m0 + (m1 - m0) * (rows - b0) / (b1 - b0)
+        return ms * max(1.0, rows * width / (sizes[-1] * self.acoustic_ref_ids))
+
+    def vocoder(self, rows: int, width: int) -> float:
+        if not self.vocoder_base_ms and not self.vocoder_ms_per_frame:
+            return 0.0
+        return self.vocoder_base_ms + self.vocoder_ms_per_frame * rows * width
+
+
+CHAINED = 24.25 / (11.95 + 3.15)
+PROFILES: dict[str, Profile] = {
+    "h200": Profile(acoustic_ms=((1, 11.70), (8, 11.95), (16, 12.43)), acoustic_ref_ids=76,
+                    vocoder_base_ms=0.887, vocoder_ms_per_frame=0.001757),
+    "h200_chained": Profile(acoustic_ms=((1, 11.70 * CHAINED), (8, 11.95 * CHAINED), (16, 12.43 * CHAINED)),
+                            acoustic_ref_ids=76, vocoder_base_ms=0.887 * CHAINED, vocoder_ms_per_frame=0.001757 * CHAINED),
+    "none": Profile(),
+}
+
+
+class FakeDevice:
+    """The process's fake device of one profile (``device(name)``): stage locks, and busy time counted."""
+
+    def __init__(self, profile: Profile, shapes: ShapePolicy | None = None) -> None:
+        self.profile = profile
+        self.shapes = shapes or ShapePolicy()
+        self._locks = {"acoustic": threading.Lock(), "vocoder": threading.Lock()}
+        self._count = threading.Lock()
+        self._active = 0
+        self._since = 0.0
+        self.busy_s = 0.0  # time at least one stage was busy
+        self.stage_s = {"acoustic": 0.0, "vocoder": 0.0}
+        self.calls = {"acoustic": 0, "vocoder": 0}
+        self._writer: threading.Thread | None = None
+
+    def run(self, stage: str, rows: int, width: int) -> None:
+        """One call of ``stage`` on ``rows`` items padded to ``width`` (ids or frames)."""
+        rows, width = self.shapes.batch(rows), self.shapes.width(width)
+        seconds = getattr(self.profile, stage)(rows, width) / 1000
+        with self._locks[stage]:
+            self._enter()
+            start = time.perf_counter()
+            if seconds > 0:
+                time.sleep(seconds)
+            took = time.perf_counter() - start
+            self._leave(stage, took)
+
+    def _enter(self) -> None:
+        with self._count:
+            if self._active == 0:
+                self._since = time.perf_counter()
+            self._active += 1
+
+    def _leave(self, stage: str, took: float) -> None:
+        with self._count:
+            self._active -= 1
+            if self._active == 0:
+                self.busy_s += time.perf_counter() - self._since
+            self.stage_s[stage] += took
+            self.calls[stage] += 1
+
+    def snapshot(self) -> dict[str, object]:
+        with self._count:
+            busy = self.busy_s + (time.perf_counter() - self._since if self._active else 0.0)
+            return {"busy_s": busy, "stage_s": dict(self.stage_s), "calls": dict(self.calls), "clock": time.perf_counter(),
+                    "wall": time.time()}
+
+    def report_to(self, path: Path, every_s: float = 0.1) -> None:
+        """Write ``snapshot()`` as JSON to ``path`` every ``every_s`` (for a bench outside this process)."""
+        if self._writer is not None:
+            return
+
+        def write() -> None:
+            while True:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(self.snapshot()))
+                tmp.replace(path)
+                time.sleep(every_s)
+
+        self._writer = threading.Thread(target=write, name="null-device-stats", daemon=True)
+        self._writer.start()
+
+
+_DEVICES: dict[str, FakeDevice] = {}
+_DEVICES_LOCK = threading.Lock()
+
+
+def device(name: str, shapes: ShapePolicy | None = None) -> FakeDevice:
+    """The process's one fake device of profile ``name`` (every voice and bank of the process shares it)."""
+    if name not in PROFILES:
+        raise KeyError(name)
+    with _DEVICES_LOCK:
+        if name not in _DEVICES:
+            _DEVICES[name] = FakeDevice(PROFILES[name], shapes)
+        return _DEVICES[name]

@@ -1,0 +1,149 @@
+"""Redis work per segment and per idle second, counted (not timed), so a change that adds commands or round trips
+to the worker's path fails here. One real worker (``celery -A scripts.bench_host_worker worker``: the farm's worker
+with its round trips counted) on a private redis-server drains a backlog submitted before it starts, serving the null
+voice (the real English frontend and stage shapes, no model cost: ``pipeline/voices/null``). Commands are Redis's
+own count (``INFO commandstats``; a script's inner commands count as Redis counts them); round trips the worker's
+(``scripts/round_trips.py``). ``scripts/bench_host.py`` measures the same path at scale (docs/BENCHMARKS.md).
+
+Per segment counts what a worker draining the backlog sent, less what a worker's start costs and what it does by the
+clock (sweeps, reclaims, heartbeats: the idle rate over the drain's time), both measured first on a worker of the
+empty farm; so a slow drain on a busy machine does not count more. The ceilings are today's counts with a little room
+for what timing moves (how the two loops split a batch, steps that find nothing new); lower them when a change brings
+the counts down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bench.load import PARAGRAPHS_EN, SHORT_EN
+from producer.local import RedisServer, WorkerProcess
+from producer.wire.keys import Keys
+from producer.wire.settings import load_settings
+from scripts.bench_host import NULL_VOICE, config_dir, counters_delta, fresh_record, redis_counters
+
+pytestmark = pytest.mark.slow
+
+# ceilings (today's counts, measured 2026-12-01 on this scenario, plus room for timing)
+MAX_COMMANDS_PER_SEGMENT = 42.0  # measured 37.7-37.9 (main before issue 23: 50.1)
+MAX_ROUND_TRIPS_PER_SEGMENT = 5.0  # 4.0-4.1 (11.0)
+MAX_IDLE_COMMANDS_PER_S = 22.0  # 15.1-17.8 (76)
+MAX_IDLE_ROUND_TRIPS_PER_S = 16.0  # 11-13.5 (33)
+
+PREFIX = "counts"
+
+
+def start_worker(env: dict[str, str], trips: Path, work_dir: Path, r: redis.Redis, keys: Keys,
+                 own: Counter[str]) -> tuple[WorkerProcess, float]:
+    """A counted worker, and when its heartbeat first said serving (the bench's heartbeat reads go into ``own``)."""
+    worker = WorkerProcess(f"counts-{time.time_ns()}@test", {**env, "TTSFARM_BENCH_ROUND_TRIPS": str(trips)},
+                           log_path=work_dir / f"worker-{trips.stem}.log", app="scripts.bench_host_worker").start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert worker.proc is not None and worker.proc.poll() is None, "the worker exited"
+        own["hgetall"] += 1
+        beats = r.hgetall(keys.workers())
+        if any(k.decode().startswith(worker.name + ":") and b'"serving"' in v for k, v in beats.items()):
+            return worker, time.time()
+        time.sleep(0.01)
+    raise TimeoutError("worker not serving")
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two workers one after the other on one private Redis: the first on the empty farm (what starting costs, then
+    what idling costs per second), the second draining the backlog submitted between them; the drain's counts less
+    the first's start and its idle rate over the drain's time are the work the segments cost."""
+    work_dir = tmp_path_factory.mktemp("counts")
+    server = RedisServer().start()
+    workers: list[WorkerProcess] = []
+    try:
+        env = {"TTSFARM_CONFIG_DIR": str(config_dir(work_dir, "none", work_dir / "device.json", 8)),
+               "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX, "TTSFARM_STORAGE_BACKEND": "local",
+               "TTSFARM_STORAGE_LOCAL_DIR": str(work_dir / "storage"), "TTSFARM_RUNTIME_DEVICE": "cpu",
+               "TTSFARM_QUEUE_MAX_BATCH_CPU": "8", "TTSFARM_QUEUE_INFERENCE_THREADS": "2"}
+        r = redis.Redis.from_url(server.url)
+        keys = Keys(PREFIX)
+
+        # 1. a worker on the empty farm: its start (to a second after serving), then 3 s idle
+        own: Counter[str] = Counter()
+        a0 = redis_counters(r)
+        first, serving = start_worker(env, work_dir / "a.json", work_dir, r, keys, own)
+        workers.append(first)
+        time.sleep(1.0)
+        a1, rt_a1 = redis_counters(r), fresh_record(work_dir / "a.json", time.time())
+        time.sleep(3.0)
+        a2, rt_a2 = redis_counters(r), fresh_record(work_dir / "a.json", time.time())
+        idle = counters_delta(a1, a2, Counter())
+        idle_rate = {k: v / idle["wall_s"] for k, v in idle["calls"].items()}
+        idle_trips = (rt_a2["round_trips"] - rt_a1["round_trips"]) / (rt_a2["wall"] - rt_a1["wall"])
+        started = counters_delta(a0, a1, own)
+        start_calls = {k: v - idle_rate.get(k, 0.0) * (a1["t"] - serving) for k, v in started["calls"].items()}
+        start_trips = rt_a1["round_trips"] - idle_trips * (rt_a1["wall"] - serving)
+        first.stop(timeout=30)
+
+        # 2. the backlog, then a worker that drains it
+        settings = load_settings(env=env)
+        from producer.client import Client
+
+        jobs = []
+        with Client.from_url(settings=settings) as client:
+            for text in [*SHORT_EN[:16], *SHORT_EN[:16]]:
+                jobs.append(client.submit(text, voice=NULL_VOICE, lane="interactive", format="wav"))
+            for text in PARAGRAPHS_EN[:4]:
+                jobs.append(client.submit(text, voice=NULL_VOICE, lane="bulk", format="wav"))
+        own = Counter()
+        b0 = redis_counters(r)
+        second, serving = start_worker(env, work_dir / "b.json", work_dir, r, keys, own)
+        workers.append(second)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            own["hget"] += 2
+            if all(float(r.hget(keys.backlog(lane), "n") or 0) <= 0 for lane in ("interactive", "bulk")):
+                break
+        b1, rt_b1 = redis_counters(r), fresh_record(work_dir / "b.json", time.time())
+        drain = counters_delta(b0, b1, own)
+        # what the worker does by the clock (sweeps, reclaims, heartbeats) at the idle rate over the drain's time:
+        # a slow drain on a busy machine would otherwise count more of it per segment
+        work = {k: v - start_calls.get(k, 0.0) - idle_rate.get(k, 0.0) * (b1["t"] - serving) for k, v in drain["calls"].items()}
+        trips = rt_b1["round_trips"] - start_trips - idle_trips * (rt_b1["wall"] - serving)
+        states = [r.hget(keys.status(j.id), "state") for j in jobs]
+        return {"segments": sum(j.total for j in jobs), "jobs": len(jobs), "states": states, "work": work,
+                "round_trips": trips, "idle": idle, "idle_round_trips_per_s": idle_trips,
+                "start_commands": sum(start_calls.values()), "log": work_dir / "worker-b.log"}
+    finally:
+        for w in workers:
+            w.stop(timeout=30)
+        server.stop()
+
+
+def test_backlog_drained(counted: dict[str, Any]) -> None:
+    assert counted["states"] == [b"done"] * counted["jobs"], counted["log"].read_text()[-3000:]
+    assert counted["segments"] > counted["jobs"]  # the paragraphs are several segments each
+
+
+def test_redis_commands_and_round_trips_per_segment(counted: dict[str, Any]) -> None:
+    n = counted["segments"]
+    per_segment = sum(counted["work"].values()) / n
+    trips = counted["round_trips"] / n
+    detail = {k: round(v / n, 2) for k, v in counted["work"].items() if v / n >= 0.01}
+    print(f"\n{n} segments: {per_segment:.1f} commands, {trips:.1f} round trips per segment (a worker's start: "
+          f"{counted['start_commands']:.0f} commands, taken out); {detail}")
+    assert per_segment <= MAX_COMMANDS_PER_SEGMENT, detail
+    assert trips <= MAX_ROUND_TRIPS_PER_SEGMENT
+
+
+def test_idle_worker_costs_redis_little(counted: dict[str, Any]) -> None:
+    idle = counted["idle"]
+    per_s = idle["commands"] / idle["wall_s"]
+    detail = {k: round(v / idle["wall_s"], 1) for k, v in idle["calls"].items()}
+    print(f"\nidle: {per_s:.1f} commands/s, {counted['idle_round_trips_per_s']:.1f} round trips/s; {detail}")
+    assert per_s <= MAX_IDLE_COMMANDS_PER_S, detail
+    assert counted["idle_round_trips_per_s"] <= MAX_IDLE_ROUND_TRIPS_PER_S
