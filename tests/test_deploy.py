@@ -383,7 +383,7 @@ def test_compose_sentinel_file_matches_the_spec_and_wires_the_group() -> None:
     sentinels = [name for name in over["services"] if name.startswith("sentinel-")]
     assert len(sentinels) == 3 and "redis-replica" in over["services"]
     assert "--replicaof redis 6379" in " ".join(over["services"]["redis-replica"]["command"])
-    for name in ("worker", "worker-gpu", "flower"):
+    for name in _farm_services():
         env = {**services[name].get("environment", {}), **over["services"][name]["environment"]}
         settings = load_settings(env={k: v for k, v in env.items() if k.startswith("TTSFARM_")})
         parsed = SentinelUrl.parse(settings.redis.url)
@@ -412,3 +412,74 @@ def test_grpc_front_end_is_deployed_on_rivas_port() -> None:
     (port,) = k8s_svc["spec"]["ports"]
     assert port["port"] == grpc_port and port["targetPort"] == "grpc" and port["appProtocol"] == "grpc"
     assert "grpcfront" in _dockerfile("Dockerfile.cpu").content and "pip install .[grpc]" in _dockerfile("Dockerfile.cpu").content
+
+
+def _farm_services() -> list[str]:
+    """The base compose services that reach the farm's Redis (those that carry the farm's settings)."""
+    return [name for name, svc in _compose()["services"].items()
+            if isinstance(svc.get("environment"), dict) and "TTSFARM_REDIS_URL" in svc["environment"]]
+
+
+def test_compose_shards_file_matches_the_spec_and_gives_every_farm_service_the_nodes() -> None:
+    from producer.wire.sharded import ShardedBroker, broker_from_settings
+
+    over = yaml.safe_load((DEPLOY / "docker-compose.shards.yml").read_text())
+    errors = sorted(_validator(DATA / "compose-spec" / "compose-spec.json").iter_errors(over), key=str)
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+    nodes = sorted(name for name in over["services"] if name.startswith("redis-shard-"))
+    assert nodes == ["redis-shard-1", "redis-shard-2"]
+    base = _compose()["services"]
+    assert set(_farm_services()) >= {"worker", "grpc", "flower"}
+    for name in _farm_services():  # every service that reaches Redis reaches all three nodes
+        env = {**base[name]["environment"], **over["services"][name]["environment"]}
+        settings = load_settings(env={k: v for k, v in env.items() if k.startswith("TTSFARM_")})
+        assert [u.split("@")[1].split(":")[0] for u in settings.redis.shards] == nodes, name
+        assert isinstance(broker_from_settings(settings.redis), ShardedBroker)
+    for node in nodes:
+        assert "--appendonly yes" in " ".join(over["services"][node]["command"])
+
+
+def _shards_k8s() -> dict[str, list[dict[str, Any]]]:
+    return {p.name: _docs(p) for p in sorted((DEPLOY / "k8s" / "shards").glob("*.yaml"))}
+
+
+def test_shards_overlay_matches_the_schemas_and_scales_on_every_shard() -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (test extra)")
+    files = _shards_k8s()
+    (kust,) = files["kustomization.yaml"]
+    assert kust["resources"][0] == "../" and all((DEPLOY / "k8s" / "shards" / r).exists() for r in kust["resources"])
+    assert {p["path"] for p in kust["patches"]} == {"settings-patch.yaml", "keda-patch.yaml"}
+    docs = {d["kind"]: d for d in files["redis-shards.yaml"]}
+    for doc in docs.values():
+        kv.validate(doc, K8S_VERSION, strict=True)
+    sts, svc = docs["StatefulSet"], docs["Service"]
+    assert sts["spec"]["serviceName"] == svc["metadata"]["name"] and svc["spec"]["clusterIP"] == "None"
+    # the shard URLs of the Secret example name the StatefulSet's pods, one each, after the base's Redis
+    text = (DEPLOY / "k8s" / "secret.example.yaml").read_text()
+    (shards,) = re.findall(r'# TTSFARM_REDIS_SHARDS: "([^"]+)"', text)
+    settings = load_settings(env={"TTSFARM_REDIS_URL": "redis://:x@redis.ttsfarm.svc.cluster.local:6379/0",
+                                  "TTSFARM_REDIS_SHARDS": shards})
+    pods = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.ttsfarm.svc.cluster.local"
+            for i in range(sts["spec"]["replicas"])]
+    assert [u.split("@")[1].split(":")[0] for u in settings.redis.shards] == pods
+    # KEDA: every base trigger once per shard, at the base's count divided by the shards
+    (settings_patch,) = files["settings-patch.yaml"]
+    addresses = {"REDIS_ADDRESS": _one("ConfigMap", "ttsfarm-settings")["data"]["REDIS_ADDRESS"], **settings_patch["data"]}
+    assert sorted(a.split(":")[0] for k, a in addresses.items() if k != "REDIS_ADDRESS") == pods
+    (patch,) = files["keda-patch.yaml"]
+    n = 1 + len(pods)
+    base = _one("ScaledObject")["spec"]["triggers"]
+    by_address: dict[str, list[dict[str, Any]]] = {}
+    for t in patch["spec"]["triggers"]:
+        by_address.setdefault(t["metadata"]["addressFromEnv"], []).append(t)
+    assert sorted(by_address) == sorted(addresses)
+    for triggers in by_address.values():
+        assert sorted(t["metadata"]["stream"] for t in triggers) == sorted(t["metadata"]["stream"] for t in base)
+        for t, b in zip(sorted(triggers, key=lambda t: t["metadata"]["stream"]), sorted(base, key=lambda t: t["metadata"]["stream"])):
+            for key in ("lagCount", "streamLength"):
+                if key in b["metadata"]:
+                    assert int(t["metadata"][key]) == max(1, round(int(b["metadata"][key]) / n)), (t, key)
+    merged = json.loads(json.dumps(_one("ScaledObject")))
+    merged["spec"]["triggers"] = patch["spec"]["triggers"]
+    errors = list(_validator(DATA / "keda" / "scaledobject.schema.json").iter_errors(merged))
+    assert not errors, "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
