@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 MAX_COMMANDS_PER_SEGMENT = 42.0  # measured 37.7-37.9 (main before issue 23: 50.1)
 MAX_ROUND_TRIPS_PER_SEGMENT = 5.0  # 4.0-4.1 (11.0)
 MAX_IDLE_COMMANDS_PER_S = 22.0  # 15.1-17.8 (76)
-MAX_IDLE_ROUND_TRIPS_PER_S = 16.0  # 11-13.5 (33)
+MAX_IDLE_ROUND_TRIPS_PER_S = 19.0  # 10.8-14.8 (33)
 
 PREFIX = "counts"
 
