@@ -20,6 +20,7 @@ from producer.wire.errors import BrokerError
 from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.settings import Settings
+from workers.allocator import HeapTuning
 from workers.events import JobEvents
 from workers.layout import resolve_loops
 from workers.context import LoopContext, LoopHooks
@@ -71,6 +72,7 @@ class FarmWorker:
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s,
                                    admission=self.admission)
         self.events = events or JobEvents(None, hostname, enabled=False)
+        self.heap = HeapTuning.of(settings.runtime)
         self.hooks = LoopHooks()  # empty: only tests add to it (workers.step.farm_created, tests/fault_worker.py)
         self.metrics = metrics or WorkerMetrics(enabled=False)
         self.last_beat = 0.0
@@ -116,6 +118,7 @@ class FarmWorker:
 
     def start(self) -> None:
         self.stopping.clear()
+        self.heap.apply()  # before the voices load and the loops start: every heap is made under the options
         self.metrics.serve(self)
         t = threading.Thread(target=self._run, name="ttsfarm-main", daemon=True)
         t.start()
@@ -173,6 +176,7 @@ class FarmWorker:
     def _heartbeat_until_stopped(self) -> None:
         while not self.stopping.is_set():
             self.heartbeat()
+            self.heap.tick()
             self.stopping.wait(HEARTBEAT_S)
         self.heartbeat(state="stopped")
 
@@ -187,6 +191,7 @@ class FarmWorker:
         info.update(self.metrics.heartbeat_fields(sum(loop.segments for loop in self.loops)) or {})
         info["voice_info"] = self.bank.describe()
         info["loops"] = [loop.describe() for loop in self.loops]
+        info["heap"] = self.heap.describe()
         try:
             self.broker.write_heartbeat(self.hostname, os.getpid(), info)
         except BrokerError as exc:
