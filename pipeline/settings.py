@@ -79,18 +79,9 @@ class RuntimeSettings:
     back, and two-stage voices with windowed vocoding see a new shape every window: worker RSS only grows. Off,
     tensors come from the C allocator, which a worker trims (``malloc_trim_every_s``; docs/BENCHMARKS.md,
     "Worker RSS flat")."""
-    malloc_arena_max: int = 0
-    """glibc malloc on a worker (set with ``mallopt`` at start, workers/allocator.py): the most malloc arenas, so
-    the inference loops' threads share a few heaps instead of growing one each; 0: glibc's default (8 per core)."""
-    malloc_mmap_threshold_kb: int = 0
-    """glibc malloc on a worker: blocks from this size (KiB) up get their own mapping, given back when freed; a
-    fixed value also stops glibc raising the threshold after each large free. 0: glibc's dynamic threshold."""
-    malloc_trim_threshold_kb: int = 0
-    """glibc malloc on a worker: free memory at a heap's top beyond this (KiB) goes back to the OS at once;
-    0: glibc's default (twice the mmap threshold)."""
     malloc_trim_every_s: float = 10.0
-    """A worker calls ``malloc_trim(0)`` this often (seconds): free pages inside glibc's heaps go back to the OS
-    too. 0: never."""
+    """A worker calls glibc's ``malloc_trim(0)`` this often (seconds, workers/allocator.py): memory freed inside
+    the C heaps goes back to the OS, so RSS follows what is in use. 0: never."""
     allow_spinning: bool = True
     """Intra-op threads spin while they wait for work: lower latency, busier cores."""
     cuda_device_id: int = 0

@@ -20,7 +20,7 @@ from producer.wire.errors import BrokerError
 from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.settings import Settings
-from workers.allocator import HeapTuning
+from workers.allocator import HeapTrim
 from workers.events import JobEvents
 from workers.layout import resolve_loops
 from workers.context import LoopContext, LoopHooks
@@ -72,7 +72,7 @@ class FarmWorker:
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s,
                                    admission=self.admission)
         self.events = events or JobEvents(None, hostname, enabled=False)
-        self.heap = HeapTuning.of(settings.runtime)
+        self.heap = HeapTrim.of(settings.runtime.malloc_trim_every_s)
         self.hooks = LoopHooks()  # empty: only tests add to it (workers.step.farm_created, tests/fault_worker.py)
         self.metrics = metrics or WorkerMetrics(enabled=False)
         self.last_beat = 0.0
@@ -118,7 +118,6 @@ class FarmWorker:
 
     def start(self) -> None:
         self.stopping.clear()
-        self.heap.apply()  # before the voices load and the loops start: every heap is made under the options
         self.metrics.serve(self)
         t = threading.Thread(target=self._run, name="ttsfarm-main", daemon=True)
         t.start()
