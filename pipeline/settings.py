@@ -74,11 +74,11 @@ class RuntimeSettings:
     """Threads that run independent graph nodes at once (onnxruntime's inter-op pool)."""
     graph_optimization: str = "all"
     """onnxruntime's graph optimization level: ``disable``, ``basic``, ``extended`` or ``all``."""
-    cpu_mem_arena: bool = False
-    """onnxruntime's CPU memory arena. On, it keeps a block for every tensor shape it has seen and never gives one
-    back, and two-stage voices with windowed vocoding see a new shape every window: worker RSS only grows. Off,
-    tensors come from the C allocator, which a worker trims (``malloc_trim_every_s``; docs/BENCHMARKS.md,
-    "Worker RSS flat")."""
+    cpu_mem_arena: bool = True
+    """onnxruntime's CPU memory arena. On, allocation is fast (off cost 13 % of the farm's throughput), but it keeps
+    a block for every tensor shape it has seen and never gives one back, and two-stage voices with windowed
+    vocoding see new shapes every window: worker RSS grows in steps. Off, memory comes from the C allocator and
+    the trim gives part of it back (docs/BENCHMARKS.md, "Worker RSS flat")."""
     malloc_trim_every_s: float = 10.0
     """A worker calls glibc's ``malloc_trim(0)`` this often (seconds, workers/allocator.py): memory freed inside
     the C heaps goes back to the OS, so RSS follows what is in use. 0: never."""

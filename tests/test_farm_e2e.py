@@ -171,10 +171,10 @@ def test_lone_job_starts_within_the_window(farm: Farm) -> None:
 
 
 def test_the_worker_gives_freed_heap_back_on_the_shipped_period(farm: Farm) -> None:
-    """The shipped memory settings (docs/BENCHMARKS.md, "Worker RSS flat"): onnxruntime's CPU arena off and the
-    worker's periodic ``malloc_trim``, seen in the heartbeat of a real worker process."""
+    """The worker's periodic ``malloc_trim``, on by default (docs/BENCHMARKS.md, "Worker RSS flat"), seen in the
+    heartbeat of a real worker process."""
     runtime = farm.settings.runtime
-    assert runtime.cpu_mem_arena is False and runtime.malloc_trim_every_s > 0
+    assert runtime.malloc_trim_every_s > 0
     farm.client().submit("Memory goes back to the system.", voice="joe").wait(timeout=60)
     broker = RedisBroker.from_url(farm.redis_url, keys=Keys(farm.prefix))
     deadline = time.monotonic() + 2 * runtime.malloc_trim_every_s + 10

@@ -1,11 +1,12 @@
 """A worker's C heap handed back to the OS: ``malloc_trim(0)`` every ``runtime.malloc_trim_every_s``.
 
-Two-stage voices with windowed vocoding run every acoustic pass and vocoder window at a length of its own, so
-with onnxruntime's CPU arena off (``runtime.cpu_mem_arena``) each batch asks the C allocator for buffers of new
-sizes. glibc keeps what is freed inside its heaps (it gives back only a heap's top, and a worker's threads each
-grow heaps of their own), so RSS creeps up job after job although the memory is free. ``malloc_trim(0)`` returns
-the free pages inside every heap too (docs/BENCHMARKS.md, "Worker RSS flat"). It is called from the heartbeat
-thread, which runs anyway, and needs nothing from how the worker was started (no ``LD_PRELOAD``, no ``MALLOC_*``).
+Two-stage voices with windowed vocoding run every acoustic pass and vocoder window at a length of its own, so a
+worker keeps asking the C allocator for buffers of new sizes: numpy's audio and frames always, onnxruntime's
+tensors too when its CPU arena is off (``runtime.cpu_mem_arena``). glibc keeps what is freed inside its heaps (it
+gives back only a heap's top, and the worker's threads each grow heaps of their own), so RSS creeps up although
+the memory is free. ``malloc_trim(0)`` returns the free pages inside every heap too (docs/BENCHMARKS.md, "Worker
+RSS flat"). It is called from the heartbeat thread, which runs anyway, and needs nothing from how the worker was
+started (no ``LD_PRELOAD``, no ``MALLOC_*`` variables).
 
 Off glibc (musl, macOS) there is no ``malloc_trim``: ``HeapTrim.of`` returns one that does nothing.
 """
