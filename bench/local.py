@@ -207,11 +207,15 @@ class LocalFarm:
                     "TTSFARM_STORAGE_BACKEND": "local", "TTSFARM_STORAGE_LOCAL_DIR": str(self.root / "storage"),
                     "TTSFARM_STORAGE_PREFIX": "ttsfarm", **self.env}
         self.env = full_env
-        for i in range(self.workers):
-            w = WorkerProcess(f"bench{i}-{os.getpid()}@local", full_env, log_path=self.root / f"worker{i}.log").start()
-            self.procs.append(w)
-        for w in self.procs:
-            w.wait_ready(self.server.url, self.prefix, timeout=timeout)
+        try:
+            for i in range(self.workers):
+                w = WorkerProcess(f"bench{i}-{os.getpid()}@local", full_env, log_path=self.root / f"worker{i}.log").start()
+                self.procs.append(w)
+            for w in self.procs:
+                w.wait_ready(self.server.url, self.prefix, timeout=timeout)
+        except BaseException:  # a worker that never served: nothing of this farm outlives the failed start
+            self.stop()
+            raise
         return self
 
     @property

@@ -75,8 +75,13 @@ class RuntimeSettings:
     graph_optimization: str = "all"
     """onnxruntime's graph optimization level: ``disable``, ``basic``, ``extended`` or ``all``."""
     cpu_mem_arena: bool = True
-    """onnxruntime's CPU memory arena: faster allocation; off, memory is given back after large batches
-    (docs/BENCHMARKS.md, the soak)."""
+    """onnxruntime's CPU memory arena. On, allocation is fast (off cost 13 % of the farm's throughput), but it keeps
+    a block for every tensor shape it has seen and never gives one back, and two-stage voices with windowed
+    vocoding see new shapes every window: worker RSS grows in steps. Off, memory comes from the C allocator and
+    the trim gives part of it back (docs/BENCHMARKS.md, "Worker RSS flat")."""
+    malloc_trim_every_s: float = 10.0
+    """A worker calls glibc's ``malloc_trim(0)`` this often (seconds, workers/allocator.py): memory freed inside
+    the C heaps goes back to the OS, so RSS follows what is in use. 0: never."""
     allow_spinning: bool = True
     """Intra-op threads spin while they wait for work: lower latency, busier cores."""
     cuda_device_id: int = 0

@@ -284,7 +284,7 @@ def stage_longrun(settings: Settings, args: argparse.Namespace) -> dict[str, Any
 
     ttl = args.longrun_ttl_s
     env = worker_env(threads=args.threads, precision="fp32", extra={"TTSFARM_QUEUE_JOB_TTL_S": str(ttl)})
-    farm = LocalFarm(workers=args.workers, env=env).start()
+    farm = LocalFarm(workers=args.workers, env=env).start(timeout=600)  # a busy machine loads voices slowly
     try:
         s = settings.replace(redis={"url": farm.url, "key_prefix": farm.prefix}, queue={"job_ttl_s": ttl})
         run_load(s, LoadSpec(mix="en_short", concurrency=2, duration_s=600, max_jobs=20, seed=8), storage_dir=farm.storage_dir)

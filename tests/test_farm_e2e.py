@@ -13,6 +13,7 @@ from pipeline.audio import from_pcm16, to_pcm16
 from pipeline.errors import NOTHING_TO_SPEAK, UNKNOWN_VOICE, UNSUPPORTED_FORMAT, InputError
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
+from producer.wire.broker import run_blocking
 from producer.wire.errors import JobNotFoundError
 from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
@@ -188,6 +189,24 @@ def test_lone_job_starts_within_the_window(farm: Farm) -> None:
     st = job.status()
     waited = st["started"] - st["created"]
     assert waited <= farm.settings.queue.window_ms / 1000 + 0.15, waited
+
+
+def test_the_worker_gives_freed_heap_back_on_the_shipped_period(farm: Farm) -> None:
+    """The worker's periodic ``malloc_trim``, on by default (docs/BENCHMARKS.md, "Worker RSS flat"), seen in the
+    heartbeat of a real worker process."""
+    runtime = farm.settings.runtime
+    assert runtime.malloc_trim_every_s > 0
+    farm.client().submit("Memory goes back to the system.", voice="joe").wait(timeout=60)
+    broker = RedisBroker.from_url(farm.redis_url, keys=Keys(farm.prefix))
+    deadline = time.monotonic() + 2 * runtime.malloc_trim_every_s + 10
+    while True:
+        beats = run_blocking(broker, broker.read_heartbeats())
+        heap = next(info["heap"] for info in beats.values() if info.get("state") == "serving")
+        if heap["trims"] >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert heap["glibc"] is True and heap["every_s"] == runtime.malloc_trim_every_s
+    assert heap["trims"] >= 1
 
 
 def test_cancelled_job_is_skipped(farm: Farm, redis_url: str) -> None:

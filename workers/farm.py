@@ -22,6 +22,7 @@ from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.sharded import broker_from_settings
 from producer.wire.settings import Settings
+from workers.allocator import HeapTrim
 from workers.events import JobEvents
 from workers.layout import resolve_loops
 from workers.context import Chores, LoopContext, LoopHooks
@@ -70,6 +71,7 @@ class FarmWorker:
                                    maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s,
                                    admission=self.admission)
         self.events = events or JobEvents(None, hostname, enabled=False)
+        self.heap = HeapTrim.of(settings.runtime.malloc_trim_every_s)
         self.hooks = LoopHooks()  # empty: only tests add to it (workers.step.farm_created, tests/fault_worker.py)
         self.metrics = metrics or WorkerMetrics(enabled=False)
         self.last_beat = 0.0
@@ -173,6 +175,7 @@ class FarmWorker:
     def _heartbeat_until_stopped(self) -> None:
         while not self.stopping.is_set():
             self.heartbeat()
+            self.heap.tick()
             self.stopping.wait(HEARTBEAT_S)
         self.heartbeat(state="stopped")
 
@@ -188,6 +191,7 @@ class FarmWorker:
         info["voice_info"] = self.bank.describe()
         info["loops"] = [loop.describe() for loop in self.loops]
         info["redis_master"], info["redis_failovers"] = self.broker.master(), self.broker.master_changes
+        info["heap"] = self.heap.describe()
         try:
             self.broker.write_heartbeat(self.hostname, os.getpid(), info)
         except BrokerError as exc:
