@@ -225,3 +225,22 @@ def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis
             client.submit("Hello there.", job_id="given-up-0001")
         assert 2.5 < time.monotonic() - started < 10  # it retried for about 3 s first
     assert err.value.code == "BACKEND_UNAVAILABLE" and err.value.detail["job_id"] == "given-up-0001"
+
+
+def test_a_segments_end_drops_the_pieces_of_an_abandoned_attempt(r: redis.Redis) -> None:
+    """A redo cut in other windows ends with fewer pieces than the attempt it replaces (a failover lost that attempt's
+    frames): the job's output is the redo's pieces alone, not the redo's with the old attempt's tail after it."""
+    from producer.wire.broker import Piece, SegmentEnd
+    from producer.wire.records import chunk_fields
+
+    broker = RedisBroker(r, Keys("stale"))
+    r.hset(broker.keys.status("stalejob"), mapping={"state": "running", "total": 1})
+
+    def piece(attempt: str, n: int, pcm: bytes, *, end: bool = False) -> Piece:
+        return Piece("stalejob", 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
+                     end=SegmentEnd("[]", "b#0", attempt) if end else None, total=1)
+
+    broker.publish_pieces([piece("old/1", n, b"o" * 4) for n in range(3)], maxlen=100, ttl_s=60)  # then it died
+    replies = broker.publish_pieces([piece("new/2", 0, b"n" * 6), piece("new/2", 1, b"m" * 6, end=True)], maxlen=100, ttl_s=60)
+    assert replies[-1].output is not None and replies[-1].output[0] == {0: b"n" * 6 + b"m" * 6}
+    assert broker.job_output("stalejob")[0] == {0: b"n" * 6 + b"m" * 6}

@@ -248,6 +248,12 @@ local function publish(k, at)
     status[#status + 1], status[#status + 2] = 'first_chunk', now
   end
   if ending == 1 then
+    -- this attempt's last piece: pieces past it are an abandoned attempt's (cut in other windows), not this audio
+    local stale = piece + 1
+    while redis.call('HEXISTS', KEYS[k + 2], seg .. ':' .. stale) == 1 do
+      redis.call('HDEL', KEYS[k + 2], seg .. ':' .. stale)
+      stale = stale + 1
+    end
     redis.call('HDEL', KEYS[k + 5], seg .. ':frames')  -- a book keeps only its segments in flight
     redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 1])
     redis.call('SADD', KEYS[k + 4], seg)
