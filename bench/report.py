@@ -144,15 +144,20 @@ def first_segment_path(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     done = [r for r in rows if r.get("loop") and r.get("first_chunk_ms") is not None]
     loops: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in done:
-        parts = str(r["loop"]).split(":")
-        loops[":".join(parts[1:3]) if len(parts) >= 3 else str(r["loop"])].append(r)
+        loops[_loop_of(r)].append(r)
     by_loop = {loop: {"jobs": len(group), **{part: pct(r.get(part) for r in group) for part in PARTS}}
                for loop, group in sorted(loops.items())}
     slow = sorted(done, key=lambda r: r["first_chunk_ms"])[int(len(done) * 0.95):]
     tail = {"jobs": len(slow), "first_chunk_ms": _mean(r["first_chunk_ms"] for r in slow),
             **{part: _mean(r.get(part) for r in slow) for part in PARTS},
-            "loops": dict(Counter(":".join(str(r["loop"]).split(":")[1:3]) for r in slow))}
+            "loops": dict(Counter(_loop_of(r) for r in slow))}
     return {"by_loop": by_loop, "tail": tail}
+
+
+def _loop_of(row: dict[str, Any]) -> str:
+    """``<pid>:<index>`` of the consumer name (``<host>:<pid>:<index>:<tag>``) that claimed a job's first segment."""
+    parts = str(row["loop"]).split(":")
+    return ":".join(parts[1:3]) if len(parts) >= 3 else str(row["loop"])
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
