@@ -227,20 +227,48 @@ def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis
     assert err.value.code == "BACKEND_UNAVAILABLE" and err.value.detail["job_id"] == "given-up-0001"
 
 
-def test_a_segments_end_drops_the_pieces_of_an_abandoned_attempt(r: redis.Redis) -> None:
-    """A redo cut in other windows ends with fewer pieces than the attempt it replaces (a failover lost that attempt's
-    frames): the job's output is the redo's pieces alone, not the redo's with the old attempt's tail after it."""
+def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False) -> Any:
     from producer.wire.broker import Piece, SegmentEnd
     from producer.wire.records import chunk_fields
 
+    return Piece(job_id, 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
+                 end=SegmentEnd("[]", "b#0", attempt) if end else None, total=1)
+
+
+def test_a_new_attempt_drops_the_pieces_of_an_abandoned_one(r: redis.Redis) -> None:
+    """A failover lost a streamed segment's claim but not its pieces: the redo claims anew, is cut in other windows
+    and ends with fewer pieces; the job's output is the redo's pieces alone, not the redo's with the old tail."""
+    from producer.wire.broker import FrameClaim
+
     broker = RedisBroker(r, Keys("stale"))
     r.hset(broker.keys.status("stalejob"), mapping={"state": "running", "total": 1})
-
-    def piece(attempt: str, n: int, pcm: bytes, *, end: bool = False) -> Piece:
-        return Piece("stalejob", 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
-                     end=SegmentEnd("[]", "b#0", attempt) if end else None, total=1)
-
-    broker.publish_pieces([piece("old/1", n, b"o" * 4) for n in range(3)], maxlen=100, ttl_s=60)  # then it died
-    replies = broker.publish_pieces([piece("new/2", 0, b"n" * 6), piece("new/2", 1, b"m" * 6, end=True)], maxlen=100, ttl_s=60)
+    assert broker.claim_frames([FrameClaim("stalejob", 0, "old/1", b"f1")], 60)[0][0]
+    broker.publish_pieces([_piece("stalejob", "old/1", n, b"o" * 4) for n in range(3)], maxlen=100, ttl_s=60)  # then it died
+    r.delete(broker.keys.frames("stalejob"))  # its claim lost with the old master
+    assert broker.claim_frames([FrameClaim("stalejob", 0, "new/2", b"f2")], 60)[0][:2] == (True, "new/2")
+    replies = broker.publish_pieces([_piece("stalejob", "new/2", 0, b"n" * 6), _piece("stalejob", "new/2", 1, b"m" * 6, end=True)],
+                                    maxlen=100, ttl_s=60)
     assert replies[-1].output is not None and replies[-1].output[0] == {0: b"n" * 6 + b"m" * 6}
     assert broker.job_output("stalejob")[0] == {0: b"n" * 6 + b"m" * 6}
+
+
+def test_a_repeated_piece_keeps_the_copy_readers_saw(r: redis.Redis) -> None:
+    """Two loops publish the same window of one attempt (a segment reclaimed while its first loop retried a step
+    through a failover): the redo's copy differs in rounding. Readers keep the first copy, and so does the job's
+    output; the repeat is not sent to readers again and the playback clock counts the audio once."""
+    from producer.reader import ResultsReader
+
+    broker = RedisBroker(r, Keys("again"))
+    status = broker.keys.status("againjob")
+    r.hset(status, mapping={"state": "running", "total": 1})
+    broker.publish_pieces([_piece("againjob", "a/1", 0, b"\x01\x00" * 3)], maxlen=100, ttl_s=60)
+    repeat = broker.publish_pieces([_piece("againjob", "a/1", 0, b"\xff\xff" * 3)], maxlen=100, ttl_s=60)
+    assert repeat[0].delivered_s == pytest.approx(0.1)
+    replies = broker.publish_pieces([_piece("againjob", "a/1", 1, b"\x02\x00" * 2, end=True)], maxlen=100, ttl_s=60)
+    stored = b"\x01\x00" * 3 + b"\x02\x00" * 2
+    assert replies[-1].output is not None and replies[-1].output[0] == {0: stored}
+    entries = r.xrange(broker.keys.results("againjob"))
+    assert len(entries) == 2 and float(r.hget(status, "delivered_s") or 0) == pytest.approx(0.2)
+    reader = ResultsReader(total=1, job_id="againjob")
+    heard = [c.pcm for entry_id, fields in entries for c in reader.feed(entry_id, fields)]
+    assert b"".join(heard) == stored

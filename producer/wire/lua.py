@@ -206,7 +206,7 @@ return {1, n + add_n, tostring(s + add_s)}
 
 # Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunks, its
 # PCM for the job's assembly (the chunks' pcm joined, in the parts hash under 'seg:piece': the audio is sent once), the
-# job's playback clock, and with the segment's end its words and its place in the done set; then
+# job's playback clock (a piece already there is a repeat: its first copy stays and its chunks are not sent again), and with the segment's end its words and its place in the done set; then
 # the job's next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per
 # piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
 # piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
@@ -225,22 +225,30 @@ local function publish(k, at)
   local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total')
   local first, delivered = st[1], ''
   local status = {}
+  local fresh, records = 0, {}
   if chunks > 0 then
     local pcm = {}
-    for _ = 1, chunks do
+    for c = 1, chunks do
       local width, fields = tonumber(ARGV[at]), {}
       for i = 1, width do fields[i] = ARGV[at + i] end
       for i = 1, width, 2 do
         if fields[i] == 'pcm' then pcm[#pcm + 1] = fields[i + 1] end
       end
-      redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+      records[c] = fields
       at = at + width + 1
     end
-    redis.call('HSET', KEYS[k + 2], seg .. ':' .. piece, table.concat(pcm))
+    -- the first copy of a piece stays: a repeat (a step retried after a lost reply, or a reclaimed segment redone
+    -- by its attempt) may differ in rounding, and readers keep the first copy they saw
+    fresh = redis.call('HSETNX', KEYS[k + 2], seg .. ':' .. piece, table.concat(pcm))
+  end
+  if fresh == 1 then
+    for _, fields in ipairs(records) do redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields)) end
     if not first then redis.call('EXPIRE', k_results, ttl) end  -- the job's first chunk made it (FINALIZE sets it again)
     -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
     delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', seconds)
     status[#status + 1], status[#status + 2] = 'windows:' .. seg, piece + 1
+  elseif chunks > 0 then
+    delivered = redis.call('HGET', k_status, 'delivered_s') or '0'
   end
   local ending, done, output = tonumber(ARGV[at]), 0, {0, {}, {}}
   if (chunks > 0 or ending == 1) and not first then
@@ -248,12 +256,6 @@ local function publish(k, at)
     status[#status + 1], status[#status + 2] = 'first_chunk', now
   end
   if ending == 1 then
-    -- this attempt's last piece: pieces past it are an abandoned attempt's (cut in other windows), not this audio
-    local stale = piece + 1
-    while redis.call('HEXISTS', KEYS[k + 2], seg .. ':' .. stale) == 1 do
-      redis.call('HDEL', KEYS[k + 2], seg .. ':' .. stale)
-      stale = stale + 1
-    end
     redis.call('HDEL', KEYS[k + 5], seg .. ':frames')  -- a book keeps only its segments in flight
     redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 1])
     redis.call('SADD', KEYS[k + 4], seg)
@@ -443,18 +445,22 @@ end
 return out
 """
 
-# A batch's streamed segments fix their attempts, one script for all. KEYS: per segment its job's frames hash and
-# status. ARGV: ttl, then per segment: seg, attempt, frames. The first attempt to stream a segment stores its tag and
-# acoustic frames and gets {1, its tag, '', 0}; a later one gets {0, that tag, those frames ('' once the segment was
-# published whole), windows published so far}. One such reply per segment.
+# A batch's streamed segments fix their attempts, one script for all. KEYS: per segment its job's frames hash,
+# status and pieces hash. ARGV: ttl, then per segment: seg, attempt, frames. The first attempt to stream a segment
+# stores its tag and acoustic frames and gets {1, its tag, '', 0}; pieces stored for the segment before it belong to an
+# attempt whose claim was lost (a failover) and go, so the new attempt's pieces are the segment's (PUBLISH_PIECES keeps
+# the first copy of a piece). A later attempt gets {0, that tag, those frames ('' once the segment was published
+# whole), windows published so far}. One such reply per segment.
 CLAIM_FRAMES = """
 local out = {}
-for i = 1, #KEYS / 2 do
-  local k_frames, k_status = KEYS[2 * i - 1], KEYS[2 * i]
+for i = 1, #KEYS / 3 do
+  local k_frames, k_status, k_pieces = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local seg, attempt = ARGV[3 * i - 1], ARGV[3 * i]
   if redis.call('HSETNX', k_frames, seg .. ':attempt', attempt) == 1 then
     redis.call('HSET', k_frames, seg .. ':frames', ARGV[3 * i + 1])
     redis.call('EXPIRE', k_frames, ARGV[1])
+    local stale = 0
+    while redis.call('HDEL', k_pieces, seg .. ':' .. stale) == 1 do stale = stale + 1 end
     out[i] = {1, attempt, '', 0}
   else
     out[i] = {0, redis.call('HGET', k_frames, seg .. ':attempt'), redis.call('HGET', k_frames, seg .. ':frames') or '',

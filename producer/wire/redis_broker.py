@@ -212,7 +212,7 @@ class RedisBroker:
     def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
         if not claims:
             return []
-        keys = [k for c in claims for k in (self.keys.frames(c.job_id), self.keys.status(c.job_id))]
+        keys = [k for c in claims for k in (self.keys.frames(c.job_id), self.keys.status(c.job_id), self.keys.parts(c.job_id))]
         argv: list[Any] = [ttl_s, *[x for c in claims for x in (str(c.seg), c.attempt, c.frames)]]
         replies = self.send(Script(CLAIM_FRAMES, keys, argv))
         return [(bool(int(won)), text_of(tag), c.frames if int(won) else bytes(stored or b""), int(windows or 0))
