@@ -31,6 +31,7 @@ from producer.wire.records import SegmentJob
 from producer.wire.settings import Settings, load_settings
 from workers.context import LoopContext, LoopHooks
 from workers.events import JobEvents
+from workers.finisher import Finisher
 from workers.loop import InferenceLoop
 from workers.metrics import WorkerMetrics
 from workers.publisher import Publisher
@@ -75,6 +76,8 @@ class StorelessBroker:
         self.keys = Keys("rules")
         self.pieces = 0
         self.published: list[str] = []  # the job of each piece, in order
+        self.audio: dict[str, bytes] = {}
+        self.finished: list[str] = []  # jobs ended (final record written)
 
     def consumer(self, name: str, streams: Sequence[str]) -> QueueConsumer:
         return QueueConsumer(name, streams)
@@ -98,7 +101,15 @@ class StorelessBroker:
     def publish_pieces(self, pieces: Sequence[Piece], **_: Any) -> list[PieceReply]:
         self.pieces += len(pieces)
         self.published += [p.job_id for p in pieces]
-        return [PieceReply(state="running") for _ in pieces]
+        for p in pieces:
+            self.audio[p.job_id] = self.audio.get(p.job_id, b"") + b"".join(bytes(c["pcm"]) for c in p.chunks)
+        # a one-segment job ends with its segment: the reply carries its output, as the store's does
+        return [PieceReply(state="running", done=p.total, total=p.total, output=({0: self.audio[p.job_id]}, {}))
+                if p.end is not None and p.total == 1 else PieceReply(state="running") for p in pieces]
+
+    def finalize(self, job_id: str, state: str, final_info: dict[str, Any], **_: Any) -> int:
+        self.finished.append(job_id)
+        return 1
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +137,15 @@ def settings(**extra: str) -> Settings:
 def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
     loops: list[InferenceLoop] = []
 
-    def make(**extra: str) -> InferenceLoop:
+    def make(storage: Any = None, **extra: str) -> InferenceLoop:
         s = settings(**extra)
         broker = StorelessBroker()
-        publisher = Publisher(broker, storage=None, chunk_ms=s.queue.chunk_ms,  # type: ignore[arg-type]
+        publisher = Publisher(broker, storage=storage, chunk_ms=s.queue.chunk_ms,  # type: ignore[arg-type]
                               maxlen=s.queue.results_maxlen, ttl_s=s.queue.job_ttl_s)
         ctx = LoopContext(s, "rules", broker, bank, bank, publisher, JobEvents(None, "rules", enabled=False),  # type: ignore[arg-type]
                           WorkerMetrics(enabled=False), threading.Event(), LoopHooks(), device_max_batch=lambda: 8,
-                          reserved_loop_free=lambda: False, shared_loop_serving_interactive=lambda: False)
+                          reserved_loop_free=lambda: False, shared_loop_serving_interactive=lambda: False,
+                          finisher=Finisher(s.queue.finisher_threads))
         loop = InferenceLoop(ctx, 0)
         assert isinstance(loop.scheduler, DeadlineScheduler)
         loops.append(loop)
@@ -142,6 +154,7 @@ def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
     yield make
     for loop in loops:
         loop.runner.close()
+        loop.ctx.finisher.close(timeout=10)
 
 
 def entry(loop: InferenceLoop, lane: str, text: str) -> tuple[Head, Entry]:
@@ -229,3 +242,59 @@ def test_a_callers_first_window_follows_its_acoustic_pass_with_nothing_between(m
                        format="wav", sample_rate=8000, lane="interactive", est_s=1.0)
     loop.runner.run([Entry(caller.stream, f"{int(time.time() * 1000)}-99", {}, later)], hold=loop.scheduler.held.append)
     assert broker.pieces == 1  # a later segment (its listener is playing) waits for its deadline like a book's
+
+
+# -- a finished job's end, off the loop ------------------------------------------------------------------------
+class GatedStorage:
+    """Local storage whose puts wait until the test opens the gate: an encoder or an S3 round trip that takes long."""
+
+    def __init__(self, root: Path) -> None:
+        from producer.wire.storage import LocalStorage
+
+        self.local, self.gate, self.waiting = LocalStorage(root), threading.Event(), threading.Event()
+
+    def put(self, key: str, data: bytes, content_type: str) -> str:
+        self.waiting.set()
+        assert self.gate.wait(30)
+        return self.local.put(key, data, content_type)
+
+
+@pytest.mark.parametrize("threads", [1, 0])
+def test_a_finished_job_is_stored_while_the_loop_goes_on(make_loop: Any, tmp_path: Path, threads: int) -> None:
+    """With a finisher (``queue.finisher_threads``) the loop runs its next segment while the last job's audio is
+    stored; the entry that ended the job is acked only once the job is stored and ended. Without one the loop
+    stores the job itself before it takes anything else."""
+    storage = GatedStorage(tmp_path / "store")
+    loop = make_loop(storage=storage, queue_finisher_threads=str(threads), streaming_windowed="false")
+    broker, consumer = loop.ctx.broker, loop.queue
+    first, second = entry(loop, "interactive", "The first job has one short sentence."), \
+        entry(loop, "interactive", "So has the second one.")
+    consumer.offered += [first, second]
+    stepping = threading.Thread(target=lambda: [loop.scheduler.step() for _ in range(2)], daemon=True)
+    stepping.start()
+    assert storage.waiting.wait(30)  # the first job's audio is being stored
+    stepping.join(3 if threads else 0.5)
+    if threads:
+        assert not stepping.is_alive() and broker.published == [first[1].job.job_id, second[1].job.job_id]
+        assert consumer.acked == [] and broker.finished == []  # not acked before it is stored and ended
+        assert loop.ctx.finisher.pending >= 1
+    else:
+        assert stepping.is_alive() and broker.published == [first[1].job.job_id]  # the loop waits for the storage
+    storage.gate.set()
+    stepping.join(30)
+    assert loop.ctx.finisher.close(timeout=30)
+    assert broker.finished == [first[1].job.job_id, second[1].job.job_id]
+    assert {e.job.job_id for e in consumer.acked} == {first[1].job.job_id, second[1].job.job_id}
+    assert (tmp_path / "store").exists() and loop.ctx.finisher.describe()["done"] == (2 if threads else 0)
+
+
+def test_a_full_finisher_hands_the_end_back_and_close_waits_for_the_pending() -> None:
+    finisher, gate, ran = Finisher(1), threading.Event(), []
+    assert finisher.take(lambda: (gate.wait(30), ran.append(1)))
+    assert finisher.take(lambda: ran.append(2))  # two places per thread
+    assert not finisher.take(lambda: ran.append(3))  # full: the loop runs this one itself
+    assert not finisher.close(timeout=0.2) and finisher.pending == 2
+    gate.set()
+    assert finisher.close(timeout=30) and ran == [1, 2]
+    assert finisher.describe() == {"threads": 1, "pending": 0, "done": 2, "inline": 1}
+    assert not Finisher(0).take(lambda: None)

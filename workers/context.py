@@ -20,6 +20,7 @@ from producer.wire.broker import Broker
 from producer.wire.records import SegmentJob
 from producer.wire.settings import Settings
 from workers.events import JobEvents
+from workers.finisher import Finisher
 from workers.metrics import WorkerMetrics
 from workers.publisher import Publisher
 
@@ -63,7 +64,8 @@ class Chores:
 class LoopContext:
     """The members of a worker process its loops share. The three callables ask the process about its other
     loops (``FarmWorker``): the device's batch cap, and whether a reserved loop is free or a shared loop is
-    running a caller's first segment. ``chores``: what the process's loops do once for all of them."""
+    running a caller's first segment. ``chores``: what the process's loops do once for all of them; ``finisher``: where
+    they hand finished jobs' storage and ends (workers/finisher.py; by default none: a loop ends its jobs itself)."""
 
     settings: Settings
     hostname: str
@@ -79,3 +81,4 @@ class LoopContext:
     reserved_loop_free: Callable[[], bool]
     shared_loop_serving_interactive: Callable[[], bool]
     chores: Chores = field(default_factory=Chores)
+    finisher: Finisher = field(default_factory=lambda: Finisher(0))

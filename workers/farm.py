@@ -24,6 +24,7 @@ from producer.wire.sharded import broker_from_settings
 from producer.wire.settings import Settings
 from workers.allocator import HeapTrim
 from workers.events import JobEvents
+from workers.finisher import Finisher
 from workers.layout import resolve_loops
 from workers.context import Chores, LoopContext, LoopHooks
 from workers.loop import InferenceLoop
@@ -33,6 +34,7 @@ from workers.publisher import Publisher
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
+FINISH_WAIT_S = 30.0  # a warm shutdown waits this long for the finisher's pending job ends
 
 
 class FarmWorker:
@@ -84,6 +86,7 @@ class FarmWorker:
         self.loops: list[InferenceLoop] = []
         self._device_max_batch: int | None = None
         self.chores = Chores()
+        self.finisher = Finisher(settings.queue.finisher_threads)
 
     @property
     def device_max_batch(self) -> int:
@@ -110,7 +113,8 @@ class FarmWorker:
                            interactive_bank=self.interactive_bank, publisher=self.publisher, events=self.events,
                            metrics=self.metrics, stopping=self.stopping, hooks=self.hooks,
                            device_max_batch=lambda: self.device_max_batch, reserved_loop_free=self.reserved_loop_free,
-                           shared_loop_serving_interactive=self.shared_loop_serving_interactive, chores=self.chores)
+                           shared_loop_serving_interactive=self.shared_loop_serving_interactive, chores=self.chores,
+                           finisher=self.finisher)
 
     def banks(self) -> list[VoiceBank]:
         """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""
@@ -159,6 +163,9 @@ class FarmWorker:
         self._heartbeat_until_stopped()
         for t in threads:
             t.join()
+        if not self.finisher.close(timeout=FINISH_WAIT_S):
+            log.warning("stopping with %d finished jobs not yet stored: their last segments are reclaimed and end them",
+                        self.finisher.pending)
         for loop in self.loops:
             loop.queue.leave()
 
@@ -192,6 +199,7 @@ class FarmWorker:
         info["loops"] = [loop.describe() for loop in self.loops]
         info["redis_master"], info["redis_failovers"] = self.broker.master(), self.broker.master_changes
         info["heap"] = self.heap.describe()
+        info["finisher"] = self.finisher.describe()
         try:
             self.broker.write_heartbeat(self.hostname, os.getpid(), info)
         except BrokerError as exc:

@@ -205,13 +205,31 @@ class Outcomes:
             self.metrics.segment_published(job, audio_s, first_chunk=whole)
         if 0 < outcome.total <= outcome.done and not self.publisher.is_final(outcome.state):
             whole = job if job.total else dataclasses.replace(job, total=outcome.total)  # an appended job, closed
-            url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(whole, outcome.output),
-                                                  f"storing job {job.job_id}")
-            if url:
-                self.ctx.events.succeeded(job.job_id, url)
-            elif cancelled:
-                self.revoked(job)
+            output = outcome.output
+            if not self.ctx.finisher.take(lambda: self._end_guarded(e, whole, output)):
+                self._end(e, whole, output, self.ack)
+            return
         self.ack([e])
+
+    def _end(self, e: Entry, job: SegmentJob, output: Any, ack: Callable[[Sequence[Entry]], None]) -> None:
+        """A finished job's storage and end (encoding, storage, status, final record, Flower), then the ack of the
+        entry whose segment finished it: until then a reclaim of that entry would end the job again."""
+        url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(job, output), f"storing job {job.job_id}")
+        if url:
+            self.ctx.events.succeeded(job.job_id, url)
+        elif cancelled:
+            self.revoked(job)
+        ack([e])
+
+    def _end_guarded(self, e: Entry, job: SegmentJob, output: Any) -> None:
+        """``_end`` on a finisher thread: its entry is acked there, at once (no loop gathers acks there); an error is
+        counted and the entry left to a reclaim, which ends the job again (``already_published``)."""
+        try:
+            self._end(e, job, output, self.consumer.ack)
+        except Exception as exc:
+            code = str(getattr(exc, "code", SEGMENT_FAILED))
+            self.metrics.error(code, stage="finish", job_id=job.job_id, message=f"{type(exc).__name__}: {exc}")
+            log.exception("ending job %s failed; its last segment's entry is left for a reclaim", job.job_id)
 
     def revoked(self, job: SegmentJob) -> None:
         """Tell Flower the job was cancelled (REVOKED); the caller ended it as cancelled, so this runs once."""

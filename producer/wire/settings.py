@@ -111,6 +111,9 @@ class QueueSettings:
     """Inference loops per worker process, sharing one model session each. 0: on CPU one single-threaded loop
     per usable core (affinity, cgroup quota; ``runtime.intra_op_threads`` 0 becomes 1), the reserved interactive
     loops on top; on CUDA six loops (at most one per core), the reserved ones among them (workers/layout.py)."""
+    finisher_threads: int = 1
+    """Threads per worker process that end finished jobs (assembly, encoding, storage, final record) while the loops
+    go on (workers/finisher.py); 0: each loop ends its jobs itself, before its next batch."""
     interactive_loops: int = 1
     """Of those loops, how many take interactive work only: one keeps callers' first chunks from waiting behind
     long bulk (book) segments (docs/BENCHMARKS.md)."""
