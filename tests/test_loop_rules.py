@@ -137,7 +137,7 @@ def settings(**extra: str) -> Settings:
 def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
     loops: list[InferenceLoop] = []
 
-    def make(storage: Any = None, **extra: str) -> InferenceLoop:
+    def make(storage: Any = None, device_busy: Any = None, **extra: str) -> InferenceLoop:
         s = settings(**extra)
         broker = StorelessBroker()
         publisher = Publisher(broker, storage=storage, chunk_ms=s.queue.chunk_ms,  # type: ignore[arg-type]
@@ -145,7 +145,8 @@ def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
         ctx = LoopContext(s, "rules", broker, bank, bank, publisher, JobEvents(None, "rules", enabled=False),  # type: ignore[arg-type]
                           WorkerMetrics(enabled=False), threading.Event(), LoopHooks(), device_max_batch=lambda: 8,
                           reserved_loop_free=lambda: False, shared_loop_serving_interactive=lambda: False,
-                          finisher=Finisher(s.queue.finisher_threads))
+                          finisher=Finisher(s.queue.finisher_threads),
+                          **({"device_busy": device_busy} if device_busy is not None else {}))
         loop = InferenceLoop(ctx, 0)
         assert isinstance(loop.scheduler, DeadlineScheduler)
         loops.append(loop)
@@ -298,3 +299,23 @@ def test_a_full_finisher_hands_the_end_back_and_close_waits_for_the_pending() ->
     assert finisher.close(timeout=30) and ran == [1, 2]
     assert finisher.describe() == {"threads": 1, "pending": 0, "done": 2, "inline": 1}
     assert not Finisher(0).take(lambda: None)
+
+
+# -- continuous batching ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("continuous, busy_for_s, waited_s", [
+    ("true", 0.0, (0.0, 0.08)),  # the device is idle: the batch goes at once with what is queued
+    ("true", 9.9, (0.27, 1.0)),  # busy all along: joiners are gathered for the whole window
+    ("true", 0.12, (0.1, 0.25)),  # busy, then free: the batch goes when it frees
+    ("false", 0.0, (0.27, 1.0)),  # a fixed window is waited out whatever the device does
+])
+def test_a_batch_gathers_joiners_only_while_the_device_is_busy(make_loop: Any, continuous: str, busy_for_s: float,
+                                                                waited_s: tuple[float, float]) -> None:
+    started = time.monotonic()
+    loop = make_loop(device_busy=lambda: time.monotonic() - started < busy_for_s, queue_continuous_batching=continuous,
+                     queue_window_ms="300")
+    loop.claimer.limit = lambda voice: 4  # a device that batches (the tiny voice's catalogue says 1)
+    head, caller = entry(loop, "interactive", CALLER)
+    loop.queue.offered.append((head, caller))
+    started = time.monotonic()
+    assert loop.claimer.claim(head) == [caller]
+    assert waited_s[0] <= time.monotonic() - started <= waited_s[1]

@@ -97,7 +97,8 @@ class Claimer:
 
     def claim(self, head: Head, held_dues: list[float] | None = None) -> list[Entry]:
         """Claim a batch from ``head``'s stream: up to the voice's batch cap, joiners gathered until the window
-        closes (sooner when a unit this loop holds falls due: ``schedule.window_end_ms``)."""
+        closes (sooner when a unit this loop holds falls due: ``schedule.window_end_ms``), with continuous batching
+        only while another loop of the process runs a batch on the device (``queue.continuous_batching``)."""
         limit = self.limit(head.voice)
         window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.q.window_ms, held_dues or [])
         undelivered = self.queue.undelivered
@@ -106,11 +107,12 @@ class Claimer:
             return []
         self.lanes.record(head.lane)
         key = batch_key(claimed[0]) if claimed[0].job else None
+        continuous = self.q.continuous_batching
         while limit > 1 and not self.ctx.stopping.is_set():
             same = sum(1 for e in claimed if e.job and batch_key(e) == key)
             left = window_end - now_ms()
-            if same >= limit or left <= 0:
-                break
+            if same >= limit or left <= 0 or (continuous and not self.ctx.device_busy()):
+                break  # full, the window closed, or (continuous batching) the device is free for it now
             # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
             # default), which would stretch the window by up to that. Poll, and keep the time here.
             more = self.queue.claim(head.stream, limit - same)

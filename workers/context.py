@@ -65,7 +65,8 @@ class LoopContext:
     """The members of a worker process its loops share. The three callables ask the process about its other
     loops (``FarmWorker``): the device's batch cap, and whether a reserved loop is free or a shared loop is
     running a caller's first segment. ``chores``: what the process's loops do once for all of them; ``finisher``: where
-    they hand finished jobs' storage and ends (workers/finisher.py; by default none: a loop ends its jobs itself)."""
+    they hand finished jobs' storage and ends (workers/finisher.py; by default none: a loop ends its jobs itself);
+    ``device_busy``: whether another loop of the process runs a batch (by default always: a window is waited out)."""
 
     settings: Settings
     hostname: str
@@ -82,3 +83,4 @@ class LoopContext:
     shared_loop_serving_interactive: Callable[[], bool]
     chores: Chores = field(default_factory=Chores)
     finisher: Finisher = field(default_factory=lambda: Finisher(0))
+    device_busy: Callable[[], bool] = field(default=lambda: True)

@@ -107,6 +107,10 @@ class FarmWorker:
         """Whether a loop that is not reserved is inside an urgent batch (a caller's first segment)."""
         return any(not loop.reserved and loop.running == "urgent" for loop in self.loops)
 
+    def device_busy(self) -> bool:
+        """Whether a loop of this process is inside a batch: the device has work (the loop asking is claiming)."""
+        return any(loop.running is not None for loop in self.loops)
+
     def context(self) -> LoopContext:
         """What the loops use of this process (built when they start: ``events`` may be replaced before)."""
         return LoopContext(settings=self.settings, hostname=self.hostname, broker=self.broker, bank=self.bank,
@@ -114,7 +118,7 @@ class FarmWorker:
                            metrics=self.metrics, stopping=self.stopping, hooks=self.hooks,
                            device_max_batch=lambda: self.device_max_batch, reserved_loop_free=self.reserved_loop_free,
                            shared_loop_serving_interactive=self.shared_loop_serving_interactive, chores=self.chores,
-                           finisher=self.finisher)
+                           finisher=self.finisher, device_busy=self.device_busy)
 
     def banks(self) -> list[VoiceBank]:
         """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""
