@@ -3,7 +3,7 @@
 fake device (sleeps calibrated from the H200 sweep, one lock per stage).
 
     python scripts/bench_host.py --out bench-results/host [--device h200] [--loops 6] [--jobs 400] \
-        [--doc docs/BENCHMARKS.md --label before]
+        [--set queue_finisher_threads=0 ...] [--doc docs/BENCHMARKS.md --label before]
 
 One run, on a private redis-server on a free port:
 
@@ -200,7 +200,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "TTSFARM_STORAGE_BACKEND": "local", "TTSFARM_STORAGE_LOCAL_DIR": str(work / "storage"),
                "TTSFARM_RUNTIME_DEVICE": "cpu",
                # the fake device has no CUDA session, so the worker would batch as on CPU: the GPU's batch cap here
-               "TTSFARM_QUEUE_MAX_BATCH_CPU": str(args.max_batch), "TTSFARM_QUEUE_INFERENCE_THREADS": str(args.loops)}
+               "TTSFARM_QUEUE_MAX_BATCH_CPU": str(args.max_batch), "TTSFARM_QUEUE_INFERENCE_THREADS": str(args.loops),
+               **{f"TTSFARM_{k.upper()}": v for k, v in (kv.split("=", 1) for kv in args.set)}}
         settings = load_settings(env=env)
         keys = Keys(PREFIX)
         r = redis.Redis.from_url(server.url)
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       for k in dev1["stage_s"]}
         pcm_per_s = 2 * 22050
         out: dict[str, Any] = {
-            "config": {"device": args.device, "loops": args.loops, "max_batch": args.max_batch, "jobs": args.jobs,
+            "config": {"device": args.device, "loops": args.loops, "max_batch": args.max_batch, "jobs": args.jobs, "set": args.set,
                        "mix": MIX, "seed": args.seed},
             "submit": sub,
             "drain": {
@@ -396,6 +397,8 @@ def main() -> None:
     ap.add_argument("--doc", type=Path, help="also write the table into this file (docs/BENCHMARKS.md)")
     ap.add_argument("--label", default="run")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (worker log)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION_KEY=VALUE",
+                    help="a farm setting for this run, as its TTSFARM_ variable without the prefix: queue_finisher_threads=0")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     res = run(args)

@@ -210,7 +210,8 @@ def test_a_cancelled_stream_cancels_its_job(farm: Farm, tts: Any) -> None:
 
 def test_a_deadline_cancels_its_job(farm: Farm, server: BackgroundServer) -> None:
     stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel := grpc.insecure_channel(server.target))
-    call = stub.SynthesizeOnline(iter([riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 8))]), timeout=1.5)
+    # far more audio than 1.5 s makes (the worker runs ~16 x real time): the deadline comes mid-job
+    call = stub.SynthesizeOnline(iter([riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 40))]), timeout=1.5)
     with pytest.raises(grpc.RpcError) as info:
         list(call)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
