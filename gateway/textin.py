@@ -117,10 +117,10 @@ async def _take_text(ws: WebSocket, job: AsyncOpenJob, scope: anyio.CancelScope)
             else:
                 raise InputError(f"unknown message type {msg.type[:32]!r}: text, close or cancel", code=BAD_INPUT)
         except TTSFarmError as exc:
-            with anyio.CancelScope(shield=True):
-                await ws.send_text(streams.dumps(streams.error_message(exc)))
+            with anyio.CancelScope(shield=True):  # the job is cancelled before the client reads why
                 if not (await job.status()).ended:
                     await job.cancel()
+                await ws.send_text(streams.dumps(streams.error_message(exc)))
                 await ws.close(code=4000 + status_for(exc))
             scope.cancel()
             return

@@ -322,6 +322,20 @@ def make_dry_run(cmd: str) -> list[str]:
 
 
 PYTEST_OUTPUT_FLAGS = {"-q", "-qq", "-v", "-vv", "-ra", "-rA"}  # flags of `make test`'s pytest that leave no test out
+PYTEST_SPREAD_OPTIONS = {"-n", "--dist"}  # pytest-xdist's: how many processes run the tests and how they are dealt
+
+
+def pytest_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """The paths and the flags of a pytest command line, the xdist options with their values taken out."""
+    paths, flags, rest = [], [], iter(args)
+    for a in rest:
+        if a in PYTEST_SPREAD_OPTIONS:
+            next(rest, None)
+        elif a.startswith("-"):
+            flags.append(a)
+        else:
+            paths.append(a)
+    return paths, flags
 
 
 def test_make_recipes() -> None:
@@ -336,8 +350,7 @@ def test_make_recipes() -> None:
     assert len(run) == 1, run
     argv = shlex.split(run[0])
     assert argv[:3] == [".venv/bin/python", "-m", "pytest"], argv
-    paths = [a for a in argv[3:] if not a.startswith("-")]
-    flags = [a for a in argv[3:] if a.startswith("-")]
+    paths, flags = pytest_args(argv[3:])
     assert set(flags) <= PYTEST_OUTPUT_FLAGS, f"`make test` leaves tests out or stops early: {flags}"
     if paths:
         assert [p.rstrip("/") for p in paths] == ["tests"], paths
@@ -348,12 +361,14 @@ def test_make_recipes() -> None:
 
 
 @pytest.mark.parametrize("recipe", ['.venv/bin/python -m pytest -q -m "not slow"', ".venv/bin/python -m pytest -q -x",
-                                    ".venv/bin/python -m pytest -q tests/test_cli.py"])
+                                    ".venv/bin/python -m pytest -q tests/test_cli.py",
+                                    ".venv/bin/python -m pytest -q -n 2 --dist loadfile -k farm"])
 def test_a_make_test_recipe_that_leaves_tests_out_fails_the_check(recipe: str, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert "\t.venv/bin/python -m pytest -q\n" in makefile
-    (tmp_path / "Makefile").write_text(makefile.replace("\t.venv/bin/python -m pytest -q\n", f"\t{recipe}\n", 1))
+    shipped = "\t.venv/bin/python -m pytest -q -n 2 --dist loadfile\n"
+    assert shipped in makefile
+    (tmp_path / "Makefile").write_text(makefile.replace(shipped, f"\t{recipe}\n", 1))
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "readme_commands", lambda: ["make demo", "make test"])
