@@ -71,11 +71,13 @@ def test_the_lua_admits_as_many_as_the_rules_say(r: redis.Redis, played: float, 
                              ending=bool(ending)):
             break
         expect, a_s, in_flight, q = expect + 1, a_s + 1.5, in_flight + 1, q + 1
-    from producer.wire.lua import ADMIT_NEXT
     from producer.wire.broker import Script
+    from producer.wire.lua_admission import ADMISSION_FUNCTIONS
 
+    # ``admit_next`` alone, as PUBLISH_PIECES runs it after a job's audio (ARGV: prefix, job, now, idle_ahead, ending)
+    admit_next = ADMISSION_FUNCTIONS + "return admit_next(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))"
     broker = RedisBroker(r, keys)
-    added = broker.send(Script(ADMIT_NEXT, [], [keys.prefix, "jobadmit01", now, admission.idle_ahead, ending]))
+    added = broker.send(Script(admit_next, [], [keys.prefix, "jobadmit01", now, admission.idle_ahead, ending]))
     assert added == expect
     assert r.xlen(keys.queue("interactive", 0)) == expect
     assert r.llen(keys.staged("jobadmit01")) == 6 - expect and r.xlen(keys.staging("interactive")) == 6 - expect

@@ -219,27 +219,30 @@ def test_cancelled_job_is_skipped(farm: Farm, redis_url: str) -> None:
 
 
 def test_a_cancel_is_never_undone_by_a_segment_starting(farm: Farm, redis_url: str) -> None:
-    """A worker checks a job's state, then marks it started: a cancel landing in between must stand."""
+    """A worker reads a job's state and marks it started in one step (``start_segments``): a cancel landing before it
+    stands, and the job is not marked started or running."""
     import secrets
 
     import redis
 
     from producer.client import Client
-    from workers.publisher import Publisher
 
     r = redis.Redis.from_url(redis_url)
     keys = Keys(f"tc{secrets.token_hex(4)}")  # a prefix no worker reads
     client = Client(r, farm.settings.replace(redis={"key_prefix": keys.prefix}))
-    seg = SegmentJob(job_id="cancelrace1", seg=0, total=2, text="Hello.", lang="en", voice="joe", request_voice="joe",
-                     format="wav", sample_rate=22050)
-    r.hset(keys.status(seg.job_id), mapping={"state": "queued", "total": 2, "created": time.time()})
-    job = client.job(seg.job_id)
+    status = keys.status("cancelrace1")
+    r.hset(status, mapping={"state": "queued", "total": 2, "created": time.time()})
+    job = client.job("cancelrace1")
     assert job.cancel() is True
-    publisher = Publisher(RedisBroker(r, keys), storage=None, chunk_ms=500, maxlen=100, ttl_s=60)
-    assert publisher.mark_started(seg, "w@test", time.time()) is True  # the job's first start is still recorded...
-    assert r.hget(keys.status(seg.job_id), "state") == b"cancelled"  # ...but does not make it running again
+    broker = RedisBroker(r, keys)
+    assert broker.start_segments(["cancelrace1"], "w@test", [True], [time.time()]) == [("cancelled", False)]
+    assert r.hget(status, "state") == b"cancelled" and r.hget(status, "started") is None
+    r.hset(status, mapping={"state": "queued"})  # the same step on a job still queued: marked, running
+    assert broker.start_segments(["cancelrace1"], "w@test", [True], [time.time()]) == [("queued", True)]
+    assert r.hget(status, "state") == b"running" and r.hget(status, "worker") == b"w@test"
+    r.hset(status, mapping={"state": "cancelled"})
     assert job.cancel() is False
-    r.delete(keys.status(seg.job_id))  # expired meanwhile
+    r.delete(status)  # expired meanwhile
     with pytest.raises(JobNotFoundError):
         job.cancel()
 

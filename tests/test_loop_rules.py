@@ -88,9 +88,6 @@ class StorelessBroker:
     def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         return {}
 
-    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
-        return False
-
     def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
                        claimed: Sequence[float]) -> list[tuple[str, bool]]:
         return [("running", False)] * len(job_ids)

@@ -79,11 +79,6 @@ class Publisher:
         st = run_blocking(self.broker, self.broker.job_status(job_id))
         return bool(st and st.started)
 
-    def mark_started(self, job: SegmentJob, worker: str, claimed: float) -> bool:
-        """True for the first segment of a job to start anywhere (the job's start); ``claimed``: when the loop
-        claimed that segment."""
-        return self.broker.mark_started(job.job_id, worker, claimed)
-
     def publish_segment(self, job: SegmentJob, pcm: bytes, *, attempt: str, batch_id: str, worker: str,
                         words: list[Any] | None = None) -> SegmentOutcome:
         """Chunks of one finished segment, then its part for assembly, in one round trip. ``words``: the

@@ -6,14 +6,15 @@
                    the dead-letter record: each built and parsed here and nowhere else
 ``status``         ``JobStatus``: a job's status record, the one reader of the status hash
 ``queue``          what a worker reads off the queue: a stream's ``Head``, a claimed ``Entry``
-``lua``            every Lua script (admission, cancel, reading results, the final record, ...)
+``lua``            the Lua scripts of the steps: heads, a batch's start, frame claims, pieces, acks, the final record
+``lua_admission``  the Lua scripts of a job's admission: submit, the sweep, cancel, text appended
 ``broker``         ``Broker``, the seam where another backend goes: every step the farm takes (the SDK's
                    sans-IO producing steps, the workers' blocking consuming and results steps, admin steps)
 ``redis_broker``   ``RedisBroker``: those steps on Redis (with ``redis_consumer``: the only code that speaks Redis)
 ``sharded``        ``ShardedBroker``: a ``Broker`` over one broker per shard (``redis.shards``), each job on the shard
                    its id names; ``broker_from_settings`` builds the farm's broker (with ``sharded_consumer``)
 ``admission``      just-in-time admission: a listener's segments enter the streams a little ahead of playback
-``backlog``        the backpressure arithmetic around ``lua.ADMIT``
+``backlog``        the backpressure arithmetic around ``lua_admission.ADMIT``
 ``tasks``          Celery task names and the sender the book runner uses
 ``storage``        where full outputs go (``storage_s3`` for S3): workers write, the SDK and front ends read
 ``storage_keys``   the key rule every storage backend follows (``safe_key``)

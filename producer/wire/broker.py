@@ -207,12 +207,6 @@ class Broker(Protocol):
         ...
 
     # -- results: the workers' writes to a job's results stream and status (blocking) --------------------------
-    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
-        """Mark a job started by ``worker``, which claimed its segment at ``claimed`` (the status keeps both: the
-        wait between claim and start is a loop's own); True for its first start, never over a state written
-        meanwhile."""
-        ...
-
     def job_states(self, job_ids: Sequence[str]) -> list[str]:
         """Each job's state ('' for none), in one round trip."""
         ...
@@ -220,8 +214,9 @@ class Broker(Protocol):
     def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
                        claimed: Sequence[float]) -> list[tuple[str, bool]]:
         """A batch's segments about to run, in one round trip: each job's state ('' for none) and whether this marked
-        its first start (as ``mark_started``, with when the worker claimed the segment); a job that ended, or a segment
-        not ``startable``, is not marked."""
+        its first start (``started``, and ``worker`` with when it claimed the segment: the wait between claim and start
+        is a loop's own); a job that ended, or a segment not ``startable``, is not marked, and a state written meanwhile
+        (a client's cancel) is never overwritten."""
         ...
 
     def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:

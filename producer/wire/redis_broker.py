@@ -22,9 +22,9 @@ from producer.wire.backlog import admit_args, check_admitted, limits
 from producer.wire.broker import Command, FrameClaim, Op, Piece, PieceReply, Replicated, Script
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE,
-                               MARK_STARTED, OPEN_JOB, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
+from producer.wire.lua import (CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
+from producer.wire.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
 from producer.wire.redis_consumer import RedisConsumer
@@ -181,9 +181,6 @@ class RedisBroker:
         return RedisConsumer(self.r, self, name, streams)
 
     # -- results --------------------------------------------------------------------------------------------
-    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
-        return bool(self.send(Script(MARK_STARTED, [self.keys.status(job_id)], [time.time(), worker, claimed])))
-
     def job_states(self, job_ids: Sequence[str]) -> list[str]:
         if not job_ids:
             return []

@@ -178,9 +178,6 @@ class ShardedBroker:
         return ShardedConsumer([broker.consumer(name, streams) for broker in self.shards])
 
     # -- results: each on its job's shard -------------------------------------------------------------------
-    def mark_started(self, job_id: str, worker: str, claimed: float) -> bool:
-        return self.of(job_id).mark_started(job_id, worker, claimed)
-
     def job_states(self, job_ids: Sequence[str]) -> list[str]:
         return self._gather(job_ids, job_ids, lambda broker, ids: broker.job_states(ids))
 
