@@ -82,6 +82,10 @@ class RuntimeSettings:
     malloc_trim_every_s: float = 10.0
     """A worker calls glibc's ``malloc_trim(0)`` this often (seconds, workers/allocator.py): memory freed inside
     the C heaps goes back to the OS, so RSS follows what is in use. 0: never."""
+    malloc_arena_max: int = 0
+    """The most glibc malloc arenas a worker makes (``mallopt(M_ARENA_MAX)`` at its start, workers/allocator.py):
+    each thread that allocates may otherwise get an arena of its own (up to 8 per core), each a 64 MB heap that
+    keeps what it freed. 0: glibc's default."""
     allow_spinning: bool = True
     """Intra-op threads spin while they wait for work: lower latency, busier cores."""
     cuda_device_id: int = 0

@@ -63,3 +63,40 @@ def test_trim_runs_when_its_period_has_passed_and_not_before() -> None:
     never = HeapTrim(0.0, libc=glibc())
     assert not never.tick(never.last + 1e6) and never.trims == 0
     assert HeapTrim(10.0, libc=None).tick(1e9) is False  # off glibc: nothing to call
+
+
+# Eight threads allocate at once; glibc's malloc_stats() prints one "Arena N:" block per arena it made.
+_THREADS_ALLOCATE = """
+import sys, threading
+from workers.allocator import glibc, limit_arenas
+
+print(limit_arenas(int(sys.argv[1])))
+start = threading.Barrier(8)
+
+def work():
+    start.wait()
+    for _ in range(2000):
+        blocks = [bytearray(1000) for _ in range(50)]
+        del blocks
+
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+glibc().malloc_stats()
+"""
+
+
+@pytest.mark.skipif(glibc() is None, reason="glibc only")
+def test_the_arena_cap_holds_threads_to_that_many_arenas() -> None:
+    """``runtime.malloc_arena_max``: without it eight threads allocating at once get arenas of their own; with a cap
+    of 2 they share two."""
+    arenas = {}
+    for cap in (0, 2):
+        done = subprocess.run([sys.executable, "-c", _THREADS_ALLOCATE, str(cap)], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(cap > 0)  # glibc took the cap (0: left at its default)
+        arenas[cap] = sum(1 for line in done.stderr.splitlines() if line.startswith("Arena "))
+    assert arenas[2] <= 2 < arenas[0], arenas

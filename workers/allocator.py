@@ -8,6 +8,9 @@ the memory is free. ``malloc_trim(0)`` returns the free pages inside every heap 
 RSS flat"). It is called from the heartbeat thread, which runs anyway, and needs nothing from how the worker was
 started (no ``LD_PRELOAD``, no ``MALLOC_*`` variables).
 
+``runtime.malloc_arena_max`` caps glibc's arenas at the worker's start (``limit_arenas``): every thread that
+allocates while another holds an arena's lock may otherwise get an arena of its own.
+
 Off glibc (musl, macOS) there is no ``malloc_trim``: ``HeapTrim.of`` returns one that does nothing.
 """
 
@@ -30,6 +33,20 @@ def glibc() -> Any:
     except (OSError, AttributeError):
         return None
     return libc
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+
+
+def limit_arenas(arenas: int, libc: Any = None) -> bool:
+    """``mallopt(M_ARENA_MAX, arenas)``: threads that allocate share at most this many glibc arenas (each keeps its
+    own 64 MB heaps and what was freed in them). Call it before the threads start; 0 leaves glibc's default. Whether
+    glibc took it (False off glibc)."""
+    libc = libc if libc is not None else glibc()
+    if arenas <= 0 or libc is None:
+        return False
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(libc.mallopt(M_ARENA_MAX, arenas))
 
 
 @dataclass

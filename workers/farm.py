@@ -22,7 +22,7 @@ from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.sharded import broker_from_settings
 from producer.wire.settings import Settings
-from workers.allocator import HeapTrim
+from workers.allocator import HeapTrim, limit_arenas
 from workers.events import JobEvents
 from workers.finisher import Finisher
 from workers.layout import resolve_loops
@@ -74,6 +74,7 @@ class FarmWorker:
                                    admission=self.admission)
         self.events = events or JobEvents(None, hostname, enabled=False)
         self.heap = HeapTrim.of(settings.runtime.malloc_trim_every_s)
+        self.arenas_limited = limit_arenas(settings.runtime.malloc_arena_max, self.heap.libc)  # before the loops start
         self.hooks = LoopHooks()  # empty: only tests add to it (workers.step.farm_created, tests/fault_worker.py)
         self.metrics = metrics or WorkerMetrics(enabled=False)
         self.last_beat = 0.0
@@ -202,7 +203,7 @@ class FarmWorker:
         info["voice_info"] = self.bank.describe()
         info["loops"] = [loop.describe() for loop in self.loops]
         info["redis_master"], info["redis_failovers"] = self.broker.master(), self.broker.master_changes
-        info["heap"] = self.heap.describe()
+        info["heap"] = self.heap.describe() | {"arena_max": self.settings.runtime.malloc_arena_max if self.arenas_limited else 0}
         info["finisher"] = self.finisher.describe()
         try:
             self.broker.write_heartbeat(self.hostname, os.getpid(), info)
