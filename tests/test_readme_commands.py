@@ -19,12 +19,10 @@ import base64
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -38,67 +36,17 @@ import soundfile as sf
 
 from producer.cli import parse_args
 from producer.local import free_port
+from tests.readme_blocks import SHARD_PORTS, kind, readme_commands, words
+from tests.test_make_recipes import make_dry_run
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
-def strip_comment(line: str) -> str:
-    """The line without a trailing ``# comment`` (a ``#`` outside quotes that starts a word)."""
-    quote = ""
-    for i, c in enumerate(line):
-        if quote:
-            quote = "" if c == quote else quote
-        elif c in "'\"":
-            quote = c
-        elif c == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i].rstrip()
-    return line.rstrip()
-
-
-def readme_commands(text: str | None = None) -> list[str]:
-    text = (ROOT / "README.md").read_text() if text is None else text
-    out = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            if cmd := strip_comment(line).strip():
-                out.append(cmd)
-    return out
-
-
-def words(cmd: str) -> list[str]:
-    """The command's words without leading ``VAR=value`` assignments."""
-    toks = shlex.split(cmd)
-    while toks and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", toks[0]):
-        toks.pop(0)
-    return toks
-
-
-SHARD_PORTS = ("6390", "6391")  # the shards block's nodes (the Sentinel block's redis-servers use others)
-
-
-def kind(cmd: str) -> str:
-    toks = words(cmd)
-    prog = Path(toks[0]).name
-    if "TTSFARM_REDIS_SHARDS=" in cmd or (prog == "redis-server" and toks[1:3] in (["--port", p] for p in SHARD_PORTS)):
-        return "shards"  # the shards' block: its own nodes, run in order
-    if "TTSFARM_REDIS_MASTER_NAME=" in cmd or prog in ("redis-server", "redis-cli") or "--sentinel" in toks:
-        return "sentinel"  # the Sentinel group's block: run in order against a group of its own
-    if prog == "ttsfarm":
-        return f"ttsfarm {toks[1] if len(toks) > 1 else ''}".strip()
-    if prog == "celery":
-        sub = [t for t in toks[1:] if not t.startswith("-") and t != "workers.app"]
-        metered = "TTSFARM_WORKER_METRICS_PORT=" in cmd
-        return f"celery {sub[0]}" + (" metered" if metered else "")
-    if prog == "curl":
-        return "curl metrics" if "/metrics" in cmd else "curl gateway"
-    return f"{prog} {toks[1]}" if prog == "make" else prog
-
-
 # kind -> the test that runs it, or why it is only parsed or skipped here
 CHECKS = {
     "make demo": "test_make_demo",
-    "make test": "test_make_recipes",
+    "make test": "tests/test_make_recipes.py",
     "ttsfarm say": "test_offline_commands",
     "ttsfarm phonemize": "test_offline_commands",
     "ttsfarm --version": "test_offline_commands",
@@ -309,71 +257,6 @@ def test_offline_commands(shell: Shell) -> None:
             audio_ok(shell.work / toks[toks.index("-o") + 1], rate)
         else:
             assert "tokens:" in done.stdout and "yin2 hang2" in done.stdout
-
-
-def make_dry_run(cmd: str) -> list[str]:
-    """The recipe lines a README ``make`` command would run (``make -n``: printed, nothing run)."""
-    # under `make test` (CI) this make is a sub-make: without these it prints "make[1]: Entering directory" lines
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
-    done = subprocess.run(["make", "--no-print-directory", "-n", *words(cmd)[1:]], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env=env)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()
-
-
-PYTEST_OUTPUT_FLAGS = {"-q", "-qq", "-v", "-vv", "-ra", "-rA"}  # flags of `make test`'s pytest that leave no test out
-PYTEST_SPREAD_OPTIONS = {"-n", "--dist"}  # pytest-xdist's: how many processes run the tests and how they are dealt
-
-
-def pytest_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """The paths and the flags of a pytest command line, the xdist options with their values taken out."""
-    paths, flags, rest = [], [], iter(args)
-    for a in rest:
-        if a in PYTEST_SPREAD_OPTIONS:
-            next(rest, None)
-        elif a.startswith("-"):
-            flags.append(a)
-        else:
-            paths.append(a)
-    return paths, flags
-
-
-def test_make_recipes() -> None:
-    """What the README promises of its two make commands: both run ``scripts/setup.sh`` first; ``make test`` then
-    runs every test (this suite: pytest over tests/, no marker, keyword or path leaving some out), checked here
-    without running it; ``make demo`` then runs ``ttsfarm -v demo`` (run by ``test_make_demo``)."""
-    recipes = {kind(cmd): make_dry_run(cmd) for cmd in of_kind("make demo", "make test")}
-    assert set(recipes) == {"make demo", "make test"}, recipes
-    for lines in recipes.values():
-        assert lines[0] == "./scripts/setup.sh", lines
-    setup, *run = recipes["make test"]
-    assert len(run) == 1, run
-    argv = shlex.split(run[0])
-    assert argv[:3] == [".venv/bin/python", "-m", "pytest"], argv
-    paths, flags = pytest_args(argv[3:])
-    assert set(flags) <= PYTEST_OUTPUT_FLAGS, f"`make test` leaves tests out or stops early: {flags}"
-    if paths:
-        assert [p.rstrip("/") for p in paths] == ["tests"], paths
-    else:  # pytest then collects its testpaths
-        testpaths = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
-        assert testpaths == ["tests"], testpaths
-    assert recipes["make demo"][-1] == ".venv/bin/ttsfarm -v demo", recipes["make demo"]
-
-
-@pytest.mark.parametrize("recipe", ['.venv/bin/python -m pytest -q -m "not slow"', ".venv/bin/python -m pytest -q -x",
-                                    ".venv/bin/python -m pytest -q tests/test_cli.py",
-                                    ".venv/bin/python -m pytest -q -n 2 --dist loadfile -k farm"])
-def test_a_make_test_recipe_that_leaves_tests_out_fails_the_check(recipe: str, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    shipped = "\t.venv/bin/python -m pytest -q -n 2 --dist loadfile\n"
-    assert shipped in makefile
-    (tmp_path / "Makefile").write_text(makefile.replace(shipped, f"\t{recipe}\n", 1))
-    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    monkeypatch.setattr(sys.modules[__name__], "readme_commands", lambda: ["make demo", "make test"])
-    with pytest.raises(AssertionError):
-        test_make_recipes()
 
 
 @pytest.mark.slow

@@ -74,9 +74,9 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 
 # Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunks, its
 # PCM for the job's assembly (the chunks' pcm joined, in the parts hash under 'seg:piece': the audio is sent once), the
-# job's playback clock (a piece already there is a repeat: its first copy stays and its chunks are not sent again), and with the segment's end its words and its place in the done set; then
-# the job's next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per
-# piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
+# job's playback clock (a piece already there is a repeat: its first copy stays and its chunks are not sent again),
+# and with the segment's end its words and its place in the done set; then the job's next segments admitted if this
+# audio made them due (``admit_next``, the same step as the audio). KEYS: per piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
 # piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
 # items; then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count; then
 # the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
