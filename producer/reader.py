@@ -1,7 +1,7 @@
 """Turns results-stream records into ordered chunks, for ``producer.core`` (both SDK faces) and the load bench.
 
-Workers publish a segment's chunks tagged with the segment, part and attempt: all at once, or a vocoder
-window at a time (streamed; workers/streaming.py). Segments can finish out of order (several workers),
+Workers publish a segment's chunks tagged with the segment, part and attempt, a piece's chunks in one entry:
+the whole segment at once, or a vocoder window at a time (streamed; workers/streaming.py). Segments can finish out of order (several workers),
 and a segment can be redone after a worker dies, so the reader keeps each (segment, attempt) apart and
 releases chunks in segment order: the segment being read comes from one attempt (a complete one if there
 is one, else the first to start), its parts released as they come. A streamed segment has one attempt
@@ -16,14 +16,13 @@ once (the job's full output is still stored: ``wait()`` gives its URL) instead o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from producer.wire.errors import STREAM_TRIMMED, JobError
 from producer.wire.keys import STATES_FINAL
-from producer.wire.records import CHUNK, FINAL, Chunk, Word, parse_final, record_type, text_of, words_from_wire
+from producer.wire.records import CHUNK, FINAL, Chunk, Word, chunk_parts, parse_final, record_type, text_of, words_from_wire
 
 READ_COUNT = 256  # entries per read
 
@@ -84,11 +83,12 @@ class ResultsReader:
             return []
         if kind != CHUNK:
             return []
-        seg, part, attempt = int(text_of(f["seg"])), int(text_of(f["part"])), text_of(f["attempt"])
+        seg, attempt, rate = int(text_of(f["seg"])), text_of(f["attempt"]), int(text_of(f["rate"]))
         if seg < self.next_seg:
             return []
-        words = json.loads(text_of(f["words"])) if f.get("words") else []
-        self._parts.setdefault((seg, attempt), {}).setdefault(part, (f["pcm"], int(text_of(f["rate"])), text_of(f["last"]) == "1", words))
+        parts = self._parts.setdefault((seg, attempt), {})
+        for part, pcm, last, words in chunk_parts(f):
+            parts.setdefault(part, (pcm, rate, last, words))
         return self._release()
 
     def _choose(self, seg: int) -> str | None:

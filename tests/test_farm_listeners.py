@@ -113,6 +113,11 @@ def test_a_worker_killed_mid_run_leaves_every_long_job_done_once_and_a_cancel_le
             final = [eid for eid, f in client.redis.xrange(keys.results(job.id)) if f.get(b"type") == b"final"]
             assert len(final) == 1
         assert cancelled.status()["state"] == "cancelled"
+        # an entry the victim held whose segment it had published (so its job could end) is acked by the reclaim
+        # that redoes it: claim_idle_ms, then the process's next reclaim (every 2 s); it must go, not stay
+        deadline = time.monotonic() + 30
+        while queued_or_staged(client.redis, keys, farm.settings.queue.n_buckets) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert queued_or_staged(client.redis, keys, farm.settings.queue.n_buckets) == 0
         backlog = client.redis.hgetall(keys.backlog("interactive"))
         assert int(backlog.get(b"n", 0)) == 0 and int(backlog.get(b"q", 0)) == 0

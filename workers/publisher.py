@@ -16,7 +16,7 @@ from typing import Any
 from producer.wire.admission import Admission, may_stage
 from producer.wire.broker import Broker, FrameClaim, Piece, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
-from producer.wire.records import SegmentJob, chunk_fields, job_words, words_in, words_key
+from producer.wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
 from producer.wire.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Publisher:
     def publish_piece(self, seg: SegmentProgress, pcm: bytes, *, last: bool, batch_id: str, worker: str,
                       publish: bool = True) -> SegmentOutcome | None:
         """The next piece of a segment (a whole segment, or one vocoder window of it) as chunks of at most
-        ``chunk_ms``, numbered on from the segment's earlier pieces, in one round trip; each chunk carries the
+        ``chunk_ms``, numbered on from the segment's earlier pieces, in one record and one round trip; each chunk carries the
         segment's words that end inside it (by sample range from the segment's start); the piece's PCM is kept for the
         job's assembly. With ``last``, the segment is counted done and the outcome is returned.
         ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
@@ -106,12 +106,12 @@ class Publisher:
             step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
             parts = [pcm[i : i + step] for i in range(0, len(pcm), step)] or [b""]
             chunks = []
-            if out.publish:
+            if out.publish:  # the piece's chunks as one record: they are made, and read, together
+                words = []
                 for i, part in enumerate(parts):
-                    final = out.last and i == len(parts) - 1
                     start = seg.samples + i * step // 2
-                    inside = words_in(seg.words, start, start + len(part) // 2, last=final)
-                    chunks.append(chunk_fields(job.seg, seg.part + i, final, seg.attempt, job.sample_rate, part, inside))
+                    words.append(words_in(seg.words, start, start + len(part) // 2, last=out.last and i == len(parts) - 1))
+                chunks.append(chunks_fields(job.seg, seg.part, out.last, seg.attempt, job.sample_rate, parts, words))
             end = None
             if out.last:
                 end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker, open=job.total == 0)

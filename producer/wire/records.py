@@ -145,6 +145,39 @@ def chunk_fields(seg: int, part: int, last: bool, attempt: str, rate: int, pcm: 
     return fields
 
 
+def chunks_fields(seg: int, part: int, last: bool, attempt: str, rate: int, pcms: Sequence[bytes],
+                  words: Sequence[Sequence[Sequence[Any]]]) -> dict[str, Any]:
+    """Consecutive chunks of one segment made at once (a piece's) as one record: parts ``part``, ``part`` + 1, ...;
+    ``last``: the final one is the segment's last; ``words``: per chunk its wire words. One chunk is a plain chunk
+    record; several carry their PCM joined, ``sizes`` (each chunk's bytes, comma-separated) and, when any chunk has
+    words, ``words`` as one list per chunk. ``chunk_parts`` reads either back. One stream entry per piece rather
+    than per chunk: the chunks reach a reader together either way."""
+    if len(pcms) == 1:
+        return chunk_fields(seg, part, last, attempt, rate, pcms[0], words[0] if words else ())
+    fields = chunk_fields(seg, part, last, attempt, rate, b"".join(pcms))
+    fields["sizes"] = ",".join(str(len(p)) for p in pcms)
+    if any(words):
+        fields["words"] = json.dumps([list(w) for w in words], ensure_ascii=False, separators=(",", ":"))
+    return fields
+
+
+def chunk_parts(fields: Mapping[str, Any]) -> list[tuple[int, bytes, bool, list[Any]]]:
+    """The chunks of a chunk record (``chunk_fields`` or ``chunks_fields``; keys already text): per chunk its part
+    number, PCM, whether it is its segment's last, and its wire words."""
+    part, pcm, last = int(text_of(fields["part"])), bytes(fields["pcm"]), text_of(fields["last"]) == "1"
+    words = json.loads(text_of(fields["words"])) if fields.get("words") else None
+    if not fields.get("sizes"):
+        return [(part, pcm, last, words or [])]
+    sizes = [int(x) for x in text_of(fields["sizes"]).split(",")]
+    if sum(sizes) != len(pcm) or any(n < 0 for n in sizes) or (words is not None and len(words) != len(sizes)):
+        raise ValueError(f"a chunk record's sizes {sizes[:8]} do not match its {len(pcm)} bytes or its words")
+    out, at = [], 0
+    for i, n in enumerate(sizes):
+        out.append((part + i, pcm[at : at + n], last and i == len(sizes) - 1, words[i] if words else []))
+        at += n
+    return out
+
+
 # Word timings on the wire: [start, end, char_start, char_end, text, approx, after], start and end in samples of the
 # job's rate from the start of the word's segment (a worker does not know where its segment starts in the job;
 # a reader does). char_start/char_end index the submitted text (code points). approx: 1 when the voice gave no
