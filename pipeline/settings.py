@@ -79,6 +79,12 @@ class RuntimeSettings:
     a block for every tensor shape it has seen and never gives one back, and two-stage voices with windowed
     vocoding see new shapes every window: worker RSS grows in steps. Off, memory comes from the C allocator and
     the trim gives part of it back (docs/BENCHMARKS.md, "Worker RSS flat")."""
+    cpu_arena_extend_strategy: str = ""
+    """``""``: each session keeps its own CPU arena (onnxruntime's default, grown by powers of two).
+    ``kSameAsRequested`` or ``kNextPowerOfTwo``: one arena for every session of the process, registered with
+    onnxruntime's environment and grown that way (by what a request needs, or by doubling); needs ``cpu_mem_arena``.
+    Measured over 10,000 jobs, one arena grown as requested held RSS no flatter than the default (docs/BENCHMARKS.md,
+    "Worker RSS flat")."""
     malloc_trim_every_s: float = 10.0
     """A worker calls glibc's ``malloc_trim(0)`` this often (seconds, workers/allocator.py): memory freed inside
     the C heaps goes back to the OS, so RSS follows what is in use. 0: never."""
@@ -107,6 +113,11 @@ class RuntimeSettings:
     precision: str = "auto"
     """``auto``: on CPU the catalogue's precision (INT8 where its quality gate passed), on CUDA FP16 vocoders and
     FP32 acoustic stages; ``fp32``, ``fp16`` or ``int8`` asks for that one everywhere."""
+
+    def __post_init__(self) -> None:
+        if self.cpu_arena_extend_strategy not in ("", "kSameAsRequested", "kNextPowerOfTwo"):
+            raise InputError("setting runtime.cpu_arena_extend_strategy must be \"\", kSameAsRequested or kNextPowerOfTwo, "
+                             f"not {self.cpu_arena_extend_strategy!r}", code=BAD_OPTION)
 
     @property
     def cache_dir(self) -> Path:

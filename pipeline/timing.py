@@ -101,10 +101,9 @@ def _unit_words(words: Sequence[WordRef], text: str, lang: str, ph: Phonemized,
     if lang == "zh":
         return _syllable_words(words, text, ph)
     if phonemize is None:
-        from pipeline.text.en import en_phonemes
+        from pipeline.text.en import en_word_phonemes
 
-        def phonemize(t: str) -> str:
-            return "".join(en_phonemes(t))
+        phonemize = en_word_phonemes
 
     said = [(c, i) for i, c in enumerate(ph.phonemes) if c not in _MARKS]
     ref = [(c, w) for w, (a, b, _, _) in enumerate(words) for c in phonemize(text[a:b]) if c not in _MARKS]

@@ -272,3 +272,28 @@ def test_a_repeated_piece_keeps_the_copy_readers_saw(r: redis.Redis) -> None:
     reader = ResultsReader(total=1, job_id="againjob")
     heard = [c.pcm for entry_id, fields in entries for c in reader.feed(entry_id, fields)]
     assert b"".join(heard) == stored
+
+
+def test_a_segment_ended_twice_counts_once_and_keeps_its_first_words(r: redis.Redis) -> None:
+    """A redo that ends a segment again (its first loop's ack was lost) neither counts it twice, which would end the
+    job before its last segment, nor replaces its words: the first end stays, as the first copy of a piece does."""
+    from producer.wire.broker import Piece, SegmentEnd
+    from producer.wire.records import chunk_fields
+
+    broker = RedisBroker(r, Keys("twice"))
+    status = broker.keys.status("twicejob")
+    r.hset(status, mapping={"state": "running", "total": 2})
+
+    def end(seg: int, batch: str, words: str) -> Any:
+        return Piece("twicejob", seg, [chunk_fields(seg, 0, True, batch, 16000, bytes([seg + 1, 0]) * 4)], 0, 0.1,
+                     end=SegmentEnd(words, batch, "w"), total=2)
+
+    first = broker.publish_pieces([end(0, "b#1", '[[0, 4, 0, 2, "hi", 0, " "]]')], maxlen=100, ttl_s=60)
+    again = broker.publish_pieces([end(0, "b#2", '[[0, 4, 0, 2, "ho", 0, " "]]')], maxlen=100, ttl_s=60)
+    assert first[0].done == again[0].done == 1 and again[0].output is None
+    assert r.hget(status, "batch:0") == b"b#1" and int(r.hget(status, "done") or 0) == broker.segments_done("twicejob") == 1
+    last = broker.publish_pieces([end(1, "b#3", "[]")], maxlen=100, ttl_s=60)
+    assert last[0].done == 2 and last[0].output is not None
+    parts, words = last[0].output
+    assert parts == {0: b"\x01\x00" * 4, 1: b"\x02\x00" * 4} and words == {0: [[0, 4, 0, 2, "hi", 0, " "]], 1: []}
+    assert broker.job_output("twicejob") == (parts, words)

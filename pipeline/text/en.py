@@ -25,6 +25,7 @@ concatenation.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -447,3 +448,12 @@ def en_phonemes(text: str) -> list[str]:
         if _DEFAULT_PHONEMIZER is None:
             _DEFAULT_PHONEMIZER = EnglishPhonemizer()
     return _DEFAULT_PHONEMIZER.phonemize(text)
+
+
+@functools.lru_cache(maxsize=16384)
+def en_word_phonemes(word: str) -> str:
+    """``en_phonemes`` of one word alone, joined, remembered for the 16,384 words last asked. Word timings phonemize
+    every word of every segment on its own; besides the time, each espeak-ng call leaks its clauses' phoneme strings
+    (piper-tts 1.8's ``espeakbridge.get_phonemes`` keeps one reference too many: docs/BENCHMARKS.md, "Worker RSS
+    flat"), so a word heard before costs no call."""
+    return "".join(en_phonemes(word))

@@ -103,6 +103,26 @@ def load_cuda_libraries() -> None:
             log.warning("onnxruntime.preload_dlls failed: %s", exc)
 
 
+_ENV_ARENA: list[str] = []  # the strategy of the CPU arena registered with onnxruntime's environment, once
+_ENV_ARENA_LOCK = threading.Lock()
+
+
+def shared_cpu_arena(strategy: str) -> None:
+    """Registers one CPU arena with onnxruntime's environment (once per process) that sessions created with
+    ``session.use_env_allocators`` share instead of an arena each; ``strategy``: how it grows."""
+    import onnxruntime as ort
+
+    with _ENV_ARENA_LOCK:
+        if _ENV_ARENA:
+            if _ENV_ARENA[0] != strategy:
+                log.warning("the shared CPU arena grows %s already; %s asked for later is not applied", _ENV_ARENA[0], strategy)
+            return
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        extend = {"kNextPowerOfTwo": 0, "kSameAsRequested": 1}[strategy]
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg({"arena_extend_strategy": extend}))
+        _ENV_ARENA.append(strategy)
+
+
 class SessionFactory:
     """One per process. ``create`` returns a warm-able session and records how long it took."""
 
@@ -142,6 +162,9 @@ class SessionFactory:
         opts.inter_op_num_threads = max(0, s.inter_op_threads)
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS.get(s.graph_optimization, "ORT_ENABLE_ALL"))
         opts.enable_cpu_mem_arena = s.cpu_mem_arena
+        if s.cpu_mem_arena and s.cpu_arena_extend_strategy:
+            shared_cpu_arena(s.cpu_arena_extend_strategy)
+            opts.add_session_config_entry("session.use_env_allocators", "1")
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if s.allow_spinning else "0")
         opts.log_severity_level = 3
         return opts

@@ -266,7 +266,7 @@ class Broker(Protocol):
                  drop_work: bool = False, **status: Any) -> int:
         """Write a job's end state and its one final record: 1 as asked, 2 if a client's cancel won the race
         (the job ends cancelled), 0 if it had ended already. ``drop_work``: when this ends it, delete what the job
-        keeps only while it runs (parts, done set, words, streamed frames) in the same step. ``status``: fields for
+        keeps only while it runs (its parts hash with the words, streamed frames) in the same step. ``status``: fields for
         the job's status record (any names: ``info`` too)."""
         ...
 

@@ -33,14 +33,13 @@ class Keys:
         return f"{self.prefix}:res:{job_id}"
 
     def parts(self, job_id: str) -> str:
+        """Hash, until the job is assembled: each published piece's PCM16 (``<seg>:<piece>``) and each done segment's
+        words with their times (``words:<seg>``, JSON). A segment counts done in the status (``done``, ``batch:<seg>``)."""
         return f"{self.prefix}:pcm:{job_id}"
 
     def frames(self, job_id: str) -> str:
         """Hash: a streamed segment's attempt tag and acoustic frames (``<seg>:attempt``, ``<seg>:frames``)."""
         return f"{self.prefix}:job:{job_id}:frames"
-
-    def done(self, job_id: str) -> str:
-        return f"{self.prefix}:done:{job_id}"
 
     def dead_letters(self) -> str:
         return f"{self.prefix}:dlq"
@@ -62,10 +61,6 @@ class Keys:
     def admission_due(self) -> str:
         """Sorted set: jobs with staged segments, scored by when their next segment is due to be admitted."""
         return f"{self.prefix}:admission_due"
-
-    def words(self, job_id: str) -> str:
-        """Hash: segment -> its words with their times (JSON), until the job is assembled."""
-        return f"{self.prefix}:words:{job_id}"
 
     def book_run(self, book_id: str) -> str:
         """String: the id of the book's current run (assembly tasks of another run refuse to write)."""

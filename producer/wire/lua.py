@@ -72,25 +72,27 @@ if added >= 0 then lost = added - length end
 return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 """
 
-# Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunks, its
-# PCM for the job's assembly (the chunks' pcm joined, in the parts hash under 'seg:piece': the audio is sent once), the
-# job's playback clock (a piece already there is a repeat: its first copy stays and its chunks are not sent again),
-# and with the segment's end its words and its place in the done set; then the job's next segments admitted if this
-# audio made them due (``admit_next``, the same step as the audio). KEYS: per piece its job's status, results, parts, words, done-set, frames. ARGV: results maxlen, ttl, now, then per piece: seg,
-# piece (its index in the segment), seconds, chunks, then per chunk the count of its field/value items and those
-# items; then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count; then
-# the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
+# Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunk record
+# (the piece's chunks in one entry), its PCM for the job's assembly (the record's pcm, in the parts hash under
+# 'seg:piece': the audio is sent once), the job's playback clock (a piece already there is a repeat: its first copy
+# stays and its chunks are not sent again), and with the segment's first end its words (in the parts hash under
+# 'words:seg') and its count in the status's 'done' (the end's 'batch:seg' marks it counted, once); then the job's
+# next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per piece its
+# job's status, results, parts, frames. ARGV: results maxlen, ttl, now, then per piece: seg, piece (its index in the
+# segment), seconds, chunks (records: 0 or 1), then per record the count of its field/value items and those items;
+# then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count; then the
+# admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
 # delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once closed), 1 when
-# this ended the job's last segment, then its parts and its words (HGETALL), for the job's assembly} (first_chunk and
-# delivered_s '' without chunks; done 0 without the end).
+# this ended the job's last segment, then its parts hash (HGETALL: pieces and words) for the job's assembly}
+# (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
 local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
 
 local function publish(k, at)
-  local k_status, k_results = KEYS[k], KEYS[k + 1]
-  local seg, piece, seconds, chunks = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], tonumber(ARGV[at + 3])
+  local k_status, k_results, k_parts, k_frames = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local seg, piece, seconds, chunks = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   at = at + 4
-  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total')
+  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total', 'delivered_s', 'done')
   local first, delivered = st[1], ''
   local status = {}
   local fresh, records = 0, {}
@@ -107,47 +109,42 @@ local function publish(k, at)
     end
     -- the first copy of a piece stays: a repeat (a step retried after a lost reply, or a reclaimed segment redone
     -- by its attempt) may differ in rounding, and readers keep the first copy they saw
-    fresh = redis.call('HSETNX', KEYS[k + 2], seg .. ':' .. piece, table.concat(pcm))
+    fresh = redis.call('HSETNX', k_parts, seg .. ':' .. piece, table.concat(pcm))
   end
   if fresh == 1 then
     for _, fields in ipairs(records) do redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields)) end
     if not first then redis.call('EXPIRE', k_results, ttl) end  -- the job's first chunk made it (FINALIZE sets it again)
     -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
-    delivered = redis.call('HINCRBYFLOAT', k_status, 'delivered_s', seconds)
-    status[#status + 1], status[#status + 2] = 'windows:' .. seg, piece + 1
+    delivered = string.format('%.17g', (tonumber(st[4] or '0') or 0) + seconds)
+    for _, kv in ipairs({'delivered_s', delivered, 'windows:' .. seg, piece + 1}) do status[#status + 1] = kv end
   elseif chunks > 0 then
-    delivered = redis.call('HGET', k_status, 'delivered_s') or '0'
+    delivered = st[4] or '0'
   end
-  local ending, done, output = tonumber(ARGV[at]), 0, {0, {}, {}}
+  local ending, done, output = tonumber(ARGV[at]), tonumber(st[5] or '0') or 0, {0, {}}
   if (chunks > 0 or ending == 1) and not first then
     first = now
     status[#status + 1], status[#status + 2] = 'first_chunk', now
   end
   if ending == 1 then
-    redis.call('HDEL', KEYS[k + 5], seg .. ':frames')  -- a book keeps only its segments in flight
-    redis.call('HSET', KEYS[k + 3], seg, ARGV[at + 1])
-    redis.call('SADD', KEYS[k + 4], seg)
-    done = redis.call('SCARD', KEYS[k + 4])
-    if done == 1 then  -- the job's first segment done made the three: they expire together (or go with FINALIZE)
-      for i = 2, 4 do redis.call('EXPIRE', KEYS[k + i], ttl) end
-    end
-    for _, kv in ipairs({'batch:' .. seg, ARGV[at + 2], 'worker:' .. seg, ARGV[at + 3], 'done', done}) do
-      status[#status + 1] = kv
+    redis.call('HDEL', k_frames, seg .. ':frames')  -- a book keeps only its segments in flight
+    if redis.call('HSETNX', k_status, 'batch:' .. seg, ARGV[at + 2]) == 1 then  -- the segment's first end counts
+      done = done + 1
+      redis.call('HSET', k_parts, 'words:' .. seg, ARGV[at + 1])
+      if done == 1 then redis.call('EXPIRE', k_parts, ttl) end  -- the first segment done: it expires (or goes with FINALIZE)
+      for _, kv in ipairs({'worker:' .. seg, ARGV[at + 3], 'done', done}) do status[#status + 1] = kv end
     end
     -- an appended job's records say 0 until it is closed; its status then holds the total
     local total = tonumber(ARGV[at + 4]) or 0
     if total == 0 then total = tonumber(st[3] or '0') or 0 end
-    if total > 0 and done >= total then
-      output = {1, redis.call('HGETALL', KEYS[k + 2]), redis.call('HGETALL', KEYS[k + 3])}
-    end
+    if total > 0 and done >= total then output = {1, redis.call('HGETALL', k_parts)} end
   end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
-  return {first or '', delivered, done, st[2] or '', st[3] or '0', output[1], output[2], output[3]}, at + 8
+  return {first or '', delivered, done, st[2] or '', st[3] or '0', output[1], output[2]}, at + 8
 end
 
 local out, at = {}, 4
-for k = 1, #KEYS, 6 do
+for k = 1, #KEYS, 4 do
   out[#out + 1], at = publish(k, at)
 end
 return out
@@ -186,31 +183,31 @@ end
 return acked
 """
 
-# KEYS: status, results, parts, done-set, stream, lane backlog. ARGV: force, ttl, v, job json, max_n, max_s,
+# KEYS: status, results, parts, stream, lane backlog. ARGV: force, ttl, v, job json, max_n, max_s,
 # est_s, then status field/value pairs. Admission is ``ADMIT``'s, one segment at a time: a full
 # lane answers 'full' and the runner offers the segment again later.
 SUBMIT_BOOK_SEGMENT = """
 local st = redis.call('HGET', KEYS[1], 'state')
 if st == 'queued' or st == 'running' then return st end
 if st == 'done' and ARGV[1] ~= '1' then return st end
-local n = tonumber(redis.call('HGET', KEYS[6], 'n') or '0')
-local s = tonumber(redis.call('HGET', KEYS[6], 's') or '0')
+local n = tonumber(redis.call('HGET', KEYS[5], 'n') or '0')
+local s = tonumber(redis.call('HGET', KEYS[5], 's') or '0')
 local max_n, max_s, add_s = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if n > 0 and ((max_n > 0 and n + 1 > max_n) or (max_s > 0 and s + add_s > max_s)) then return 'full' end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 local pairs = {}
 for i = 8, #ARGV do pairs[#pairs + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(pairs))
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-redis.call('XADD', KEYS[5], '*', 'v', ARGV[3], 'job', ARGV[4])
-redis.call('HINCRBY', KEYS[6], 'n', 1)
-redis.call('HINCRBYFLOAT', KEYS[6], 's', add_s)
-redis.call('HINCRBY', KEYS[6], 'q', 1)
+redis.call('XADD', KEYS[4], '*', 'v', ARGV[3], 'job', ARGV[4])
+redis.call('HINCRBY', KEYS[5], 'n', 1)
+redis.call('HINCRBYFLOAT', KEYS[5], 's', add_s)
+redis.call('HINCRBY', KEYS[5], 'q', 1)
 return 'submitted'
 """
 
-# KEYS: status, results, then what the job keeps only while it runs, deleted when this ends it (parts, done set,
-# words, frames; none to keep them). ARGV: state, the final record and the one to write instead if a client's cancel
+# KEYS: status, results, then what the job keeps only while it runs, deleted when this ends it (parts, frames; none
+# to keep them). ARGV: state, the final record and the one to write instead if a client's cancel
 # won the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, then
 # field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
 # whatever was made. A job that ends otherwise than done drops its staged segments.

@@ -26,7 +26,7 @@ local function admit_next(prefix, job, now, idle_ahead, ending)
   local k_status, k_staged, k_due = prefix .. ':job:' .. job, prefix .. ':staged:' .. job, prefix .. ':admission_due'
   local staged = redis.call('LLEN', k_staged)
   local st = redis.call('HMGET', k_status, 'state', 'lane', 'first_chunk', 'delivered_s', 'admitted_s', 'admitted_n',
-                        'horizon_s')
+                        'horizon_s', 'done')
   if staged == 0 or not st[1] or final_state(st[1]) then
     redis.call('ZREM', k_due, job)
     return 0
@@ -39,7 +39,7 @@ local function admit_next(prefix, job, now, idle_ahead, ending)
   local k_backlog, k_staging = prefix .. ':backlog:' .. lane, prefix .. ':staging:' .. lane
   -- a segment that ends with this publish is done but not yet acked: in the lane's q, no longer in flight
   local queued = (tonumber(redis.call('HGET', k_backlog, 'q') or '0') or 0) - ending
-  local in_flight = math.max(0, admitted_n - redis.call('SCARD', prefix .. ':done:' .. job))
+  local in_flight = math.max(0, admitted_n - (tonumber(st[8] or '0') or 0))
   local added = 0
   while staged > 0 do
     local idle = queued - in_flight <= 0 and in_flight < idle_ahead
@@ -199,8 +199,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
-# KEYS: status, lane backlog hash, the job's done set, one bucket stream per appended segment, then (when ARGV[7] is
-# not '') the closer's bucket stream. ARGV: max_n, max_s, add_s, ttl, the first appended segment's number, 1 to close
+# KEYS: status, lane backlog hash, one bucket stream per appended segment, then (when ARGV[7] is not '') the closer's
+# bucket stream. ARGV: max_n, max_s, add_s, ttl, the first appended segment's number, 1 to close
 # the job (its total: every segment appended so far), the closer record's json ({"v", "job"}: the job's last segment
 # with ``closing`` set, or ''), then per segment its json ({"v", "job"}). The segments count against the lane's
 # backlog limit like ``ADMIT``'s and go to their bucket streams at once (no staging: text arrives as it is written).
@@ -229,7 +229,7 @@ if add_n > 0 and n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and 
 end
 for i = 1, add_n do
   local f = cjson.decode(ARGV[7 + i])
-  redis.call('XADD', KEYS[3 + i], '*', 'v', f['v'], 'job', f['job'])
+  redis.call('XADD', KEYS[2 + i], '*', 'v', f['v'], 'job', f['job'])
 end
 appended = appended + add_n
 redis.call('HSET', KEYS[1], 'appended', appended, 'admitted_n', appended)
@@ -243,7 +243,7 @@ end
 if closing then
   redis.call('HSET', KEYS[1], 'total', appended)
   redis.call('HDEL', KEYS[1], 'open')
-  if add_n == 0 and ARGV[7] ~= '' and redis.call('SCARD', KEYS[3]) >= appended then
+  if add_n == 0 and ARGV[7] ~= '' and (tonumber(redis.call('HGET', KEYS[1], 'done') or '0') or 0) >= appended then
     local f = cjson.decode(ARGV[7])
     redis.call('XADD', KEYS[#KEYS], '*', 'v', f['v'], 'job', f['job'])
     redis.call('HINCRBY', KEYS[2], 'n', 1)  -- acked like any segment (its est_s is 0)

@@ -221,8 +221,7 @@ class RedisBroker:
         argv: list[Any] = [maxlen, ttl_s, time.time()]
         k = self.keys
         for p in todo:
-            keys += [k.status(p.job_id), k.results(p.job_id), k.parts(p.job_id), k.words(p.job_id), k.done(p.job_id),
-                     k.frames(p.job_id)]
+            keys += [k.status(p.job_id), k.results(p.job_id), k.parts(p.job_id), k.frames(p.job_id)]
             argv += [p.seg, p.piece, p.seconds, len(p.chunks)]
             for fields in p.chunks:
                 argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
@@ -234,9 +233,9 @@ class RedisBroker:
             if not p.chunks and p.end is None:
                 out.append(PieceReply())
                 continue
-            first, delivered, done, state, total, ended, parts, words = next(replies)
+            first, delivered, done, state, total, ended, parts = next(replies)
             clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if p.chunks else PieceReply()
-            output = (_job_output(_pairs(parts), _pairs(words))) if int(ended) else None
+            output = _job_output(_pairs(parts)) if int(ended) else None
             out.append(clock if p.end is None else
                        PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "",
                                   int(total or 0), output))
@@ -246,7 +245,7 @@ class RedisBroker:
         return int(self.send(Script(ADMIT_DUE, [], [self.keys.prefix, time.time(), admission.idle_ahead, limit])))
 
     def segments_done(self, job_id: str) -> int:
-        return int(self.r.scard(self.keys.done(job_id)))
+        return int(self.r.hget(self.keys.status(job_id), "done") or 0)
 
     def count_failure(self, job_id: str, seg: int) -> int:
         return int(self.r.hincrby(self.keys.status(job_id), f"failures:{seg}", 1))
@@ -255,10 +254,7 @@ class RedisBroker:
         self.r.xadd(self.keys.dead_letters(), dict(record), maxlen=100_000, approximate=True)
 
     def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
-        pipe = self.r.pipeline(transaction=False)
-        pipe.hgetall(self.keys.parts(job_id))
-        pipe.hgetall(self.keys.words(job_id))
-        return _job_output(*pipe.execute())
+        return _job_output(self.r.hgetall(self.keys.parts(job_id)))
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  drop_work: bool = False, **status: Any) -> int:
@@ -267,7 +263,7 @@ class RedisBroker:
         for k, v in status.items():
             argv += [k, v]
         k = self.keys
-        work = [k.parts(job_id), k.done(job_id), k.words(job_id), k.frames(job_id)] if drop_work else []
+        work = [k.parts(job_id), k.frames(job_id)] if drop_work else []
         return int(self.send(Script(FINALIZE, [k.status(job_id), k.results(job_id), *work], argv)))
 
     # -- admin --------------------------------------------------------------------------------------------
@@ -284,8 +280,7 @@ class RedisBroker:
         for sub in subs:
             (job,), (stream,) = sub.segments, sub.streams  # one segment each
             k, fields, (max_n, max_s) = self.keys, job.to_fields(), limits(queue, job.lane)
-            script(keys=[k.status(sub.job_id), k.results(sub.job_id), k.parts(sub.job_id), k.done(sub.job_id), stream,
-                         k.backlog(job.lane)],
+            script(keys=[k.status(sub.job_id), k.results(sub.job_id), k.parts(sub.job_id), stream, k.backlog(job.lane)],
                    args=[int(force), queue.job_ttl_s, fields["v"], fields["job"], max_n, max_s, job.est_s,
                          *[x for kv in sub.status.items() for x in kv]], client=pipe)
         if not subs:
@@ -444,11 +439,16 @@ def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
     return dict(zip(flat[0::2], flat[1::2]))
 
 
-def _job_output(pieces: Mapping[Any, bytes], words: Mapping[Any, Any]) -> tuple[dict[int, bytes], dict[int, Any]]:
-    """Each segment's PCM (its pieces, stored under ``seg:piece``, joined in order) and words, by segment."""
+def _job_output(fields: Mapping[Any, bytes]) -> tuple[dict[int, bytes], dict[int, Any]]:
+    """A job's parts hash read back: each segment's PCM (its pieces, under ``seg:piece``, joined in order) and its
+    words (under ``words:seg``), by segment."""
     by_seg: dict[int, list[tuple[int, bytes]]] = {}
-    for key, pcm in pieces.items():
-        seg, _, piece = text_of(key).partition(":")
-        by_seg.setdefault(int(seg), []).append((int(piece or 0), pcm))
+    words: dict[int, Any] = {}
+    for key, value in fields.items():
+        name, _, rest = text_of(key).partition(":")
+        if name == "words":
+            words[int(rest)] = json.loads(value)
+        else:
+            by_seg.setdefault(int(name), []).append((int(rest or 0), value))
     parts = {seg: b"".join(pcm for _, pcm in sorted(found)) for seg, found in by_seg.items()}
-    return parts, {int(k): json.loads(v) for k, v in words.items()}
+    return parts, words

@@ -63,7 +63,7 @@ def append_args(job_id: str, segments: Sequence[SegmentJob], streams: Sequence[s
     max_n, max_s = limits(q, lane)
     add_s = round(sum(s.est_s for s in segments), 3)
     closer = ""
-    script_keys = [keys.status(job_id), keys.backlog(lane), keys.done(job_id), *streams]
+    script_keys = [keys.status(job_id), keys.backlog(lane), *streams]
     if close and not segments and last is not None:
         job, stream = last
         closer = json.dumps(dataclasses.replace(job, total=first_seg, closing=True, est_s=0.0).to_fields(),
