@@ -5,8 +5,8 @@ nothing. These tests count segments the worker synthesized after the cancel, fro
 ``ttsfarm_segments_total`` on its metrics port: a worker that ignored the cancel would make every segment
 of the job; one that honours it finishes at most the segment it was running.
 
-Trim (item 6): the worker trims results streams at ``results_maxlen`` (10 here; with 20 ms chunks a job
-is hundreds of entries). A reader that falls behind, or resumes with ``after_seq`` once the head is gone,
+Trim (item 6): the worker trims results streams at ``results_maxlen`` (10 here; a piece's chunks share one entry,
+so the trim tests' farm vocodes 100 ms windows: a job is a couple of hundred entries). A reader that falls behind, or resumes with ``after_seq`` once the head is gone,
 or whose stream expired, gets STREAM_TRIMMED at once: never a wait until its timeout.
 """
 
@@ -34,8 +34,10 @@ pytestmark = pytest.mark.slow
 
 # 12 sentences, one segment each, ~2.5 s of audio each: the worker's one bulk loop takes them one by one.
 LONG = " ".join(f"Sentence number {i} of the long bulk job is read now." for i in range(12))
-# 4 segments of ~2.5 s: at 20 ms a chunk, ~500 results entries, far over results_maxlen.
-TRIMMED = " ".join(f"This is sentence {w} of a job whose stream gets trimmed." for w in ("one", "two", "three", "four"))
+# 8 segments of ~2.5 s: in 100 ms windows, ~200 results entries, far over results_maxlen (and over the 100 entries of
+# a stream node, which Redis's approximate trim removes whole).
+TRIMMED = " ".join(f"This is sentence {w} of a job whose stream gets trimmed."
+                   for w in ("one", "two", "three", "four", "five", "six", "seven", "eight"))
 IN_FLIGHT = 2  # segments a worker may finish after a cancel: the one it runs (and one it had just started)
 
 
@@ -51,6 +53,21 @@ def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
 @pytest.fixture(scope="module")
 def server(farm: Farm) -> Iterator[BackgroundServer]:
     with BackgroundServer(create_app(farm.settings)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def trim_farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
+    f = Farm(redis_url, tmp_path_factory.mktemp("trim-farm"), TTSFARM_QUEUE_INFERENCE_THREADS="1",
+             TTSFARM_QUEUE_RESULTS_MAXLEN="10", TTSFARM_STREAMING_FIRST_WINDOW_MS="100", TTSFARM_STREAMING_WINDOW_MS="100")
+    f.start_worker()
+    yield f
+    f.stop()
+
+
+@pytest.fixture(scope="module")
+def trim_server(trim_farm: Farm) -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_app(trim_farm.settings)) as s:
         yield s
 
 
@@ -138,18 +155,18 @@ def _until_chunk(lines: Iterator[str]) -> Iterator[str]:
 # -- trimmed results streams ---------------------------------------------------------------------
 
 
-def _trimmed_job(farm: Farm) -> str:
+def _trimmed_job(trim_farm: Farm) -> str:
     """A finished job whose results stream has lost its head to results_maxlen."""
-    client = farm.client()
+    client = trim_farm.client()
     job = client.submit(TRIMMED, voice="joe", chunk_ms=20)
     assert job.wait(timeout=60).state == "done"
-    key = Keys(farm.prefix).results(job.id)
+    key = Keys(trim_farm.prefix).results(job.id)
     assert client.redis.xlen(key) < 200 < int(client.redis.xinfo_stream(key)["entries-added"])
     return job.id
 
 
-def test_a_reader_that_falls_behind_gets_stream_trimmed(farm: Farm) -> None:
-    client = farm.client()
+def test_a_reader_that_falls_behind_gets_stream_trimmed(trim_farm: Farm) -> None:
+    client = trim_farm.client()
     job = client.submit(TRIMMED, voice="joe", chunk_ms=20)
     started = time.monotonic()
     with pytest.raises(JobError) as exc:
@@ -160,9 +177,9 @@ def test_a_reader_that_falls_behind_gets_stream_trimmed(farm: Farm) -> None:
     assert time.monotonic() - started < 20  # at once, not at the timeout
 
 
-def test_async_reader_that_falls_behind_gets_stream_trimmed(farm: Farm) -> None:
+def test_async_reader_that_falls_behind_gets_stream_trimmed(trim_farm: Farm) -> None:
     async def run() -> str:
-        async with AsyncClient.from_url(settings=farm.settings) as client:
+        async with AsyncClient.from_url(settings=trim_farm.settings) as client:
             job = await client.submit(TRIMMED, voice="joe", chunk_ms=20)
             try:
                 n = 0
@@ -177,16 +194,16 @@ def test_async_reader_that_falls_behind_gets_stream_trimmed(farm: Farm) -> None:
     assert asyncio.run(run()) == STREAM_TRIMMED
 
 
-def test_resuming_from_trimmed_entries_gets_stream_trimmed(farm: Farm, server: BackgroundServer) -> None:
-    job_id = _trimmed_job(farm)
-    client = farm.client()
+def test_resuming_from_trimmed_entries_gets_stream_trimmed(trim_farm: Farm, trim_server: BackgroundServer) -> None:
+    job_id = _trimmed_job(trim_farm)
+    client = trim_farm.client()
     started = time.monotonic()
     with pytest.raises(JobError) as exc:
         list(client.job(job_id).stream(after_seq=3, timeout=30))
     assert exc.value.code == STREAM_TRIMMED
 
     async def resume() -> str:
-        async with AsyncClient.from_url(settings=farm.settings) as aclient:
+        async with AsyncClient.from_url(settings=trim_farm.settings) as aclient:
             try:
                 async for _ in (await aclient.job(job_id)).stream(after_seq=3, timeout=30):
                     pass
@@ -196,11 +213,11 @@ def test_resuming_from_trimmed_entries_gets_stream_trimmed(farm: Farm, server: B
 
     assert asyncio.run(resume()) == STREAM_TRIMMED
     # the gateway's SSE and WebSocket end with an error event carrying the code
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=trim_server.url, timeout=30) as http:
         r = http.get(f"/v1/jobs/{job_id}/events", params={"after_seq": 3})
     events = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
     assert events and events[-1]["type"] == "error" and events[-1]["error"]["code"] == STREAM_TRIMMED, r.text
-    with connect(server.url.replace("http", "ws", 1) + f"/v1/jobs/{job_id}/stream?after_seq=3") as ws:
+    with connect(trim_server.url.replace("http", "ws", 1) + f"/v1/jobs/{job_id}/stream?after_seq=3") as ws:
         messages = [json.loads(m) for m in ws]
     assert messages[-1]["type"] == "error" and messages[-1]["error"]["code"] == STREAM_TRIMMED, messages
     assert time.monotonic() - started < 20  # none of them waited for its timeout
