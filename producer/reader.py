@@ -1,8 +1,8 @@
 """Turns results-stream records into ordered chunks, for ``producer.core`` (both SDK faces) and the load bench.
 
 Workers publish a segment's chunks tagged with the segment, part and attempt, a piece's chunks in one entry:
-the whole segment at once, or a vocoder window at a time (streamed; workers/streaming.py). Segments can finish out of order (several workers),
-and a segment can be redone after a worker dies, so the reader keeps each (segment, attempt) apart and
+the whole segment at once, or a vocoder window at a time (streamed; workers/streaming.py). Segments can finish
+out of order (several workers), and a segment can be redone after a worker dies, so the reader keeps each (segment, attempt) apart and
 releases chunks in segment order: the segment being read comes from one attempt (a complete one if there
 is one, else the first to start), its parts released as they come. A streamed segment has one attempt
 tag whatever happens (a redo continues it), and a segment published whole arrives complete, so chunks

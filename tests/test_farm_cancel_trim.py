@@ -6,8 +6,9 @@ nothing. These tests count segments the worker synthesized after the cancel, fro
 of the job; one that honours it finishes at most the segment it was running.
 
 Trim (item 6): the worker trims results streams at ``results_maxlen`` (10 here; a piece's chunks share one entry,
-so the trim tests' farm vocodes 100 ms windows: a job is a couple of hundred entries). A reader that falls behind, or resumes with ``after_seq`` once the head is gone,
-or whose stream expired, gets STREAM_TRIMMED at once: never a wait until its timeout.
+so the trim tests' farm vocodes 100 ms windows: a job is a couple of hundred entries). A reader that falls behind,
+or resumes with ``after_seq`` once the head is gone, or whose stream expired, gets STREAM_TRIMMED at once: never a
+wait until its timeout.
 """
 
 from __future__ import annotations
@@ -41,34 +42,41 @@ TRIMMED = " ".join(f"This is sentence {w} of a job whose stream gets trimmed."
 IN_FLIGHT = 2  # segments a worker may finish after a cancel: the one it runs (and one it had just started)
 
 
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("cancel-farm"), TTSFARM_WORKER_METRICS_PORT=str(free_port()),
-             TTSFARM_QUEUE_INFERENCE_THREADS="1", TTSFARM_QUEUE_RESULTS_MAXLEN="10")
-    f.start_worker()
-    yield f
-    f.stop()
+def _running(farm: Farm) -> Iterator[Farm]:
+    farm.start_worker()
+    try:
+        yield farm
+    finally:
+        farm.stop()
 
 
-@pytest.fixture(scope="module")
-def server(farm: Farm) -> Iterator[BackgroundServer]:
+def _gateway(farm: Farm) -> Iterator[BackgroundServer]:
     with BackgroundServer(create_app(farm.settings)) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
+def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
+    yield from _running(Farm(redis_url, tmp_path_factory.mktemp("cancel-farm"), TTSFARM_WORKER_METRICS_PORT=str(free_port()),
+                             TTSFARM_QUEUE_INFERENCE_THREADS="1", TTSFARM_QUEUE_RESULTS_MAXLEN="10"))
+
+
+@pytest.fixture(scope="module")
+def server(farm: Farm) -> Iterator[BackgroundServer]:
+    yield from _gateway(farm)
+
+
+@pytest.fixture(scope="module")
 def trim_farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("trim-farm"), TTSFARM_QUEUE_INFERENCE_THREADS="1",
-             TTSFARM_QUEUE_RESULTS_MAXLEN="10", TTSFARM_STREAMING_FIRST_WINDOW_MS="100", TTSFARM_STREAMING_WINDOW_MS="100")
-    f.start_worker()
-    yield f
-    f.stop()
+    """The trim tests' farm: 100 ms windows, so that a job makes many results entries."""
+    yield from _running(Farm(redis_url, tmp_path_factory.mktemp("trim-farm"), TTSFARM_QUEUE_INFERENCE_THREADS="1",
+                             TTSFARM_QUEUE_RESULTS_MAXLEN="10", TTSFARM_STREAMING_FIRST_WINDOW_MS="100",
+                             TTSFARM_STREAMING_WINDOW_MS="100"))
 
 
 @pytest.fixture(scope="module")
 def trim_server(trim_farm: Farm) -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(trim_farm.settings)) as s:
-        yield s
+    yield from _gateway(trim_farm)
 
 
 def made(farm: Farm) -> float:

@@ -91,9 +91,9 @@ class Publisher:
     def publish_piece(self, seg: SegmentProgress, pcm: bytes, *, last: bool, batch_id: str, worker: str,
                       publish: bool = True) -> SegmentOutcome | None:
         """The next piece of a segment (a whole segment, or one vocoder window of it) as chunks of at most
-        ``chunk_ms``, numbered on from the segment's earlier pieces, in one record and one round trip; each chunk carries the
-        segment's words that end inside it (by sample range from the segment's start); the piece's PCM is kept for the
-        job's assembly. With ``last``, the segment is counted done and the outcome is returned.
+        ``chunk_ms``, numbered on from the segment's earlier pieces, in one record and one round trip; each chunk
+        carries the segment's words that end inside it (by sample range from the segment's start); the piece's PCM is
+        kept for the job's assembly. With ``last``, the segment is counted done and the outcome is returned.
         ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
         return self.publish_pieces([PieceOut(seg, pcm, last, publish)], batch_id=batch_id, worker=worker)[0]
 

@@ -74,8 +74,8 @@ class FrameClaim:
 @dataclass(frozen=True)
 class Piece:
     """One piece of a segment to publish: its chunk record (``records.chunks_fields``, the piece's chunks in one;
-    none for a window an earlier attempt published), its index in the segment, its seconds of audio, the segment's end with its last piece, and
-    the admission policy when the job may have staged segments (``admission.may_stage``)."""
+    none for a window an earlier attempt published), its index in the segment, its seconds of audio, the segment's
+    end with its last piece, and the admission policy when the job may have staged segments (``admission.may_stage``)."""
 
     job_id: str
     seg: int
