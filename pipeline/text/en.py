@@ -47,7 +47,7 @@ from pipeline.text.en_numbers import (
 )
 
 if TYPE_CHECKING:
-    from piper.phonemize_espeak import EspeakPhonemizer
+    from pipeline.text.espeak import EspeakClauses
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -346,19 +346,20 @@ def normalize_en(text: str) -> str:
 # --------------------------------------------------------------------------- phonemes and ids
 
 _RAW_PHONEMES_RE = re.compile(r"(\[\[.*?\]\])")
-_ESPEAK_LOCK = threading.Lock()  # espeakbridge is one process-global C library
-_ESPEAK: EspeakPhonemizer | None = None
+_ESPEAK_LOCK = threading.Lock()  # espeak-ng is one process-global C library
+_ESPEAK: EspeakClauses | None = None
 
 
-def _espeak() -> EspeakPhonemizer:
+def _espeak() -> EspeakClauses:
     """The process-wide espeak-ng phonemizer, created on first use; hold ``_ESPEAK_LOCK``."""
     global _ESPEAK
     if _ESPEAK is None:
         try:
-            from piper.phonemize_espeak import EspeakPhonemizer
+            from pipeline.text.espeak import EspeakClauses
+
+            _ESPEAK = EspeakClauses()
         except ImportError as exc:  # piper-tts is installed without deps; say what is missing
             raise ModelError(f"piper-tts with espeak-ng is not installed: {exc}") from exc
-        _ESPEAK = EspeakPhonemizer()
         _LOGGER.debug("espeak-ng phonemizer initialized")
     return _ESPEAK
 
@@ -402,7 +403,9 @@ class EnglishPhonemizer:
     def _espeak_sentences(self, text: str, voice: str) -> list[list[str]]:
         with _ESPEAK_LOCK:
             try:
-                return _espeak().phonemize(voice, text, vowel_clusters=self.vowel_clusters)
+                espeak = _espeak()
+                espeak.set_voice(voice)
+                return espeak.phonemize(text, vowel_clusters=self.vowel_clusters)
             except RuntimeError as exc:
                 if "set voice" not in str(exc):
                     raise
@@ -453,7 +456,5 @@ def en_phonemes(text: str) -> list[str]:
 @functools.lru_cache(maxsize=16384)
 def en_word_phonemes(word: str) -> str:
     """``en_phonemes`` of one word alone, joined, remembered for the 16,384 words last asked. Word timings phonemize
-    every word of every segment on its own; besides the time, each espeak-ng call leaks its clauses' phoneme strings
-    (piper-tts 1.8's ``espeakbridge.get_phonemes`` keeps one reference too many: docs/BENCHMARKS.md, "Worker RSS
-    flat"), so a word heard before costs no call."""
+    every word of every segment on its own, so a word heard before costs no espeak-ng call."""
     return "".join(en_phonemes(word))
