@@ -79,6 +79,13 @@ class RuntimeSettings:
     a block for every tensor shape it has seen and never gives one back, and two-stage voices with windowed
     vocoding see new shapes every window: worker RSS grows in steps. Off, memory comes from the C allocator and
     the trim gives part of it back (docs/BENCHMARKS.md, "Worker RSS flat")."""
+    cpu_mem_pattern: bool = False
+    """onnxruntime's memory patterns on CPU sessions (``SessionOptions.enable_mem_pattern``, on by onnxruntime's
+    default): for each input shape it plans all of a run's tensors as one block taken from the arena, and the arena
+    keeps the largest block any shape ever needed. Off, each tensor takes its own block and blocks are reused across
+    shapes: measured on joe with random shapes, the arena stayed at 51 MB instead of growing to 118 MB, at the
+    same speed (docs/BENCHMARKS.md, "Worker RSS flat"). CUDA sessions keep onnxruntime's default (their shapes are
+    padded to a few classes)."""
     cpu_arena_extend_strategy: str = ""
     """``""``: each session keeps its own CPU arena (onnxruntime's default, grown by powers of two).
     ``kSameAsRequested`` or ``kNextPowerOfTwo``: one arena for every session of the process, registered with

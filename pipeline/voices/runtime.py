@@ -153,7 +153,8 @@ class SessionFactory:
             self.fell_back_to_cpu = True
         return ["CPUExecutionProvider"]
 
-    def session_options(self) -> Any:
+    def session_options(self, cuda: bool = False) -> Any:
+        """Options of a session on CUDA (``cuda``) or on the CPU."""
         import onnxruntime as ort
 
         s = self.settings
@@ -162,6 +163,8 @@ class SessionFactory:
         opts.inter_op_num_threads = max(0, s.inter_op_threads)
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS.get(s.graph_optimization, "ORT_ENABLE_ALL"))
         opts.enable_cpu_mem_arena = s.cpu_mem_arena
+        if not cuda:
+            opts.enable_mem_pattern = s.cpu_mem_pattern
         if s.cpu_mem_arena and s.cpu_arena_extend_strategy:
             shared_cpu_arena(s.cpu_arena_extend_strategy)
             opts.add_session_config_entry("session.use_env_allocators", "1")
@@ -189,7 +192,8 @@ class SessionFactory:
         providers = self.providers()
         start = time.perf_counter()
         try:
-            session = ort.InferenceSession(str(model), sess_options=self.session_options(), providers=providers)
+            session = ort.InferenceSession(str(model), sess_options=self.session_options(cuda=providers[0] != "CPUExecutionProvider"),
+                                           providers=providers)
         except Exception as exc:  # onnxruntime raises several unrelated classes for a bad file
             text = str(exc)
             if "CUDA" in text and self.settings.cpu_fallback and providers[0] != "CPUExecutionProvider":
