@@ -1,6 +1,7 @@
 """Word timings phonemize each word on its own (``pipeline.timing``); ``en_word_phonemes`` remembers the words it
-has phonemized, so a word heard before costs no espeak-ng call. Besides the time, every call leaks the phoneme
-strings it returns (piper-tts 1.8's ``espeakbridge.get_phonemes``): a worker's RSS grew with every segment timed."""
+has phonemized, so a word heard before costs no espeak-ng call. piper-tts 1.8's ``espeakbridge.get_phonemes`` leaks
+the phoneme strings it returns, so espeak-ng is read through ``pipeline.text.espeak`` instead
+(tests/test_espeak_clauses.py); what is remembered stays bounded by the words known."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_timing_many_segments_of_known_words_leaks_nothing_more() -> None:
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    grown = sum(s.count_diff for s in after.compare_to(before, "filename") if "phonemize_espeak" in str(s.traceback))
+    grown = sum(s.count_diff for s in after.compare_to(before, "filename") if "espeak" in str(s.traceback))
     assert grown <= 0
 
 
@@ -60,8 +61,8 @@ def test_word_timings_use_the_remembered_words(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="reference counts")
 def test_the_bridge_still_leaks_what_it_returns() -> None:
-    """Why the cache matters: each call's phoneme string keeps a reference nobody holds. Should a piper-tts release
-    fix it, this fails, and the cache is then only a speed-up."""
+    """Why ``pipeline.text.espeak`` reads espeak-ng itself: each of the bridge's phoneme strings keeps a reference
+    nobody holds. Should a piper-tts release fix it, this fails, and the bridge could be used again."""
     from piper import espeakbridge
 
     with en._ESPEAK_LOCK:
