@@ -1,0 +1,125 @@
+"""What one process keeps per call: the two sources of worker RSS growth found for issue 25 (item 7).
+
+    .venv/bin/python scripts/bench_memory.py espeak --calls 20000   # piper-tts's bridge vs pipeline.text.espeak
+    .venv/bin/python scripts/bench_memory.py arena --runs 800        # joe's sessions, memory patterns on vs off
+
+``espeak``: the same texts through ``espeakbridge.get_phonemes`` and through ``EspeakClauses.clauses``, each in a
+process of its own; RSS and Python's allocated blocks before and after. ``arena``: joe's prepared acoustic (INT8) and
+vocoder (FP32) sessions, one thread, CPU arena on, run on random shapes (batch 1-4, 10-120 phonemes, 20-80 frames)
+with ``enable_mem_pattern`` on and off, each in a process of its own, both at once; glibc's mmapped bytes (where the
+arena's regions live), bytes in use and RSS after a warm-up of 50 runs and at the end. Prints one line per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _state() -> dict[str, float]:
+    gc.collect()
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    m = libc.mallinfo2()
+    rss_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+    return {"rss_mb": rss_kb / 1024, "in_use_mb": m.uordblks / 1e6, "mmapped_mb": m.hblkhd / 1e6,
+            "blocks": float(sys.getallocatedblocks())}
+
+
+def _espeak_one(variant: str, calls: int) -> str:
+    from pipeline.text import en
+
+    texts = [f"Sentence number {i}, said the clerk to visitor {i * 7}. Is it {i + 3} o'clock?" for i in range(calls + 200)]
+    espeak = en._espeak()
+    espeak.set_voice(en.DEFAULT_VOICE)
+    if variant == "bridge":
+        from piper import espeakbridge
+
+        call = espeakbridge.get_phonemes
+    else:
+        call = lambda t: list(espeak.clauses(t))  # noqa: E731
+    for t in texts[:200]:
+        call(t)
+    a, start = _state(), time.perf_counter()
+    for t in texts[200:]:
+        call(t)
+    b, took = _state(), time.perf_counter() - start
+    return (f"{variant}: {calls} calls, RSS {a['rss_mb']:.1f} -> {b['rss_mb']:.1f} MB "
+            f"({(b['rss_mb'] - a['rss_mb']) * 1024 * 1024 / calls:.0f} bytes a call), Python blocks "
+            f"{a['blocks']:.0f} -> {b['blocks']:.0f}, {took:.2f} s")
+
+
+def _arena_one(variant: str, runs: int) -> str:
+    import numpy as np
+    import onnxruntime as ort
+
+    from pipeline.voices.prepared import voice_root
+    from producer.wire.settings import load_settings
+
+    runtime = load_settings().runtime
+    found = sorted(voice_root(runtime.cache_dir, "joe").glob("*/acoustic.int8.onnx"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        sys.exit("joe is not prepared: run `make setup` (or `ttsfarm voices prepare joe`) first")
+    folder = found[-1].parent
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads, opts.log_severity_level = 1, 1, 3
+    opts.enable_mem_pattern = variant == "on"
+    opts.enable_cpu_mem_arena = runtime.cpu_mem_arena
+    acoustic = ort.InferenceSession(str(folder / "acoustic.int8.onnx"), opts, providers=["CPUExecutionProvider"])
+    vocoder = ort.InferenceSession(str(folder / "vocoder.fp32.onnx"), opts, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    scales = np.array([0.667, 1.0, 0.8], np.float32)
+
+    def one() -> None:
+        b, n = int(rng.integers(1, 5)), int(rng.integers(10, 120))
+        ids = rng.integers(1, 100, size=(b, n)).astype(np.int64)
+        latent, _, _ = acoustic.run(None, {"input": ids, "input_lengths": np.full(b, n, np.int64), "scales": scales})
+        vocoder.run(None, {"latent": latent[:1, :, : int(rng.integers(20, 80))].copy()})
+
+    for _ in range(50):
+        one()
+    a, start = _state(), time.perf_counter()
+    for _ in range(runs):
+        one()
+    b, took = _state(), time.perf_counter() - start
+    return (f"memory patterns {variant}: {runs} runs, mmapped {a['mmapped_mb']:.1f} -> {b['mmapped_mb']:.1f} MB, "
+            f"in use {a['in_use_mb']:.1f} -> {b['in_use_mb']:.1f} MB, RSS {a['rss_mb']:.0f} -> {b['rss_mb']:.0f} MB, "
+            f"{took:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["espeak", "arena"])
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=800)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # one measurement, in a process of its own
+    args = parser.parse_args()
+    if args.variant:
+        print(_espeak_one(args.variant, args.calls) if args.what == "espeak" else _arena_one(args.variant, args.runs))
+        return
+    variants = ["bridge", "ours"] if args.what == "espeak" else ["on", "off"]
+    base = [sys.executable, __file__, args.what, "--calls", str(args.calls), "--runs", str(args.runs)]
+    if args.what == "espeak":  # one after the other: it is quick
+        for v in variants:
+            subprocess.run([*base, "--variant", v], check=True)
+    else:  # side by side: the same machine state for both
+        procs = [subprocess.Popen([*base, "--variant", v]) for v in variants]
+        if any(p.wait() for p in procs):
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
