@@ -190,13 +190,13 @@ class SessionFactory:
         if not model.is_file():
             raise ModelError(f"model file not found: {model}", code=MODEL_MISSING)
         providers = self.providers()
+        on_cuda = providers[0] != "CPUExecutionProvider"
         start = time.perf_counter()
         try:
-            session = ort.InferenceSession(str(model), sess_options=self.session_options(cuda=providers[0] != "CPUExecutionProvider"),
-                                           providers=providers)
+            session = ort.InferenceSession(str(model), sess_options=self.session_options(cuda=on_cuda), providers=providers)
         except Exception as exc:  # onnxruntime raises several unrelated classes for a bad file
             text = str(exc)
-            if "CUDA" in text and self.settings.cpu_fallback and providers[0] != "CPUExecutionProvider":
+            if "CUDA" in text and self.settings.cpu_fallback and on_cuda:
                 log.warning("CUDA session failed (%s); falling back to CPU", text.splitlines()[0])
                 self.fell_back_to_cpu = True
                 session = ort.InferenceSession(str(model), sess_options=self.session_options(), providers=["CPUExecutionProvider"])
