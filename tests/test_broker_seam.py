@@ -227,12 +227,43 @@ def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis
     assert err.value.code == "BACKEND_UNAVAILABLE" and err.value.detail["job_id"] == "given-up-0001"
 
 
-def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False) -> Any:
+def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False, frames: bool = False) -> Any:
     from producer.wire.broker import Piece, SegmentEnd
     from producer.wire.records import chunk_fields
 
     return Piece(job_id, 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
-                 end=SegmentEnd("[]", "b#0", attempt) if end else None, total=1)
+                 end=SegmentEnd("[]", "b#0", attempt, frames=frames) if end else None, total=1)
+
+
+def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.Redis) -> None:
+    """A voice that makes a segment's frames again from its seed claims with its replay record only: no frames key, no
+    TTL to set; a redo gets the tag, the record and the windows published, and once the segment ended, that it did."""
+    from producer.wire.broker import FrameClaim
+
+    broker = RedisBroker(r, Keys("replay"))
+    r.hset(broker.keys.status("rj"), mapping={"state": "running", "total": 1})
+    assert broker.claim_frames([FrameClaim("rj", 0, "w1/1", "7,93,250")], 60)[0].won
+    assert not r.exists(broker.keys.frames("rj"))
+    broker.publish_pieces([_piece("rj", "w1/1", 0, b"a" * 4), _piece("rj", "w1/1", 1, b"b" * 4)], maxlen=100, ttl_s=60)
+    redo = broker.claim_frames([FrameClaim("rj", 0, "w2/2", "93,93,251")], 60)[0]
+    assert (redo.won, redo.attempt, redo.replay, redo.frames, redo.windows, redo.ended) == (False, "w1/1", "7,93,250", b"", 2, False)
+    broker.publish_pieces([_piece("rj", "w1/1", 2, b"c" * 4, end=True)], maxlen=100, ttl_s=60)
+    late = broker.claim_frames([FrameClaim("rj", 0, "w3/3", "93,93,251")], 60)[0]
+    assert (late.won, late.ended) == (False, True)
+
+
+def test_frames_a_voice_cannot_make_again_live_until_the_segments_end(r: redis.Redis) -> None:
+    from producer.wire.broker import FrameClaim
+
+    broker = RedisBroker(r, Keys("frames"))
+    r.hset(broker.keys.status("fj"), mapping={"state": "running", "total": 1})
+    assert broker.claim_frames([FrameClaim("fj", 0, "w1/1", "7,93,250", b"npz")], 60)[0].won
+    assert 0 < r.ttl(broker.keys.frames("fj")) <= 60
+    broker.publish_pieces([_piece("fj", "w1/1", 0, b"a" * 4)], maxlen=100, ttl_s=60)
+    redo = broker.claim_frames([FrameClaim("fj", 0, "w2/2", "7,93,250", b"other")], 60)[0]
+    assert (redo.won, redo.attempt, redo.frames, redo.windows) == (False, "w1/1", b"npz", 1)
+    broker.publish_pieces([_piece("fj", "w1/1", 1, b"b" * 4, end=True, frames=True)], maxlen=100, ttl_s=60)
+    assert not r.exists(broker.keys.frames("fj"))  # dropped with the segment's end
 
 
 def test_a_new_attempt_drops_the_pieces_of_an_abandoned_one(r: redis.Redis) -> None:
@@ -242,10 +273,12 @@ def test_a_new_attempt_drops_the_pieces_of_an_abandoned_one(r: redis.Redis) -> N
 
     broker = RedisBroker(r, Keys("stale"))
     r.hset(broker.keys.status("stalejob"), mapping={"state": "running", "total": 1})
-    assert broker.claim_frames([FrameClaim("stalejob", 0, "old/1", b"f1")], 60)[0][0]
+    assert broker.claim_frames([FrameClaim("stalejob", 0, "old/1", "1,2,3", b"f1")], 60)[0].won
     broker.publish_pieces([_piece("stalejob", "old/1", n, b"o" * 4) for n in range(3)], maxlen=100, ttl_s=60)  # then it died
-    r.delete(broker.keys.frames("stalejob"))  # its claim lost with the old master
-    assert broker.claim_frames([FrameClaim("stalejob", 0, "new/2", b"f2")], 60)[0][:2] == (True, "new/2")
+    r.hdel(broker.keys.status("stalejob"), "claim:0")  # its claim lost with the old master
+    r.delete(broker.keys.frames("stalejob"))
+    again = broker.claim_frames([FrameClaim("stalejob", 0, "new/2", "1,2,3", b"f2")], 60)[0]
+    assert (again.won, again.attempt) == (True, "new/2")
     replies = broker.publish_pieces([_piece("stalejob", "new/2", 0, b"n" * 6), _piece("stalejob", "new/2", 1, b"m" * 6, end=True)],
                                     maxlen=100, ttl_s=60)
     assert replies[-1].output is not None and replies[-1].output[0] == {0: b"n" * 6 + b"m" * 6}

@@ -3,7 +3,9 @@
 * A long segment's chunks reach the results stream a window at a time: its first chunk is published by a
   worker that dies before the segment's last window is vocoded (the results stream then holds the first
   window and no last chunk), and the redo continues that attempt (readers see one attempt's chunks, parts
-  numbered without gap or repeat, the stream equals the stored output).
+  numbered without gap or repeat, the stream equals the stored output). With the voice's noise on, the redo makes
+  the segment's frames again from its seed (nothing of them was stored in Redis), so the audio equals in-process
+  synthesis of the whole segment with that seed.
 * A cancel mid-segment stops vocoding at the next window (``ttsfarm_vocoder_windows_total`` counted).
 * With windowing off, the same segment arrives in one piece (the setting really switches it).
 """
@@ -77,6 +79,44 @@ def test_worker_killed_mid_segment_first_chunk_out_then_one_clean_redo(redis_url
         streamed = b"".join(c.pcm for c in chunks)
         assert streamed == Path(result.url.removeprefix("file://")).read_bytes()  # the stored output
         assert sum(1 for _, f in client.redis.xrange(keys.results(job.id)) if f.get(b"type") == b"final") == 1
+    finally:
+        farm.stop()
+
+
+def test_a_redo_with_noise_on_makes_the_same_frames_again(redis_url: str, tmp_path: Path) -> None:
+    import numpy as np
+
+    from pipeline.audio import from_pcm16, to_pcm16
+    from pipeline.synth import Synthesizer, finish_segment
+    from pipeline.voices.base import SynthesisOptions
+    from workers.streaming import noise_seed
+
+    farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_CLAIM_IDLE_MS="1500", TTSFARM_STREAMING_WINDOW_MS="400",
+                **worker_faults("exitwindow:zebra"))
+    try:
+        victim = farm.start_worker(app=FAULT_APP)
+        client = farm.client()
+        keys = Keys(farm.prefix)
+        job = client.submit(LONG, voice="joe", lane="bulk", format="pcm", chunk_ms=ONE_PIECE)  # the voice's noise
+        wait_until(lambda: victim.proc.poll() is not None, 120, "the worker to die mid-segment")
+        assert chunk_entries(client.redis, keys, job.id)
+        assert not client.redis.exists(keys.frames(job.id))  # joe's frames never went to Redis
+        assert client.redis.hget(keys.status(job.id), "claim:0")  # its claim did: the attempt and the window plan
+        for name in worker_faults(""):
+            farm.env.pop(name)
+        farm.start_worker()
+        result = client.job(job.id).wait(timeout=120)
+        after = chunk_entries(client.redis, keys, job.id)
+        assert len({e["attempt"] for e in after}) == 1 and [int(e["part"]) for e in after] == list(range(len(after)))
+        stored = from_pcm16(Path(result.url.removeprefix("file://")).read_bytes())
+        synth = Synthesizer(farm.settings)
+        ((piece, ph),) = synth.phonemize(LONG, "joe")
+        voice = synth.bank.get(piece.voice)
+        (out,) = voice.acoustic_outputs([ph.ids], SynthesisOptions(), [noise_seed(job.id, 0)])  # type: ignore[attr-defined]
+        whole = voice.vocode([out.frames])[0]  # type: ignore[attr-defined]
+        expected = from_pcm16(to_pcm16(finish_segment(whole, voice.sample_rate, voice.sample_rate, piece.segment.pause_after_s)))
+        assert len(expected) == len(stored)
+        assert float(np.max(np.abs(expected - stored))) <= 2e-3  # the first attempt's window and the redo's join seamlessly
     finally:
         farm.stop()
 

@@ -24,7 +24,7 @@ from generate_tiny_voice import write_tiny_voice
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
-from producer.wire.broker import FrameClaim, Piece, PieceReply
+from producer.wire.broker import ClaimReply, FrameClaim, Piece, PieceReply
 from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
 from producer.wire.records import SegmentJob
@@ -92,8 +92,8 @@ class StorelessBroker:
                        claimed: Sequence[float]) -> list[tuple[str, bool]]:
         return [("running", False)] * len(job_ids)
 
-    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
-        return [(True, c.attempt, c.frames, 0) for c in claims]
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
+        return [ClaimReply(True, c.attempt, c.replay, c.frames) for c in claims]
 
     def publish_pieces(self, pieces: Sequence[Piece], **_: Any) -> list[PieceReply]:
         self.pieces += len(pieces)

@@ -81,6 +81,9 @@ RECORDED = (
                ("lane",), LATENCY_BUCKETS),
     MetricSpec("ttsfarm_vocoder_windows", "counter",
                "Vocoder windows made (streamed segments of two-stage voices; a whole segment is not counted)", ("voice",)),
+    MetricSpec("ttsfarm_replay_mismatches", "counter",
+               "Redone streamed segments whose frames, made again from their seed, came out another length than the "
+               "first attempt's (its later windows may not join seamlessly)", ("voice",)),
     MetricSpec("ttsfarm_publish_slack_seconds", "histogram",
                "Slack of a unit of audio (a window, a whole segment) when published: its job's first chunk against the "
                "target, later ones against the moment its listener would run dry (negative: late; workers/schedule.py)",
@@ -296,6 +299,11 @@ class WorkerMetrics:
     def underrun_risk(self, loop: int, units: int) -> None:
         if self.enabled:
             self.m["ttsfarm_underrun_risk_jobs"].labels(str(loop)).set(units)
+
+    @_safe
+    def replay_mismatch(self, voice: str) -> None:
+        if self.enabled:
+            self.m["ttsfarm_replay_mismatches"].labels(voice).inc()
 
     @_safe
     def windows(self, voice: str, n: int) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.wire.admission import Admission, may_stage
-from producer.wire.broker import Broker, FrameClaim, Piece, SegmentEnd, run_blocking
+from producer.wire.broker import Broker, ClaimReply, FrameClaim, Piece, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
 from producer.wire.storage import Storage
@@ -29,6 +29,7 @@ class SegmentProgress:
     job: SegmentJob
     attempt: str
     words: list[Any] = field(default_factory=list)  # the segment's wire words, samples from its start
+    frames_stored: bool = False  # its claim stored its frames in Redis (its end drops them)
     part: int = 0
     pieces: int = 0
     samples: int = 0  # published so far
@@ -114,7 +115,8 @@ class Publisher:
                 chunks.append(chunks_fields(job.seg, seg.part, out.last, seg.attempt, job.sample_rate, parts, words))
             end = None
             if out.last:
-                end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker, open=job.total == 0)
+                end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker, open=job.total == 0,
+                                 frames=seg.frames_stored)
             pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
                                 self.admission if may_stage(job) else None, job.total))
             seg.part += len(parts)
@@ -132,14 +134,12 @@ class Publisher:
                                           delivered_before_s=seg.delivered_before_s, output=reply.output))
         return results
 
-    def claim_frames(self, claims: list[tuple[SegmentJob, str, bytes]]) -> list[tuple[bool, str, bytes, int]]:
-        """Fix streamed segments' acoustic output before any of their windows is published (one step for a batch):
-        the first attempt to claim a segment stores its attempt tag and frames (and gets True); a later attempt (a
-        redo after a crash, or a retry) gets those back, with how many windows were published, and vocodes the same
-        frames, so readers see one attempt. Empty frames: the segment was published whole already (its frames are
-        dropped then)."""
-        return self.broker.claim_frames([FrameClaim(job.job_id, job.seg, attempt, frames) for job, attempt, frames in claims],
-                                        self.ttl)
+    def claim_frames(self, claims: list[FrameClaim]) -> list[ClaimReply]:
+        """Fix streamed segments' attempts before any of their windows is published (one step for a batch): the first
+        attempt to claim a segment stores its tag, replay record and frames (none from a voice that makes them again)
+        and wins; a later attempt (a redo after a crash, or a retry) gets those back, with how many windows were
+        published, and vocodes the same frames, so readers see one attempt."""
+        return self.broker.claim_frames(claims, self.ttl)
 
     def assemble(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[bytes, float, list[Any]]:
         """The job's full PCM16 from its parts, in segment order, and its words timed in it: from ``output`` (the parts

@@ -11,10 +11,13 @@ Guarantees kept from whole-segment publishing:
 * Chunks of a segment are numbered on across its windows (``Publisher.publish_piece``); the last chunk of
   the last window is the segment's ``last``; the segment's whole PCM becomes its part for assembly then, and
   the entry is acked only then.
-* One attempt per segment: before its first window is published, a segment's frames and attempt tag are
-  claimed (``Publisher.claim_frames``, the batch's segments in one step). A redo (the worker died mid-segment, its entry was reclaimed) gets
-  those frames and tag back, vocodes the same frames, skips the windows already published, and publishes
-  the rest under the same tag: a reader sees one attempt's chunks, seamless.
+* One attempt per segment: before its first window is published, a segment's attempt tag and replay record (its
+  window plan and frame count) are claimed (``Publisher.claim_frames``, the batch's segments in one step). A redo
+  (the worker died mid-segment, its entry was reclaimed) gets that tag and plan back, has the same frames, skips the
+  windows already published, and publishes the rest under the same tag: a reader sees one attempt's chunks, seamless.
+  The same frames: a replayable voice (``TwoStageVoice.replayable``: joe prepared with seeded noise, baker, the null
+  voice) makes them again from the segment's seed (``noise_seed``), so they never pass through Redis; any other voice
+  stores them with its claim (1.5 x the audio's PCM16 for joe), and a redo reads them back.
 * A cancelled job stops at the next window: its state is read before each window step.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +37,9 @@ from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
+from producer.wire.broker import FrameClaim
 from producer.wire.queue import Entry
+from producer.wire.records import SegmentJob
 from workers.outcomes import Outcomes
 from workers.publisher import PieceOut, SegmentProgress
 from workers.timings import segment_words
@@ -54,6 +60,25 @@ def unpack_frames(data: bytes) -> tuple[AcousticOutput, WindowPlan]:
     with np.load(io.BytesIO(data), allow_pickle=False) as stored:
         first, size = (int(v) for v in stored["plan"])
         return AcousticOutput(frames=stored["frames"], durations=stored["durations"]), WindowPlan(first=first, size=size)
+
+
+def noise_seed(job_id: str, seg: int) -> int:
+    """The seed of a segment's acoustic noise: the same for every attempt at it, another for every other segment."""
+    return zlib.crc32(f"{job_id}:{seg}".encode())
+
+
+def replay_record(out: AcousticOutput, plan: WindowPlan) -> str:
+    """What a redo of a replayable voice needs besides its own frames: the window plan, and the frame count to check
+    that it made the same frames."""
+    return f"{plan.first},{plan.size},{int(out.frames.shape[0])}"
+
+
+def read_replay(record: str) -> tuple[WindowPlan, int] | None:
+    try:
+        first, size, frames = (int(v) for v in record.split(","))
+    except ValueError:
+        return None
+    return WindowPlan(first=first, size=size), frames
 
 
 class PcmFinisher:
@@ -108,30 +133,51 @@ class StreamingBatch:
 
     # -- unit 1: the acoustic pass ----------------------------------------------------------------
     def acoustic(self) -> None:
+        jobs = [e.job for e, _ in self.ready]
+        assert all(job is not None for job in jobs)
         start = time.perf_counter()
-        outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts)
+        outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts, [noise_seed(job.job_id, job.seg) for job in jobs])  # type: ignore[arg-type]
         self.infer_s += time.perf_counter() - start
-        plans = []
-        for e, _ in self.ready:
-            assert e.job is not None
-            # a job's later segments are not awaited (earlier audio is playing): no small first window for them
-            plans.append(self.plan if e.job.seg == 0 and self.small_first else self.plan.without_small_first())
-        claims = self.outcomes.publisher.claim_frames([(e.job, self.outcomes.attempt(e), pack_frames(out, plan))  # type: ignore[misc]
-                                                       for (e, _), out, plan in zip(self.ready, outs, plans)])
-        for (e, ph), out, plan, (won, tag, stored, published) in zip(self.ready, outs, plans, claims):
+        # a job's later segments are not awaited (earlier audio is playing): no small first window for them
+        plans = [self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first() for job in jobs]  # type: ignore[union-attr]
+        replayable = self.voice.replayable
+        claims = self.outcomes.publisher.claim_frames([
+            FrameClaim(job.job_id, job.seg, self.outcomes.attempt(e), replay_record(out, plan),  # type: ignore[union-attr]
+                       b"" if replayable else pack_frames(out, plan))
+            for (e, _), job, out, plan in zip(self.ready, jobs, outs, plans)])
+        for (e, ph), out, plan, claim in zip(self.ready, outs, plans, claims):
             job = e.job
             assert job is not None
-            if not stored:  # an earlier attempt published the whole segment: only its bookkeeping may be left
+            tag, published = claim.attempt, claim.windows
+            if claim.ended:  # an earlier attempt published the whole segment: only its bookkeeping may be left
                 self.outcomes.already_published(e)
                 continue
-            if not won:
-                out, plan = unpack_frames(stored)
+            if not claim.won:
+                out, plan = self._continued(job, out, plan, claim)
                 log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, tag, published)
             words = segment_words(job, ph, out.durations, hop=self.voice.hop, voice_rate=self.voice.sample_rate,
                                   model_samples=int(out.frames.shape[0]) * self.voice.hop)
             item = WindowedItem.of(e, out.frames, self.voice.vocoder, plan)
-            self.live.append(Streamed(e, item, SegmentProgress(job, tag, words=words),
+            self.live.append(Streamed(e, item, SegmentProgress(job, tag, words=words, frames_stored=claim.won and not replayable
+                                                               or bool(claim.frames)),
                                       PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
+
+    def _continued(self, job: SegmentJob, out: AcousticOutput, plan: WindowPlan, claim: Any) -> tuple[AcousticOutput, WindowPlan]:
+        """A redo's frames and plan: the first attempt's frames where it stored them, else this pass's (made from the
+        same seed), cut by the first attempt's plan."""
+        if claim.frames:
+            return unpack_frames(claim.frames)
+        replay = read_replay(claim.replay)
+        if replay is None:
+            log.warning("segment %s/%d: attempt %s left no frames and no plan; its windows are cut anew", job.job_id, job.seg,
+                        claim.attempt)
+            return out, plan
+        plan, frames = replay
+        if frames != int(out.frames.shape[0]):  # another precision or provider rounded a duration the other way
+            log.warning("segment %s/%d: made %d frames again where attempt %s had %d; its later windows may not join "
+                        "seamlessly", job.job_id, job.seg, int(out.frames.shape[0]), claim.attempt, frames)
+            self.outcomes.metrics.replay_mismatch(self.voice.name)
+        return out, plan
 
     # -- unit 2: the next window of every live job --------------------------------------------------
     def step(self, states: dict[str, str] | None = None) -> bool:

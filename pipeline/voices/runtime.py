@@ -267,6 +267,7 @@ class StageSession(LazySession):
         self.precision = precision
         self._binding: StageBinding | None = None  # when the session runs on CUDA
         self.shape_policy: ShapePolicy | None = None  # then too: stages round padded shapes with it
+        self._inputs: tuple[Any, frozenset[str]] | None = None  # the session and its input names
 
     @property
     def host_pool(self) -> str:
@@ -299,6 +300,14 @@ class StageSession(LazySession):
         except Exception as exc:  # onnxruntime raises several unrelated classes
             first = str(exc).splitlines()[0] if str(exc) else repr(exc)
             raise ModelError(f"voice {self.voice}, {self.stage} stage failed: {first}", code=MODEL_STAGE_FAILED) from exc
+
+    @property
+    def input_names(self) -> frozenset[str]:
+        """The graph's input names (loads the session)."""
+        session = self.session
+        if self._inputs is None or self._inputs[0] is not session:
+            self._inputs = (session, frozenset(i.name for i in session.get_inputs()))
+        return self._inputs[1]
 
     def fail(self, message: str) -> ModelError:
         """A ``MODEL_STAGE_FAILED`` error for output that breaks the stage contract."""

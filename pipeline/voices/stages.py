@@ -35,8 +35,12 @@ class AcousticStage(Protocol):
     channels: int
     max_batch: int
 
-    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[AcousticOutput]:
-        """One output per item, each exactly what the item gets when run alone."""
+    replayable: bool  # the same item, options and seed give the same frames (a redo can make them again)
+
+    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, seeds: Sequence[int] | None = None) -> list[AcousticOutput]:
+        """One output per item, each exactly what the item gets when run alone. ``seeds``: one non-negative integer
+        per item that fixes its noise (a replayable stage gives the same frames for the same seed); ``None``: noise
+        drawn anew."""
 
 
 @runtime_checkable

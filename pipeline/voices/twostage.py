@@ -84,6 +84,23 @@ def _to_ntc(array: np.ndarray, layout: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class NoiseInput:
+    """A graph input that fixes the acoustic stage's noise per item (e.g. Piper's ``noise_offsets``,
+    ``pipeline/voices/piper/noise.py``): ``offsets`` maps each item's seed to its feed value, or draws them."""
+
+    name: str
+    from_seeds: Callable[[list[int]], np.ndarray]
+    drawn: Callable[[int], np.ndarray]
+
+    def offsets(self, seeds: list[int] | None, rows: int) -> np.ndarray:
+        if seeds is None:
+            return self.drawn(rows)
+        if len(seeds) != rows:
+            raise ValueError(f"{len(seeds)} seeds for {rows} items")
+        return self.from_seeds(seeds)
+
+
+@dataclass(frozen=True)
 class AcousticGraph:
     """Tensor names and layout of an acoustic graph that takes a padded batch."""
 
@@ -99,16 +116,24 @@ class OnnxAcoustic:
     """An acoustic stage on one ONNX graph with a real batch axis (pad id 0)."""
 
     def __init__(self, session: StageSession, graph: AcousticGraph, *, channels: int, max_batch: int,
-                 extra_feeds: Callable[[SynthesisOptions], Mapping[str, np.ndarray]] | None = None) -> None:
+                 extra_feeds: Callable[[SynthesisOptions], Mapping[str, np.ndarray]] | None = None,
+                 noise: NoiseInput | None = None) -> None:
         self.session = session
         self.graph = graph
         self.channels = channels
         self.max_batch = max(1, max_batch)
         self.extra_feeds = extra_feeds
+        self.noise = noise
 
-    def feeds(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> dict[str, np.ndarray]:
-        """Padded ids (pad 0). On CUDA the width and the row count are rounded up by the session's shape policy
-        (extra rows repeat the first item and are dropped), so the device arena sees a few shapes again and again."""
+    @property
+    def replayable(self) -> bool:
+        """Whether the graph takes its noise from ``noise.name`` (loads the session to look)."""
+        return self.noise is not None and self.noise.name in self.session.input_names
+
+    def feeds(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, seeds: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+        """Padded ids (pad 0), and the noise offsets where the graph takes them (from ``seeds``, else random). On
+        CUDA the width and the row count are rounded up by the session's shape policy (extra rows repeat the first
+        item and are dropped), so the device arena sees a few shapes again and again."""
         policy = self.session.shape_policy
         rows, width = len(batch), max(len(ids) for ids in batch)
         if policy is not None:
@@ -119,13 +144,18 @@ class OnnxAcoustic:
         for row, item in enumerate(padded):
             ids[row, : len(item)] = item
         extra = dict(self.extra_feeds(opts)) if self.extra_feeds else {}
+        if self.replayable:
+            assert self.noise is not None
+            keys = list(seeds) if seeds is not None else None
+            offsets = self.noise.offsets(keys, len(batch))
+            extra[self.noise.name] = np.array([offsets[row if row < len(batch) else 0] for row in range(rows)], dtype=np.int64)
         return {self.graph.ids: ids, self.graph.lengths: lengths, **extra}
 
-    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[AcousticOutput]:
+    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, seeds: Sequence[int] | None = None) -> list[AcousticOutput]:
         if not batch:
             return []
         g = self.graph
-        frames, counts, durations = self.session.run([g.frames, g.frame_lengths, g.durations], self.feeds(batch, opts))
+        frames, counts, durations = self.session.run([g.frames, g.frame_lengths, g.durations], self.feeds(batch, opts, seeds))
         frames = _to_ntc(np.asarray(frames), g.layout)
         counts = np.asarray(counts).reshape(-1)
         durations = np.asarray(durations).reshape(len(counts), -1)
@@ -211,11 +241,20 @@ class TwoStageVoice:
     def phonemize(self, text: str, lang: str) -> Phonemized:
         return self.phonemizer.phonemize(text, lang)
 
-    def acoustic_outputs(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[AcousticOutput]:
-        """Frames and per-id durations of each item, as it gets them alone."""
+    @property
+    def replayable(self) -> bool:
+        """Whether ``acoustic_outputs`` with the same seeds gives the same frames again (a redo of a streamed segment
+        then makes its frames instead of reading them back)."""
+        return bool(getattr(self.acoustic, "replayable", False))
+
+    def acoustic_outputs(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions,
+                         seeds: Sequence[int] | None = None) -> list[AcousticOutput]:
+        """Frames and per-id durations of each item, as it gets them alone; ``seeds`` (one per item) fix the noise of a
+        replayable voice."""
         out: list[AcousticOutput] = []
-        for part in chunks(batch, self.acoustic.max_batch):
-            out.extend(self.acoustic.run(part, opts))
+        size = self.acoustic.max_batch
+        for k, part in enumerate(chunks(batch, size)):
+            out.extend(self.acoustic.run(part, opts, None if seeds is None else seeds[k * size:(k + 1) * size]))
         return out
 
     def vocode(self, frames: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -59,16 +59,34 @@ class SegmentEnd:
     batch_id: str
     worker: str
     open: bool = False  # the segment's job had its text appended (total 0 in its records): read its total too
+    frames: bool = False  # the segment's claim stored its frames (``FrameClaim.frames``): the end drops them
 
 
 @dataclass(frozen=True)
 class FrameClaim:
-    """A streamed segment's claim on its attempt: the frames (and window plan) its windows are cut from."""
+    """A streamed segment's claim on its attempt, made before any of its windows is published: the attempt's tag,
+    its replay record (text: how its windows are cut and how many frames it has; a redo of a voice that makes the same
+    frames again from the same seed needs no more) and, from a voice that cannot, the frames themselves."""
 
     job_id: str
     seg: int
     attempt: str
-    frames: bytes
+    replay: str
+    frames: bytes = b""
+
+
+@dataclass(frozen=True)
+class ClaimReply:
+    """Who holds a streamed segment: ``won`` when this claim was the first; else the first attempt's tag, replay
+    record and frames (b"" where it stored none), the windows it published so far, and whether it published the
+    segment whole (``ended``: only its bookkeeping may be left)."""
+
+    won: bool
+    attempt: str
+    replay: str
+    frames: bytes = b""
+    windows: int = 0
+    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -224,11 +242,10 @@ class Broker(Protocol):
         values, None where unset), and its state ('' for none), in one round trip."""
         ...
 
-    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
         """Fix streamed segments' attempts before any of their windows is published, atomically and in one step
-        for all of them: per claim, the first attempt stores its tag and frames and gets ``(True, its tag, its
-        frames, 0)``; a later one gets ``(False, that tag, those frames, windows published so far)``; frames are b""
-        once the segment was published whole."""
+        for all of them: per claim, the first attempt stores its tag, replay record and frames (if any) and wins; a
+        later one gets what the first stored (``ClaimReply``). Frames stored live until the segment's end."""
         ...
 
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:

@@ -38,7 +38,8 @@ class Keys:
         return f"{self.prefix}:pcm:{job_id}"
 
     def frames(self, job_id: str) -> str:
-        """Hash: a streamed segment's attempt tag and acoustic frames (``<seg>:attempt``, ``<seg>:frames``)."""
+        """Hash: a streamed segment's acoustic frames (field ``<seg>``), from a voice that cannot make them again, while
+        the segment runs (its claim is in the status: ``claim:<seg>``)."""
         return f"{self.prefix}:job:{job_id}:frames"
 
     def dead_letters(self) -> str:

@@ -80,7 +80,8 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 # next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per piece its
 # job's status, results, parts, frames. ARGV: results maxlen, ttl, now, then per piece: seg, piece (its index in the
 # segment), seconds, chunks (records: 0 or 1), then per record the count of its field/value items and those items;
-# then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count; then the
+# then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count, 1 if its claim
+# stored frames (the end drops them); then the
 # admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
 # delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once closed), 1 when
 # this ended the job's last segment, then its parts hash (HGETALL: pieces and words) for the job's assembly}
@@ -126,7 +127,7 @@ local function publish(k, at)
     status[#status + 1], status[#status + 2] = 'first_chunk', now
   end
   if ending == 1 then
-    redis.call('HDEL', k_frames, seg .. ':frames')  -- a book keeps only its segments in flight
+    if ARGV[at + 5] == '1' then redis.call('HDEL', k_frames, seg) end  -- frames live while the segment runs
     if redis.call('HSETNX', k_status, 'batch:' .. seg, ARGV[at + 2]) == 1 then  -- the segment's first end counts
       done = done + 1
       redis.call('HSET', k_parts, 'words:' .. seg, ARGV[at + 1])
@@ -139,8 +140,8 @@ local function publish(k, at)
     if total > 0 and done >= total then output = {1, redis.call('HGETALL', k_parts)} end
   end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
-  if ARGV[at + 7] ~= '' then admit_next(ARGV[at + 5], ARGV[at + 6], tonumber(now), tonumber(ARGV[at + 7]), ending) end
-  return {first or '', delivered, done, st[2] or '', st[3] or '0', output[1], output[2]}, at + 8
+  if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
+  return {first or '', delivered, done, st[2] or '', st[3] or '0', output[1], output[2]}, at + 9
 end
 
 local out, at = {}, 4
@@ -256,25 +257,31 @@ return out
 """
 
 # A batch's streamed segments fix their attempts, one script for all. KEYS: per segment its job's frames hash,
-# status and pieces hash. ARGV: ttl, then per segment: seg, attempt, frames. The first attempt to stream a segment
-# stores its tag and acoustic frames and gets {1, its tag, '', 0}; pieces stored for the segment before it belong to an
-# attempt whose claim was lost (a failover) and go, so the new attempt's pieces are the segment's (PUBLISH_PIECES keeps
-# the first copy of a piece). A later attempt gets {0, that tag, those frames ('' once the segment was published
-# whole), windows published so far}. One such reply per segment.
+# status and pieces hash. ARGV: ttl, then per segment: seg, attempt, replay record, frames ('' from a voice that makes
+# the same frames again). The first attempt to stream a segment writes 'claim:<seg>' (its tag and replay record) into
+# the status, and its frames, if any, into the frames hash, and gets {1}; pieces stored for the segment before it belong
+# to an attempt whose claim was lost (a failover) and go, so the new attempt's pieces are the segment's (PUBLISH_PIECES
+# keeps the first copy of a piece). A later attempt gets {0, that tag, that replay record, those frames ('' if none,
+# or once the segment ended), windows published so far, 1 once the segment was published whole}. One reply per segment.
 CLAIM_FRAMES = """
 local out = {}
 for i = 1, #KEYS / 3 do
   local k_frames, k_status, k_pieces = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local seg, attempt = ARGV[3 * i - 1], ARGV[3 * i]
-  if redis.call('HSETNX', k_frames, seg .. ':attempt', attempt) == 1 then
-    redis.call('HSET', k_frames, seg .. ':frames', ARGV[3 * i + 1])
-    redis.call('EXPIRE', k_frames, ARGV[1])
+  local seg, attempt, replay, frames = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], ARGV[4 * i + 1]
+  if redis.call('HSETNX', k_status, 'claim:' .. seg, attempt .. '|' .. replay) == 1 then
+    if frames ~= '' then
+      redis.call('HSET', k_frames, seg, frames)
+      redis.call('EXPIRE', k_frames, ARGV[1])
+    end
     local stale = 0
     while redis.call('HDEL', k_pieces, seg .. ':' .. stale) == 1 do stale = stale + 1 end
-    out[i] = {1, attempt, '', 0}
+    out[i] = {1, attempt, replay, '', 0, 0}
   else
-    out[i] = {0, redis.call('HGET', k_frames, seg .. ':attempt'), redis.call('HGET', k_frames, seg .. ':frames') or '',
-              redis.call('HGET', k_status, 'windows:' .. seg) or 0}
+    local st = redis.call('HMGET', k_status, 'claim:' .. seg, 'windows:' .. seg, 'batch:' .. seg)
+    local tag, held = string.match(st[1], '^(.*)|([^|]*)$')
+    local ended, stored = 0, ''
+    if st[3] then ended = 1 else stored = redis.call('HGET', k_frames, seg) or '' end
+    out[i] = {0, tag, held, stored, st[2] or 0, ended}
   end
 end
 return out

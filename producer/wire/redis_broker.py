@@ -19,7 +19,7 @@ import redis.asyncio
 
 from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
-from producer.wire.broker import Command, FrameClaim, Op, Piece, PieceReply, Replicated, Script
+from producer.wire.broker import ClaimReply, Command, FrameClaim, Op, Piece, PieceReply, Replicated, Script
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
 from producer.wire.lua import (CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
@@ -206,14 +206,15 @@ class RedisBroker:
             pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s", "state")
         return {job_id: (reply[0], reply[1], text_of(reply[2]) if reply[2] else "") for job_id, reply in zip(ids, pipe.execute())}
 
-    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[tuple[bool, str, bytes, int]]:
+    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
         if not claims:
             return []
         keys = [k for c in claims for k in (self.keys.frames(c.job_id), self.keys.status(c.job_id), self.keys.parts(c.job_id))]
-        argv: list[Any] = [ttl_s, *[x for c in claims for x in (str(c.seg), c.attempt, c.frames)]]
+        argv: list[Any] = [ttl_s, *[x for c in claims for x in (str(c.seg), c.attempt, c.replay, c.frames)]]
         replies = self.send(Script(CLAIM_FRAMES, keys, argv))
-        return [(bool(int(won)), text_of(tag), c.frames if int(won) else bytes(stored or b""), int(windows or 0))
-                for c, (won, tag, stored, windows) in zip(claims, replies)]
+        return [ClaimReply(True, c.attempt, c.replay, c.frames) if int(won) else
+                ClaimReply(False, text_of(tag), text_of(replay), bytes(stored or b""), int(windows or 0), bool(int(ended)))
+                for c, (won, tag, replay, stored, windows, ended) in zip(claims, replies)]
 
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
         todo = [p for p in pieces if p.chunks or p.end is not None]
@@ -225,7 +226,8 @@ class RedisBroker:
             argv += [p.seg, p.piece, p.seconds, len(p.chunks)]
             for fields in p.chunks:
                 argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
-            argv += [1, p.end.words_json, p.end.batch_id, p.end.worker, p.total] if p.end is not None else [0, "", "", "", 0]
+            argv += ([1, p.end.words_json, p.end.batch_id, p.end.worker, p.total, int(p.end.frames)] if p.end is not None else
+                     [0, "", "", "", 0, 0])
             argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
         replies = iter(self.send(Script(PUBLISH_PIECES, keys, argv)) if todo else [])
         out = []

@@ -3,7 +3,7 @@
 The record is a hash that many steps write a field or two of, each atomically with what goes with it: admission
 writes the job's request (``JobStatus.admitted``), the first segment to start marks ``started`` (with ``claimed``, when its loop claimed it, and ``worker``), a published piece
 moves the playback clock (``first_chunk``, ``delivered_s``) and a segment's bookkeeping (``windows:N``,
-``batch:N``, ``worker:N``, ``failures:N``), and the one finalize writes the end state and the result. Those writes
+``batch:N``, ``worker:N``, ``failures:N``; a streamed segment's ``claim:N``, its attempt and replay record), and the one finalize writes the end state and the result. Those writes
 are the broker's steps (``producer.wire.redis_broker``); every reader parses the hash here, into ``JobStatus``.
 
 ``JobStatus`` reads both ways: typed attributes (``st.state``, ``st.total``) and, for callers that treat a status
@@ -24,7 +24,7 @@ from producer.wire.records import JobResult, Word, text_of
 # Fields read as numbers; everything else is text.
 _INTS = ("total", "done", "sample_rate", "bitrate")
 _FLOATS = ("created", "claimed", "started", "first_chunk", "finished", "duration", "deadline", "est_seconds", "delivered_s")
-SEGMENT_FIELDS = ("windows", "batch", "worker", "failures")  # per segment: "<name>:<seg>"
+SEGMENT_FIELDS = ("windows", "batch", "worker", "failures", "claim")  # per segment: "<name>:<seg>"
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,14 @@ def null_durations(n_ids: int, speed: float) -> np.ndarray:
 
 
 class NullAcoustic:
+    replayable = True  # its frames depend on the ids and the speed only
+
     def __init__(self, fake: FakeDevice, max_batch: int) -> None:
         self.device = fake
         self.channels = CHANNELS
         self.max_batch = max(1, max_batch)
 
-    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[AcousticOutput]:
+    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, seeds: Sequence[int] | None = None) -> list[AcousticOutput]:
         if not batch:
             return []
         self.device.run("acoustic", len(batch), max(len(ids) for ids in batch))

@@ -1,9 +1,9 @@
 """Splits a prepared Piper VITS graph into its two stages by graph extraction.
 
-* acoustic: ``input``, ``input_lengths``, ``scales`` -> ``latent`` [B, 192, T] (the flow's output times
-  the frame mask, what the HiFi-GAN decoder reads), ``frame_lengths`` [B] and ``durations`` [B, 1, N]
-  (the ``Ceil`` of each phoneme's predicted length: frames per id, 0 on padding; it sums to
-  ``frame_lengths``).
+* acoustic: ``input``, ``input_lengths``, ``scales``, ``noise_offsets`` (each item's noise, ``noise.py``) ->
+  ``latent`` [B, 192, T] (the flow's output times the frame mask, what the HiFi-GAN decoder reads),
+  ``frame_lengths`` [B] and ``durations`` [B, 1, N] (the ``Ceil`` of each phoneme's predicted length: frames per
+  id, 0 on padding; it sums to ``frame_lengths``).
 * decoder: ``latent`` [B, 192, T] -> ``output`` [B, 1, T * hop].
 
 The split tensor is found from the graph's structure, not its name: walking back from ``output``, it is
@@ -24,6 +24,7 @@ from typing import Any
 
 from pipeline.errors import MODEL_CORRUPT, ModelError
 from pipeline.voices.piper.graph import AUDIO, FRAME_LENGTHS, PIPER_INPUTS, find_frame_chain
+from pipeline.voices.piper.noise import NOISE_OFFSETS, seed_noise
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +95,13 @@ def split_piper_graph(prepared: Path, acoustic_out: Path, decoder_out: Path) -> 
     graph.output.append(helper.make_tensor_value_info(LATENT, onnx.TensorProto.FLOAT, ["batch", split.channels, "frames"]))
     graph.output.append(helper.make_tensor_value_info(DURATIONS, onnx.TensorProto.FLOAT, ["batch", 1, "phonemes"]))
     acoustic = _extract(model, list(PIPER_INPUTS), [LATENT, FRAME_LENGTHS, DURATIONS], {})
+    seeded = seed_noise(acoustic)  # a segment's frames made again from its seed (noise.py)
     decoder = _extract(model, [split.split_tensor], [AUDIO], {split.split_tensor: LATENT})
     for part, path in ((acoustic, acoustic_out), (decoder, decoder_out)):
         onnx.checker.check_model(part)
         onnx.save(part, str(path))
-    log.info("split %s at %s (%d channels): acoustic %d nodes, decoder %d nodes", prepared.name, split.split_tensor,
-             split.channels, len(acoustic.graph.node), len(decoder.graph.node))
+    log.info("split %s at %s (%d channels): acoustic %d nodes (%d noise sources from %s), decoder %d nodes", prepared.name,
+             split.split_tensor, split.channels, len(acoustic.graph.node), seeded, NOISE_OFFSETS, len(decoder.graph.node))
     return split
 
 

