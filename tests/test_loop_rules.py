@@ -78,6 +78,8 @@ class StorelessBroker:
         self.published: list[str] = []  # the job of each piece, in order
         self.audio: dict[str, bytes] = {}
         self.finished: list[str] = []  # jobs ended (final record written)
+        self.claims: list[FrameClaim] = []
+        self.ends: list[Any] = []  # each segment end's ``SegmentEnd``
 
     def consumer(self, name: str, streams: Sequence[str]) -> QueueConsumer:
         return QueueConsumer(name, streams)
@@ -93,10 +95,12 @@ class StorelessBroker:
         return [("running", False)] * len(job_ids)
 
     def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
+        self.claims += claims
         return [ClaimReply(True, c.attempt, c.replay, c.frames) for c in claims]
 
     def publish_pieces(self, pieces: Sequence[Piece], **_: Any) -> list[PieceReply]:
         self.pieces += len(pieces)
+        self.ends += [p.end for p in pieces if p.end is not None]
         self.published += [p.job_id for p in pieces]
         for p in pieces:
             self.audio[p.job_id] = self.audio.get(p.job_id, b"") + b"".join(bytes(c["pcm"]) for c in p.chunks)
@@ -193,6 +197,23 @@ def test_no_small_first_window_while_the_loop_has_other_work(make_loop: Any, sit
         loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
         assert len(loop.scheduler.held) == 1
     assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == LARGE
+
+
+@pytest.mark.parametrize("replayable", [False, True])
+def test_a_claim_carries_frames_only_from_a_voice_that_cannot_make_them_again(make_loop: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                              replayable: bool) -> None:
+    """The tiny voice's acoustic graph takes no seed; made replayable here, its claims carry the plan alone and its
+    segment's end drops no frames."""
+    monkeypatch.setattr(twostage.TwoStageVoice, "replayable", property(lambda self: replayable))
+    loop = make_loop()
+    frames = first_window(loop, entry(loop, "interactive", CALLER)[1])
+    batch = loop.scheduler.held[-1]
+    while batch.step():
+        pass
+    (claim,) = loop.ctx.broker.claims
+    assert claim.replay.startswith(f"{frames},{LARGE},") and int(claim.replay.rsplit(",", 1)[1]) > 2 * LARGE
+    assert bool(claim.frames) is not replayable
+    assert [end.frames for end in loop.ctx.broker.ends] == [not replayable]
 
 
 def test_first_window_when_queued_gives_it_anyway(make_loop: Any) -> None:

@@ -61,6 +61,16 @@ def test_lengths_are_exact_and_batch_equals_solo(voice, ids) -> None:  # type: i
     assert float(np.max(np.abs(window[CONTEXT * HOP : (CONTEXT + hi - lo) * HOP] - whole[lo * HOP : hi * HOP]))) <= 1e-3
 
 
+def test_a_segment_run_again_gets_the_same_frames(voice, ids) -> None:  # type: ignore[no-untyped-def]
+    """Baker is replayable: a redo of a streamed segment makes its frames again instead of storing them in Redis."""
+    assert voice.replayable
+    first, again = (voice.acoustic_outputs([ids[3]], SynthesisOptions(), [11])[0] for _ in range(2))
+    other_seed = voice.acoustic_outputs([ids[3]], SynthesisOptions(), [12])[0]  # FastSpeech2 draws no noise
+    for out in (again, other_seed):
+        np.testing.assert_array_equal(out.frames, first.frames)
+        np.testing.assert_array_equal(out.durations, first.durations)
+
+
 def test_speed_scales_the_durations(voice, ids) -> None:  # type: ignore[no-untyped-def]
     normal = voice.acoustic_outputs([ids[2]], SynthesisOptions(speed=1.0))[0]
     fast = voice.acoustic_outputs([ids[2]], SynthesisOptions(speed=1.5))[0]
