@@ -93,7 +93,7 @@ local function publish(k, at)
   local k_status, k_results, k_parts, k_frames = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local seg, piece, seconds, chunks = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   at = at + 4
-  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total', 'delivered_s', 'done')
+  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total', 'delivered_s', 'done', 'batch:' .. seg)
   local first, delivered = st[1], ''
   local status = {}
   local fresh, records = 0, {}
@@ -128,11 +128,13 @@ local function publish(k, at)
   end
   if ending == 1 then
     if ARGV[at + 5] == '1' then redis.call('HDEL', k_frames, seg) end  -- frames live while the segment runs
-    if redis.call('HSETNX', k_status, 'batch:' .. seg, ARGV[at + 2]) == 1 then  -- the segment's first end counts
+    if not st[6] then  -- the segment's first end counts ('batch:seg' is written with the status below)
       done = done + 1
       redis.call('HSET', k_parts, 'words:' .. seg, ARGV[at + 1])
       if done == 1 then redis.call('EXPIRE', k_parts, ttl) end  -- the first segment done: it expires (or goes with FINALIZE)
-      for _, kv in ipairs({'worker:' .. seg, ARGV[at + 3], 'done', done}) do status[#status + 1] = kv end
+      for _, kv in ipairs({'batch:' .. seg, ARGV[at + 2], 'worker:' .. seg, ARGV[at + 3], 'done', done}) do
+        status[#status + 1] = kv
+      end
     end
     -- an appended job's records say 0 until it is closed; its status then holds the total
     local total = tonumber(ARGV[at + 4]) or 0
@@ -213,17 +215,18 @@ return 'submitted'
 # field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
 # whatever was made. A job that ends otherwise than done drops its staged segments.
 FINALIZE = ADMISSION_FUNCTIONS + """
-if redis.call('HSETNX', KEYS[1], 'final', '1') == 0 then return 0 end
+local now = redis.call('HMGET', KEYS[1], 'final', 'state', 'lane')
+if now[1] then return 0 end  -- ended already ('final' is written below: read and write are one step in a script)
 local state, record = ARGV[1], ARGV[2]
-local now = redis.call('HMGET', KEYS[1], 'state', 'lane')
-local lane = now[2]
-if now[1] == 'cancelled' and state ~= 'cancelled' then
+local lane = now[3]
+if now[2] == 'cancelled' and state ~= 'cancelled' then
   state = 'cancelled'
   record = ARGV[3]
+  redis.call('HSET', KEYS[1], 'final', '1')
 else
   local status = {}
   for i = 8, #ARGV do status[#status + 1] = ARGV[i] end
-  redis.call('HSET', KEYS[1], 'state', state, unpack(status))
+  redis.call('HSET', KEYS[1], 'final', '1', 'state', state, unpack(status))
 end
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))
@@ -240,13 +243,14 @@ return 1
 START_SEGMENTS = ADMISSION_FUNCTIONS + """
 local out = {}
 for i, key in ipairs(KEYS) do
-  local state = redis.call('HGET', key, 'state') or ''
+  local st = redis.call('HMGET', key, 'state', 'started')  -- read, then written below: one step, as the script is
+  local state = st[1] or ''
   local first = 0
-  if ARGV[2 * i + 1] == '1' and not final_state(state) and redis.call('HSETNX', key, 'started', ARGV[1]) == 1 then
+  if ARGV[2 * i + 1] == '1' and not final_state(state) and not st[2] then
     if state == 'queued' then
-      redis.call('HSET', key, 'state', 'running', 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
+      redis.call('HSET', key, 'started', ARGV[1], 'state', 'running', 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
     else
-      redis.call('HSET', key, 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
+      redis.call('HSET', key, 'started', ARGV[1], 'worker', ARGV[2], 'claimed', ARGV[2 * i + 2])
     end
     first = 1
   end
