@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -54,22 +55,38 @@ def windows_made(port: int) -> float:
                if line.startswith("ttsfarm_vocoder_windows_total{"))
 
 
-def test_worker_killed_mid_segment_first_chunk_out_then_one_clean_redo(redis_url: str, tmp_path: Path) -> None:
-    farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_CLAIM_IDLE_MS="1500", TTSFARM_STREAMING_WINDOW_MS="400",
+def killed_mid_segment(redis_url: str, tmp_path: Path) -> Farm:
+    """A farm whose first worker dies once the segment holding "zebra" has had a window published."""
+    return Farm(redis_url, tmp_path, TTSFARM_QUEUE_CLAIM_IDLE_MS="1500", TTSFARM_STREAMING_WINDOW_MS="400",
                 **worker_faults("exitwindow:zebra"))
+
+
+def first_attempt_dies(farm: Farm, **submit: Any) -> tuple[Any, Keys, Any, list[dict[str, str]]]:
+    """LONG submitted as one segment; its first worker dies mid-segment. The client, keys, job and the chunk entries
+    out by then (the first window, never the last)."""
+    victim = farm.start_worker(app=FAULT_APP)
+    client = farm.client()
+    keys = Keys(farm.prefix)
+    job = client.submit(LONG, voice="joe", lane="bulk", format="pcm", chunk_ms=ONE_PIECE, **submit)
+    assert job.total == 1
+    wait_until(lambda: victim.proc.poll() is not None, 120, "the worker to die mid-segment")
+    before = chunk_entries(client.redis, keys, job.id)
+    assert before and all(e["last"] == "0" for e in before), [(e["part"], e["last"]) for e in before]
+    return client, keys, job, before
+
+
+def start_redo(farm: Farm) -> None:
+    """A worker without the fault, which reclaims the segment and continues it."""
+    for name in worker_faults(""):
+        farm.env.pop(name)
+    farm.start_worker()
+
+
+def test_worker_killed_mid_segment_first_chunk_out_then_one_clean_redo(redis_url: str, tmp_path: Path) -> None:
+    farm = killed_mid_segment(redis_url, tmp_path)
     try:
-        victim = farm.start_worker(app=FAULT_APP)
-        client = farm.client()
-        keys = Keys(farm.prefix)
-        job = client.submit(LONG, voice="joe", lane="bulk", format="pcm", options=NOISELESS, chunk_ms=ONE_PIECE)
-        assert job.total == 1
-        wait_until(lambda: victim.proc.poll() is not None, 120, "the worker to die mid-segment")
-        before = chunk_entries(client.redis, keys, job.id)
-        # the first window is out, and the segment's last window was never made by that worker
-        assert before and all(e["last"] == "0" for e in before), [(e["part"], e["last"]) for e in before]
-        for name in worker_faults(""):
-            farm.env.pop(name)
-        farm.start_worker()
+        client, keys, job, before = first_attempt_dies(farm, options=NOISELESS)
+        start_redo(farm)
         chunks = list(client.job(job.id).stream(timeout=120))
         result = client.job(job.id).wait(timeout=120)
         after = chunk_entries(client.redis, keys, job.id)
@@ -91,20 +108,12 @@ def test_a_redo_with_noise_on_makes_the_same_frames_again(redis_url: str, tmp_pa
     from pipeline.voices.base import SynthesisOptions
     from workers.streaming import noise_seed
 
-    farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_CLAIM_IDLE_MS="1500", TTSFARM_STREAMING_WINDOW_MS="400",
-                **worker_faults("exitwindow:zebra"))
+    farm = killed_mid_segment(redis_url, tmp_path)
     try:
-        victim = farm.start_worker(app=FAULT_APP)
-        client = farm.client()
-        keys = Keys(farm.prefix)
-        job = client.submit(LONG, voice="joe", lane="bulk", format="pcm", chunk_ms=ONE_PIECE)  # the voice's noise
-        wait_until(lambda: victim.proc.poll() is not None, 120, "the worker to die mid-segment")
-        assert chunk_entries(client.redis, keys, job.id)
+        client, keys, job, _ = first_attempt_dies(farm)  # the voice's noise on
         assert not client.redis.exists(keys.frames(job.id))  # joe's frames never went to Redis
         assert client.redis.hget(keys.status(job.id), "claim:0")  # its claim did: the attempt and the window plan
-        for name in worker_faults(""):
-            farm.env.pop(name)
-        farm.start_worker()
+        start_redo(farm)
         result = client.job(job.id).wait(timeout=120)
         after = chunk_entries(client.redis, keys, job.id)
         assert len({e["attempt"] for e in after}) == 1 and [int(e["part"]) for e in after] == list(range(len(after)))
