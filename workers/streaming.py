@@ -17,7 +17,8 @@ Guarantees kept from whole-segment publishing:
   windows already published, and publishes the rest under the same tag: a reader sees one attempt's chunks, seamless.
   The same frames: a replayable voice (``TwoStageVoice.replayable``: joe prepared with seeded noise, baker, the null
   voice) makes them again from the segment's seed (``noise_seed``), so they never pass through Redis; any other voice
-  stores them with its claim (1.5 x the audio's PCM16 for joe), and a redo reads them back.
+  (a two-stage graph that draws its own noise, e.g. a Piper voice prepared before seeded noise) stores them with its
+  claim (1.5 x the audio's PCM16 for a Piper voice), and a redo reads them back.
 * A cancelled job stops at the next window: its state is read before each window step.
 """
 
