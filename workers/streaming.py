@@ -38,7 +38,7 @@ from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
-from producer.wire.broker import FrameClaim
+from producer.wire.broker import ClaimReply, FrameClaim
 from producer.wire.queue import Entry
 from producer.wire.records import SegmentJob
 from workers.outcomes import Outcomes
@@ -159,11 +159,10 @@ class StreamingBatch:
             words = segment_words(job, ph, out.durations, hop=self.voice.hop, voice_rate=self.voice.sample_rate,
                                   model_samples=int(out.frames.shape[0]) * self.voice.hop)
             item = WindowedItem.of(e, out.frames, self.voice.vocoder, plan)
-            self.live.append(Streamed(e, item, SegmentProgress(job, tag, words=words, frames_stored=claim.won and not replayable
-                                                               or bool(claim.frames)),
+            self.live.append(Streamed(e, item, SegmentProgress(job, tag, words=words, frames_stored=bool(claim.frames)),
                                       PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
 
-    def _continued(self, job: SegmentJob, out: AcousticOutput, plan: WindowPlan, claim: Any) -> tuple[AcousticOutput, WindowPlan]:
+    def _continued(self, job: SegmentJob, out: AcousticOutput, plan: WindowPlan, claim: ClaimReply) -> tuple[AcousticOutput, WindowPlan]:
         """A redo's frames and plan: the first attempt's frames where it stored them, else this pass's (made from the
         same seed), cut by the first attempt's plan."""
         if claim.frames:

@@ -84,23 +84,6 @@ def _to_ntc(array: np.ndarray, layout: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class NoiseInput:
-    """A graph input that fixes the acoustic stage's noise per item (e.g. Piper's ``noise_offsets``,
-    ``pipeline/voices/piper/noise.py``): ``offsets`` maps each item's seed to its feed value, or draws them."""
-
-    name: str
-    from_seeds: Callable[[list[int]], np.ndarray]
-    drawn: Callable[[int], np.ndarray]
-
-    def offsets(self, seeds: list[int] | None, rows: int) -> np.ndarray:
-        if seeds is None:
-            return self.drawn(rows)
-        if len(seeds) != rows:
-            raise ValueError(f"{len(seeds)} seeds for {rows} items")
-        return self.from_seeds(seeds)
-
-
-@dataclass(frozen=True)
 class AcousticGraph:
     """Tensor names and layout of an acoustic graph that takes a padded batch."""
 
@@ -117,18 +100,18 @@ class OnnxAcoustic:
 
     def __init__(self, session: StageSession, graph: AcousticGraph, *, channels: int, max_batch: int,
                  extra_feeds: Callable[[SynthesisOptions], Mapping[str, np.ndarray]] | None = None,
-                 noise: NoiseInput | None = None) -> None:
+                 noise_input: str | None = None) -> None:
         self.session = session
         self.graph = graph
         self.channels = channels
         self.max_batch = max(1, max_batch)
         self.extra_feeds = extra_feeds
-        self.noise = noise
+        self.noise_input = noise_input  # int64 [B]: each item's seed, any non-negative integer (Piper's ``noise_offsets``)
 
     @property
     def replayable(self) -> bool:
-        """Whether the graph takes its noise from ``noise.name`` (loads the session to look)."""
-        return self.noise is not None and self.noise.name in self.session.input_names
+        """Whether the graph takes its noise from ``noise_input`` (loads the session to look)."""
+        return self.noise_input is not None and self.noise_input in self.session.input_names
 
     def feeds(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, seeds: Sequence[int] | None = None) -> dict[str, np.ndarray]:
         """Padded ids (pad 0), and the noise offsets where the graph takes them (from ``seeds``, else random). On
@@ -145,10 +128,12 @@ class OnnxAcoustic:
             ids[row, : len(item)] = item
         extra = dict(self.extra_feeds(opts)) if self.extra_feeds else {}
         if self.replayable:
-            assert self.noise is not None
-            keys = list(seeds) if seeds is not None else None
-            offsets = self.noise.offsets(keys, len(batch))
-            extra[self.noise.name] = np.array([offsets[row if row < len(batch) else 0] for row in range(rows)], dtype=np.int64)
+            assert self.noise_input is not None
+            if seeds is None:
+                seeds = np.random.default_rng().integers(0, 1 << 32, size=len(batch)).tolist()
+            if len(seeds) != len(batch):
+                raise ValueError(f"{len(seeds)} seeds for {len(batch)} items")
+            extra[self.noise_input] = np.array([seeds[row if row < len(batch) else 0] for row in range(rows)], dtype=np.int64)
         return {self.graph.ids: ids, self.graph.lengths: lengths, **extra}
 
     def run(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions, seeds: Sequence[int] | None = None) -> list[AcousticOutput]:

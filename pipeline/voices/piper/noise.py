@@ -21,19 +21,10 @@ import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError
 
-NOISE_OFFSETS = "noise_offsets"  # int64 [B]: each item's offset into the table
+NOISE_OFFSETS = "noise_offsets"  # int64 [B]: each item's offset into the table, any non-negative value (taken modulo)
 NOISE_TABLE = 1 << 20  # values in the table (4 MiB of float32)
 CHANNEL_STRIDE = 4099  # table positions between one channel's values and the next's: more frames than a segment makes
 TABLE_SEED = 20261203
-
-
-def offsets_for(keys: list[int]) -> np.ndarray:
-    """The ``noise_offsets`` feed for items keyed by non-negative integers (the graph takes them modulo the table)."""
-    return np.asarray([k % NOISE_TABLE for k in keys], dtype=np.int64)
-
-
-def random_offsets(rows: int, rng: np.random.Generator) -> np.ndarray:
-    return rng.integers(0, NOISE_TABLE, size=rows, dtype=np.int64)
 
 
 class _Ops:

@@ -22,13 +22,13 @@ from pipeline.errors import MODEL_CORRUPT, ModelError
 from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper.graph import AUDIO, FRAME_LENGTHS, PIPER_INPUTS, prepare_piper_graph, run_whole
-from pipeline.voices.piper.noise import NOISE_OFFSETS, offsets_for, random_offsets
+from pipeline.voices.piper.noise import NOISE_OFFSETS
 from pipeline.voices.piper.split import DECODER_CONTEXT, DURATIONS, LATENT, split_piper_graph
 from pipeline.voices.piper.voice import PiperConfig
 from pipeline.voices.prepared import (Prepared, PreparedVoice, Preparer, fingerprint, prepare_on_first_use, prepared_dir,
                                       read_prepared, require_prepared, wanted_precision)
 from pipeline.voices.runtime import SessionFactory, StageSession, resolve_resource
-from pipeline.voices.twostage import AcousticGraph, NoiseInput, OnnxAcoustic, OnnxVocoder, TwoStageVoice
+from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, TwoStageVoice
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ PIPER_PREPARER_VERSION = 5  # 2: a full preparation records the listening gate (
 PREPARED = "prepared"
 ACOUSTIC_GRAPH = AcousticGraph(ids=PIPER_INPUTS[0], lengths=PIPER_INPUTS[1], frames=LATENT, frame_lengths=FRAME_LENGTHS,
                                durations=DURATIONS, layout="channels_first")
-# a graph with ``noise_offsets`` (prepared at version 5 or later) takes each item's noise from its seed
-PIPER_NOISE = NoiseInput(name=NOISE_OFFSETS, from_seeds=offsets_for, drawn=lambda rows: random_offsets(rows, np.random.default_rng()))
 SPLIT_TOLERANCE = 1e-3
 SPLIT_CHECK_TEXTS = (  # held out from configs/calibration_en.txt, like the INT8 gate's sentences
     "The lighthouse keeper wrote a letter to his sister every Sunday evening.",
@@ -63,7 +61,7 @@ def piper_two_stage(spec: VoiceSpec, factory: SessionFactory, files: dict[str, t
                 for stage, (path, precision) in files.items()}
     max_batch = max(1, spec.max_batch)
     acoustic = OnnxAcoustic(sessions["acoustic"], ACOUSTIC_GRAPH, channels=int(info["channels"]), max_batch=max_batch,
-                            extra_feeds=lambda opts: {PIPER_INPUTS[2]: config.scales(opts)}, noise=PIPER_NOISE)
+                            extra_feeds=lambda opts: {PIPER_INPUTS[2]: config.scales(opts)}, noise_input=NOISE_OFFSETS)
     vocoder = OnnxVocoder(sessions["vocoder"], frames_input=LATENT, audio_output=AUDIO, hop=int(info["hop"]),
                           context=int(info.get("context", DECODER_CONTEXT)), max_batch=max_batch, layout="channels_first")
     return TwoStageVoice(name=spec.name, languages=spec.languages, sample_rate=config.sample_rate, phonemizer=config,
