@@ -227,29 +227,36 @@ def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis
     assert err.value.code == "BACKEND_UNAVAILABLE" and err.value.detail["job_id"] == "given-up-0001"
 
 
-def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False, frames: bool = False) -> Any:
+def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False, frames: bool = False,
+           claim: Any = None) -> Any:
     from producer.wire.broker import Piece, SegmentEnd
     from producer.wire.records import chunk_fields
 
     return Piece(job_id, 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
-                 end=SegmentEnd("[]", "b#0", attempt, frames=frames) if end else None, total=1)
+                 end=SegmentEnd("[]", "b#0", attempt, frames=frames) if end else None, total=1, claim=claim)
 
 
 def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.Redis) -> None:
-    """A voice that makes a segment's frames again from its seed claims with its replay record only: no frames key, no
-    TTL to set; a redo gets the tag, the record and the windows published, and once the segment ended, that it did."""
+    """A voice that makes a segment's frames again from its seed claims with its first window and its replay record
+    only: no frames key, no TTL to set; a redo's first window is not written and gets the tag, the record and the
+    windows published, and once the segment ended, that it did."""
     from producer.wire.broker import FrameClaim
 
     broker = RedisBroker(r, Keys("replay"))
     r.hset(broker.keys.status("rj"), mapping={"state": "running", "total": 1})
-    assert broker.claim_frames([FrameClaim("rj", 0, "w1/1", "7,93,250")], 60)[0].won
+    first = broker.publish_pieces([_piece("rj", "w1/1", 0, b"a" * 4, claim=FrameClaim("w1/1", "7,93,250")),
+                                   _piece("rj", "w1/1", 1, b"b" * 4)], maxlen=100, ttl_s=60)
+    assert [(x.written, x.claim) for x in first] == [(True, None), (True, None)]
+    assert r.hget(broker.keys.status("rj"), "claim:0") == b"w1/1|7,93,250"
     assert not r.exists(broker.keys.frames("rj"))
-    broker.publish_pieces([_piece("rj", "w1/1", 0, b"a" * 4), _piece("rj", "w1/1", 1, b"b" * 4)], maxlen=100, ttl_s=60)
-    redo = broker.claim_frames([FrameClaim("rj", 0, "w2/2", "93,93,251")], 60)[0]
-    assert (redo.won, redo.attempt, redo.replay, redo.frames, redo.windows, redo.ended) == (False, "w1/1", "7,93,250", b"", 2, False)
+    (redo,) = broker.publish_pieces([_piece("rj", "w2/2", 0, b"z" * 4, claim=FrameClaim("w2/2", "93,93,251"))], maxlen=100, ttl_s=60)
+    held = redo.claim
+    assert not redo.written and held is not None
+    assert (held.won, held.attempt, held.replay, held.frames, held.windows, held.ended) == (False, "w1/1", "7,93,250", b"", 2, False)
+    assert r.xlen(broker.keys.results("rj")) == 2 and broker.job_output("rj")[0] == {0: b"a" * 4 + b"b" * 4}  # none of it
     broker.publish_pieces([_piece("rj", "w1/1", 2, b"c" * 4, end=True)], maxlen=100, ttl_s=60)
-    late = broker.claim_frames([FrameClaim("rj", 0, "w3/3", "93,93,251")], 60)[0]
-    assert (late.won, late.ended) == (False, True)
+    (late,) = broker.publish_pieces([_piece("rj", "w3/3", 0, b"y" * 4, claim=FrameClaim("w3/3", "93,93,251"))], maxlen=100, ttl_s=60)
+    assert late.claim is not None and (late.written, late.claim.ended) == (False, True)
 
 
 def test_frames_a_voice_cannot_make_again_live_until_the_segments_end(r: redis.Redis) -> None:
@@ -257,32 +264,40 @@ def test_frames_a_voice_cannot_make_again_live_until_the_segments_end(r: redis.R
 
     broker = RedisBroker(r, Keys("frames"))
     r.hset(broker.keys.status("fj"), mapping={"state": "running", "total": 1})
-    assert broker.claim_frames([FrameClaim("fj", 0, "w1/1", "7,93,250", b"npz")], 60)[0].won
+    broker.publish_pieces([_piece("fj", "w1/1", 0, b"a" * 4, claim=FrameClaim("w1/1", "7,93,250", b"npz"))], maxlen=100, ttl_s=60)
     assert 0 < r.ttl(broker.keys.frames("fj")) <= 60
-    broker.publish_pieces([_piece("fj", "w1/1", 0, b"a" * 4)], maxlen=100, ttl_s=60)
-    redo = broker.claim_frames([FrameClaim("fj", 0, "w2/2", "7,93,250", b"other")], 60)[0]
-    assert (redo.won, redo.attempt, redo.frames, redo.windows) == (False, "w1/1", b"npz", 1)
+    (redo,) = broker.publish_pieces([_piece("fj", "w2/2", 0, b"z" * 4, claim=FrameClaim("w2/2", "7,93,250", b"other"))],
+                                    maxlen=100, ttl_s=60)
+    assert redo.claim is not None and (redo.claim.attempt, redo.claim.frames, redo.claim.windows) == ("w1/1", b"npz", 1)
     broker.publish_pieces([_piece("fj", "w1/1", 1, b"b" * 4, end=True, frames=True)], maxlen=100, ttl_s=60)
     assert not r.exists(broker.keys.frames("fj"))  # dropped with the segment's end
 
 
-def test_a_new_attempt_drops_the_pieces_of_an_abandoned_one(r: redis.Redis) -> None:
-    """A failover lost a streamed segment's claim but not its pieces: the redo claims anew, is cut in other windows
-    and ends with fewer pieces; the job's output is the redo's pieces alone, not the redo's with the old tail."""
+def test_an_attempts_own_claim_sent_again_is_its_own(r: redis.Redis) -> None:
+    """A step retried after a lost reply sends its first window and claim again: the claim is the attempt's own, the
+    window a repeat (not sent to readers twice), and the segment goes on."""
     from producer.wire.broker import FrameClaim
 
-    broker = RedisBroker(r, Keys("stale"))
-    r.hset(broker.keys.status("stalejob"), mapping={"state": "running", "total": 1})
-    assert broker.claim_frames([FrameClaim("stalejob", 0, "old/1", "1,2,3", b"f1")], 60)[0].won
-    broker.publish_pieces([_piece("stalejob", "old/1", n, b"o" * 4) for n in range(3)], maxlen=100, ttl_s=60)  # then it died
-    r.hdel(broker.keys.status("stalejob"), "claim:0")  # its claim lost with the old master
-    r.delete(broker.keys.frames("stalejob"))
-    again = broker.claim_frames([FrameClaim("stalejob", 0, "new/2", "1,2,3", b"f2")], 60)[0]
-    assert (again.won, again.attempt) == (True, "new/2")
-    replies = broker.publish_pieces([_piece("stalejob", "new/2", 0, b"n" * 6), _piece("stalejob", "new/2", 1, b"m" * 6, end=True)],
-                                    maxlen=100, ttl_s=60)
-    assert replies[-1].output is not None and replies[-1].output[0] == {0: b"n" * 6 + b"m" * 6}
-    assert broker.job_output("stalejob")[0] == {0: b"n" * 6 + b"m" * 6}
+    broker = RedisBroker(r, Keys("own"))
+    r.hset(broker.keys.status("oj"), mapping={"state": "running", "total": 1})
+    for _ in range(2):
+        (reply,) = broker.publish_pieces([_piece("oj", "w1/1", 0, b"a" * 4, claim=FrameClaim("w1/1", "1,2,3"))], maxlen=100, ttl_s=60)
+        assert reply.written and reply.claim is None
+    assert r.xlen(broker.keys.results("oj")) == 1
+    (end,) = broker.publish_pieces([_piece("oj", "w1/1", 1, b"b" * 4, end=True)], maxlen=100, ttl_s=60)
+    assert end.output is not None and end.output[0] == {0: b"a" * 4 + b"b" * 4}
+
+
+def test_a_piece_of_a_job_that_ended_writes_nothing(r: redis.Redis) -> None:
+    """A client's cancel lands while a window is made: the publish reads the state and writes nothing (no chunk, no
+    part, no clock, no count); the reply says the job was cancelled."""
+    broker = RedisBroker(r, Keys("gone"))
+    status = broker.keys.status("gj")
+    r.hset(status, mapping={"state": "cancelled", "total": 1})
+    (reply,) = broker.publish_pieces([_piece("gj", "w1/1", 0, b"a" * 4, end=True)], maxlen=100, ttl_s=60)
+    assert (reply.written, reply.state, reply.output) == (False, "cancelled", None)
+    assert not r.exists(broker.keys.results("gj")) and not r.exists(broker.keys.parts("gj"))
+    assert set(r.hgetall(status)) == {b"state", b"total"}
 
 
 def test_a_repeated_piece_keeps_the_copy_readers_saw(r: redis.Redis) -> None:

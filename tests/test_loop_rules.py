@@ -24,7 +24,7 @@ from generate_tiny_voice import write_tiny_voice
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
-from producer.wire.broker import ClaimReply, FrameClaim, Piece, PieceReply
+from producer.wire.broker import FrameClaim, Piece, PieceReply
 from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
 from producer.wire.records import SegmentJob
@@ -78,7 +78,7 @@ class StorelessBroker:
         self.published: list[str] = []  # the job of each piece, in order
         self.audio: dict[str, bytes] = {}
         self.finished: list[str] = []  # jobs ended (final record written)
-        self.claims: list[FrameClaim] = []
+        self.claims: list[tuple[int, FrameClaim]] = []  # each claim with the index of the piece that carried it
         self.ends: list[Any] = []  # each segment end's ``SegmentEnd``
 
     def consumer(self, name: str, streams: Sequence[str]) -> QueueConsumer:
@@ -94,12 +94,9 @@ class StorelessBroker:
                        claimed: Sequence[float]) -> list[tuple[str, bool]]:
         return [("running", False)] * len(job_ids)
 
-    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
-        self.claims += claims
-        return [ClaimReply(True, c.attempt, c.replay, c.frames) for c in claims]
-
     def publish_pieces(self, pieces: Sequence[Piece], **_: Any) -> list[PieceReply]:
         self.pieces += len(pieces)
+        self.claims += [(p.piece, p.claim) for p in pieces if p.claim is not None]
         self.ends += [p.end for p in pieces if p.end is not None]
         self.published += [p.job_id for p in pieces]
         for p in pieces:
@@ -203,14 +200,15 @@ def test_no_small_first_window_while_the_loop_has_other_work(make_loop: Any, sit
 def test_a_claim_carries_frames_only_from_a_voice_that_cannot_make_them_again(make_loop: Any, monkeypatch: pytest.MonkeyPatch,
                                                                               replayable: bool) -> None:
     """The tiny voice's acoustic graph takes no seed; made replayable here, its claims carry the plan alone and its
-    segment's end drops no frames."""
+    segment's end drops no frames. The claim rides with the segment's first window, once."""
     monkeypatch.setattr(twostage.TwoStageVoice, "replayable", property(lambda self: replayable))
     loop = make_loop()
     frames = first_window(loop, entry(loop, "interactive", CALLER)[1])
     batch = loop.scheduler.held[-1]
     while batch.step():
         pass
-    (claim,) = loop.ctx.broker.claims
+    ((piece, claim),) = loop.ctx.broker.claims
+    assert piece == 0 and loop.ctx.broker.pieces > 2
     assert claim.replay.startswith(f"{frames},{LARGE},") and int(claim.replay.rsplit(",", 1)[1]) > 2 * LARGE
     assert bool(claim.frames) is not replayable
     assert [end.frames for end in loop.ctx.broker.ends] == [not replayable]

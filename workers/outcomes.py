@@ -99,7 +99,7 @@ class Outcomes:
         for e, job, ok, (state, first) in zip(entries, jobs, startable,
                                               self.ctx.broker.start_segments([j.job_id for j in jobs], self.name, startable,
                                                                                [x.claimed for x in entries])):
-            if self._ended(e, state):
+            if self.ended(e, state):
                 continue
             if job.closing:  # every segment is done: only the job's end is left (producer.wire.textin)
                 self.already_published(e)
@@ -115,17 +115,15 @@ class Outcomes:
             kept.append(e)
         return kept
 
-    def still_running(self, entries: Sequence[Entry], items: Sequence[T], known: dict[str, str] | None = None) -> list[T]:
-        """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs; a cancelled job is ended here
-        (it stops at this window), one that ended otherwise is let go. ``known``: the jobs' states as just read (one
-        round trip here otherwise)."""
-        if not entries:
-            return []
-        ids = [_job(e).job_id for e in entries]
-        states = [known[i] for i in ids] if known is not None and all(i in known for i in ids) else self.ctx.broker.job_states(ids)
-        return [item for e, item, state in zip(entries, items, states) if not self._ended(e, state)]
+    def still_running(self, entries: Sequence[Entry], items: Sequence[T], known: dict[str, str]) -> list[T]:
+        """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs by ``known`` (the jobs' states as
+        just read; a job not in it is kept: its next publish reads its state anyway); a cancelled job is ended here (it
+        stops at this window), one that ended otherwise is let go."""
+        return [item for e, item in zip(entries, items) if not self.ended(e, known.get(_job(e).job_id, ""))]
 
-    def _ended(self, e: Entry, state: str) -> bool:
+    def ended(self, e: Entry, state: str) -> bool:
+        """Whether ``e``'s job has ended (by ``state``, as just read): a cancelled one is ended here (its final record
+        written once), any ended one acked."""
         job = _job(e)
         if state == "cancelled":
             if self.publisher.finish(job.job_id, "cancelled", CANCELLED_INFO):
@@ -181,6 +179,9 @@ class Outcomes:
         pcm = to_pcm16(finish_segment(audio, voice_rate, job.sample_rate, job.pause_s))
         outcome = self.publisher.publish_segment(job, pcm, attempt=self.attempt(e), batch_id=batch_id, worker=self.name,
                                                  words=words or [])
+        if not outcome.written:  # the job ended while the segment was made (a client's cancel): nothing went out
+            self.ended(e, outcome.state)
+            return
         self.unit_published(job, "segment", outcome.started, outcome.delivered_before_s)
         self.published(e, outcome, len(pcm) / 2 / job.sample_rate, whole=True)
 

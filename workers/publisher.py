@@ -48,6 +48,7 @@ class PieceOut:
     pcm: bytes
     last: bool
     publish: bool = True
+    claim: FrameClaim | None = None  # the attempt's first piece of a streamed segment claims the segment with it
 
 
 @dataclass
@@ -58,6 +59,18 @@ class SegmentOutcome:
     started: float = 0.0  # the job's playback clock before the segment's last piece (see SegmentProgress)
     delivered_before_s: float = 0.0
     output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # the job's parts and words, when it ended the job
+    written: bool = True  # False: the job had ended (``state`` says how) and nothing was written
+
+
+@dataclass(frozen=True)
+class PieceResult:
+    """A piece as the store took it: the job's state as read; ``written`` unless the job had ended or the piece's claim
+    found another attempt's (``held``: that attempt's claim); after a segment's last piece, its ``outcome``."""
+
+    state: str
+    written: bool = True
+    held: ClaimReply | None = None
+    outcome: SegmentOutcome | None = None
 
 
 class Publisher:
@@ -96,12 +109,13 @@ class Publisher:
         carries the segment's words that end inside it (by sample range from the segment's start); the piece's PCM is
         kept for the job's assembly. With ``last``, the segment is counted done and the outcome is returned.
         ``publish=False`` (a redo of a window an earlier attempt published) only advances the numbering."""
-        return self.publish_pieces([PieceOut(seg, pcm, last, publish)], batch_id=batch_id, worker=worker)[0]
+        return self.publish_pieces([PieceOut(seg, pcm, last, publish)], batch_id=batch_id, worker=worker)[0].outcome
 
-    def publish_pieces(self, outs: list[PieceOut], *, batch_id: str, worker: str) -> list[SegmentOutcome | None]:
+    def publish_pieces(self, outs: list[PieceOut], *, batch_id: str, worker: str) -> list[PieceResult]:
         """Several segments' next pieces (a window step's: one piece per segment), as ``publish_piece`` each, in one
-        round trip."""
-        pieces = []
+        round trip. A piece of a job that ended, or whose claim (``PieceOut.claim``) lost, is not written and leaves
+        its segment's numbering where it was."""
+        pieces, counts = [], []
         for out in outs:
             seg, pcm, job = out.seg, out.pcm, out.seg.job
             step = max(2, int(job.sample_rate * (job.chunk_ms or self.chunk_ms) / 1000) * 2)
@@ -118,28 +132,26 @@ class Publisher:
                 end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker, open=job.total == 0,
                                  frames=seg.frames_stored)
             pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
-                                self.admission if may_stage(job) else None, job.total))
-            seg.part += len(parts)
+                                self.admission if may_stage(job) else None, job.total, out.claim))
+            counts.append(len(parts))
         replies = self.broker.publish_pieces(pieces, maxlen=self.maxlen, ttl_s=self.ttl)
-        results: list[SegmentOutcome | None] = []
-        for out, piece, reply in zip(outs, pieces, replies):
+        results: list[PieceResult] = []
+        for out, piece, n_parts, reply in zip(outs, pieces, counts, replies):
             seg = out.seg
+            if not reply.written:
+                outcome = SegmentOutcome(0, seg.job.total, reply.state, written=False) if out.last else None
+                results.append(PieceResult(reply.state, False, reply.claim, outcome))
+                continue
+            seg.part += n_parts
             seg.pieces += 1
             seg.samples += len(out.pcm) // 2
             if out.publish:
                 seg.delivered_before_s = max(0.0, reply.delivered_s - piece.seconds)
                 seg.started = reply.first_chunk
-            results.append(None if not out.last else
-                           SegmentOutcome(done=reply.done, total=seg.job.total or reply.total, state=reply.state, started=seg.started,
-                                          delivered_before_s=seg.delivered_before_s, output=reply.output))
+            results.append(PieceResult(reply.state, outcome=None if not out.last else SegmentOutcome(
+                done=reply.done, total=seg.job.total or reply.total, state=reply.state, started=seg.started,
+                delivered_before_s=seg.delivered_before_s, output=reply.output)))
         return results
-
-    def claim_frames(self, claims: list[FrameClaim]) -> list[ClaimReply]:
-        """Fix streamed segments' attempts before any of their windows is published (one step for a batch): the first
-        attempt to claim a segment stores its tag, replay record and frames (none from a voice that makes them again)
-        and wins; a later attempt (a redo after a crash, or a retry) gets those back, with how many windows were
-        published, and vocodes the same frames, so readers see one attempt."""
-        return self.broker.claim_frames(claims, self.ttl)
 
     def assemble(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[bytes, float, list[Any]]:
         """The job's full PCM16 from its parts, in segment order, and its words timed in it: from ``output`` (the parts

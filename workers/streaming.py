@@ -11,15 +11,17 @@ Guarantees kept from whole-segment publishing:
 * Chunks of a segment are numbered on across its windows (``Publisher.publish_piece``); the last chunk of
   the last window is the segment's ``last``; the segment's whole PCM becomes its part for assembly then, and
   the entry is acked only then.
-* One attempt per segment: before its first window is published, a segment's attempt tag and replay record (its
-  window plan and frame count) are claimed (``Publisher.claim_frames``, the batch's segments in one step). A redo
-  (the worker died mid-segment, its entry was reclaimed) gets that tag and plan back, has the same frames, skips the
+* One attempt per segment: a segment's first window published carries its attempt's claim, the attempt tag and
+  replay record (its window plan and frame count), written in the same step as the window (``PieceOut.claim``). A
+  redo (the worker died mid-segment, its entry was reclaimed) finds the first attempt's claim there instead: its window
+  is not written, and it gets that tag and plan back, has the same frames, vocodes them again from the start, skips the
   windows already published, and publishes the rest under the same tag: a reader sees one attempt's chunks, seamless.
   The same frames: a replayable voice (``TwoStageVoice.replayable``: joe prepared with seeded noise, baker, the null
   voice) makes them again from the segment's seed (``noise_seed``), so they never pass through Redis; any other voice
   (a two-stage graph that draws its own noise, e.g. a Piper voice prepared before seeded noise) stores them with its
   claim (1.5 x the audio's PCM16 for a Piper voice), and a redo reads them back.
-* A cancelled job stops at the next window: its state is read before each window step.
+* A cancelled job stops at the next window: each publish reads its job's state and writes nothing once it has ended
+  (and the deadline scheduler's read of the held jobs' states drops them before their next window is made).
 """
 
 from __future__ import annotations
@@ -109,9 +111,13 @@ class Streamed:
     """One job's segment in the batch."""
 
     entry: Entry
+    ph: Phonemized
+    out: AcousticOutput  # this attempt's frames (a redo that finds another attempt's claim cuts them by its plan)
+    plan: WindowPlan
     item: WindowedItem
     progress: SegmentProgress
     finish: PcmFinisher
+    claim: FrameClaim | None = None  # sent with the segment's first window published, then None
     skip: int = 0  # windows an earlier attempt published already
     samples: int = 0
 
@@ -142,25 +148,33 @@ class StreamingBatch:
         # a job's later segments are not awaited (earlier audio is playing): no small first window for them
         plans = [self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first() for job in jobs]  # type: ignore[union-attr]
         replayable = self.voice.replayable
-        claims = self.outcomes.publisher.claim_frames([
-            FrameClaim(job.job_id, job.seg, self.outcomes.attempt(e), replay_record(out, plan),  # type: ignore[union-attr]
-                       b"" if replayable else pack_frames(out, plan))
-            for (e, _), job, out, plan in zip(self.ready, jobs, outs, plans)])
-        for (e, ph), out, plan, claim in zip(self.ready, outs, plans, claims):
-            job = e.job
+        for (e, ph), job, out, plan in zip(self.ready, jobs, outs, plans):
             assert job is not None
-            tag, published = claim.attempt, claim.windows
-            if claim.ended:  # an earlier attempt published the whole segment: only its bookkeeping may be left
-                self.outcomes.already_published(e)
-                continue
-            if not claim.won:
-                out, plan = self._continued(job, out, plan, claim)
-                log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, tag, published)
-            words = segment_words(job, ph, out.durations, hop=self.voice.hop, voice_rate=self.voice.sample_rate,
-                                  model_samples=int(out.frames.shape[0]) * self.voice.hop)
-            item = WindowedItem.of(e, out.frames, self.voice.vocoder, plan)
-            self.live.append(Streamed(e, item, SegmentProgress(job, tag, words=words, frames_stored=bool(claim.frames)),
-                                      PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), skip=published))
+            claim = FrameClaim(self.outcomes.attempt(e), replay_record(out, plan), b"" if replayable else pack_frames(out, plan))
+            self.live.append(self._streamed(e, ph, out, plan, claim.attempt, claim=claim, frames_stored=bool(claim.frames)))
+
+    def _streamed(self, e: Entry, ph: Phonemized, out: AcousticOutput, plan: WindowPlan, tag: str, *,
+                  claim: FrameClaim | None = None, frames_stored: bool = False, skip: int = 0) -> Streamed:
+        job = e.job
+        assert job is not None
+        words = segment_words(job, ph, out.durations, hop=self.voice.hop, voice_rate=self.voice.sample_rate,
+                              model_samples=int(out.frames.shape[0]) * self.voice.hop)
+        return Streamed(e, ph, out, plan, WindowedItem.of(e, out.frames, self.voice.vocoder, plan),
+                        SegmentProgress(job, tag, words=words, frames_stored=frames_stored),
+                        PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), claim=claim, skip=skip)
+
+    def _follow(self, s: Streamed, held: ClaimReply) -> Streamed | None:
+        """A segment whose first window found another attempt's claim: nothing of this attempt went out. It continues
+        that attempt from the windows it published (its frames and plan, vocoded again from the start), or, once that
+        attempt published it whole, only the bookkeeping is left (None)."""
+        job = s.entry.job
+        assert job is not None
+        if held.ended:
+            self.outcomes.already_published(s.entry)
+            return None
+        out, plan = self._continued(job, s.out, s.plan, held)
+        log.info("segment %s/%d: continuing attempt %s from window %d", job.job_id, job.seg, held.attempt, held.windows)
+        return self._streamed(s.entry, s.ph, out, plan, held.attempt, frames_stored=bool(held.frames), skip=held.windows)
 
     def _continued(self, job: SegmentJob, out: AcousticOutput, plan: WindowPlan, claim: ClaimReply) -> tuple[AcousticOutput, WindowPlan]:
         """A redo's frames and plan: the first attempt's frames where it stored them, else this pass's (made from the
@@ -188,7 +202,8 @@ class StreamingBatch:
             return self._step(states)
 
     def _step(self, states: dict[str, str] | None) -> bool:
-        self.live = self.outcomes.still_running([s.entry for s in self.live], self.live, states)
+        if states is not None:
+            self.live = self.outcomes.still_running([s.entry for s in self.live], self.live, states)
         if not self.live:
             return False
         start = time.perf_counter()
@@ -202,21 +217,36 @@ class StreamingBatch:
             s = by_item[id(item)]
             pcm = s.finish(audio, window.last)
             s.samples += len(pcm) // 2
-            outs.append(PieceOut(s.progress, pcm, window.last, publish=window.index >= s.skip))
-        outcomes = self.outcomes.publisher.publish_pieces(outs, batch_id=self.batch_id, worker=self.outcomes.name)
-        for (item, window, _), outcome in zip(made, outcomes):  # every window of the step is out: now what follows
+            publish = window.index >= s.skip
+            outs.append(PieceOut(s.progress, pcm, window.last, publish=publish, claim=s.claim if publish else None))
+        results = self.outcomes.publisher.publish_pieces(outs, batch_id=self.batch_id, worker=self.outcomes.name)
+        followed: dict[int, Streamed | None] = {}
+        for (item, window, _), res in zip(made, results):  # every window of the step is out: now what follows
             s = by_item[id(item)]
             job = s.entry.job
             assert job is not None
+            if res.held is not None:  # another attempt holds the segment: follow it
+                followed[id(s)] = self._follow(s, res.held)
+                continue
+            if not res.written:  # the job ended (a client's cancel) before this window went out
+                self.outcomes.ended(s.entry, res.state)
+                followed[id(s)] = None
+                continue
+            s.claim = None
             if window.index >= s.skip:
                 self.outcomes.unit_published(job, "window", s.progress.started, s.progress.delivered_before_s)
             if window.index == 0 and window.index >= s.skip:
                 self.outcomes.metrics.first_chunk(job)
-            if outcome is not None:
+            if res.outcome is not None:
                 audio_s = s.samples / job.sample_rate
                 self.audio_s += len(item.whole()) / self.voice.sample_rate
-                self.outcomes.published(s.entry, outcome, audio_s)
-        self.live = [s for s in self.live if not s.item.done]
+                self.outcomes.published(s.entry, res.outcome, audio_s)
+        kept = []
+        for s in self.live:
+            nxt = followed[id(s)] if id(s) in followed else (None if s.item.done else s)
+            if nxt is not None:
+                kept.append(nxt)
+        self.live = kept
         return bool(self.live)
 
     def stats(self) -> dict[str, Any]:

@@ -64,12 +64,10 @@ class SegmentEnd:
 
 @dataclass(frozen=True)
 class FrameClaim:
-    """A streamed segment's claim on its attempt, made before any of its windows is published: the attempt's tag,
-    its replay record (text: how its windows are cut and how many frames it has; a redo of a voice that makes the same
-    frames again from the same seed needs no more) and, from a voice that cannot, the frames themselves."""
+    """A streamed segment's claim on its attempt, sent with the first piece the attempt publishes (``Piece.claim``):
+    the attempt's tag, its replay record (text: how its windows are cut and how many frames it has; a redo of a voice
+    that makes the same frames again from the same seed needs no more) and, from a voice that cannot, the frames."""
 
-    job_id: str
-    seg: int
     attempt: str
     replay: str
     frames: bytes = b""
@@ -77,9 +75,10 @@ class FrameClaim:
 
 @dataclass(frozen=True)
 class ClaimReply:
-    """Who holds a streamed segment: ``won`` when this claim was the first; else the first attempt's tag, replay
-    record and frames (b"" where it stored none), the windows it published so far, and whether it published the
-    segment whole (``ended``: only its bookkeeping may be left)."""
+    """Who holds a streamed segment, as a piece that carried a claim found it: ``won`` when the claim was the first
+    (or this attempt's own, sent again); else the first attempt's tag, replay record and frames (b"" where it stored
+    none), the windows it published so far, and whether it published the segment whole (``ended``: only its
+    bookkeeping may be left)."""
 
     won: bool
     attempt: str
@@ -103,12 +102,15 @@ class Piece:
     end: SegmentEnd | None = None
     admission: Admission | None = None
     total: int = 0  # the job's segments: the piece that ends its last one gets the job's output back
+    claim: FrameClaim | None = None  # with an attempt's first piece of a streamed segment: its claim
 
 
 @dataclass(frozen=True)
 class PieceReply:
-    """What the store said after a piece: the job's playback clock (its first chunk's time, 0.0 before; the audio
-    seconds delivered including this piece) and, after a segment's end, the segments done and the job's state."""
+    """What the store said after a piece: the job's state as read; the job's playback clock (its first chunk's time,
+    0.0 before; the audio seconds delivered including this piece); after a segment's end, the segments done. A piece
+    is ``written`` unless its job had ended (a client's cancel: its state says which) or its claim lost (``claim``:
+    who holds the segment); then nothing of it was written."""
 
     first_chunk: float = 0.0
     delivered_s: float = 0.0
@@ -117,6 +119,8 @@ class PieceReply:
     total: int = 0  # the job's total as its status holds it (read for a job whose text is appended: ``SegmentEnd.open``)
     output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # when this piece ended the job's last segment: its
     # parts and words, as ``job_output`` reads them
+    written: bool = True
+    claim: ClaimReply | None = None  # the piece carried a claim that another attempt held before it
 
 
 @runtime_checkable
@@ -242,19 +246,16 @@ class Broker(Protocol):
         values, None where unset), and its state ('' for none), in one round trip."""
         ...
 
-    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
-        """Fix streamed segments' attempts before any of their windows is published, atomically and in one step
-        for all of them: per claim, the first attempt stores its tag, replay record and frames (if any) and wins; a
-        later one gets what the first stored (``ClaimReply``). Frames stored live until the segment's end."""
-        ...
-
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
         """Publish pieces of segments (a window step's) in order, all in one round trip: per piece, at once, its chunk
         records on its job's results stream (trimmed near ``maxlen``), its PCM (the chunks' joined) kept for the
         job's assembly, and the job's playback clock moved by its seconds; with its segment's end, also its words
         and bookkeeping, counted done; and the job's next staged segments admitted if due by ``Piece.admission`` (``producer.wire.admission``;
-        None: the job has none staged). A piece with no chunks and no end writes nothing. One reply per piece; the one
-        whose end made the job's segments all done carries the job's output (``PieceReply.output``)."""
+        None: the job has none staged). A piece with no chunks and no end writes nothing; nor does a piece of a job that
+        ended (a client's cancel read here stops it), nor one whose claim (``Piece.claim``: the attempt's first piece of a
+        streamed segment, which fixes the attempt in the same step) finds another attempt's (``PieceReply.claim``). One
+        reply per piece; the one whose end made the job's segments all done carries the job's output
+        (``PieceReply.output``)."""
         ...
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:

@@ -1,6 +1,6 @@
-"""The Lua scripts of the Redis wire's steps: the queue's heads, a batch's start, its frame claims, its pieces
-published (the admission they allow inside), acks, a job's end, results read, dead letters requeued, a book's
-segments. A job's admission (submit, sweep, cancel, text appended) is in ``producer.wire.lua_admission``. Each
+"""The Lua scripts of the Redis wire's steps: the queue's heads, a batch's start, its pieces published (with a
+streamed segment's claim, and the admission they allow inside), acks, a job's end, results read, dead letters
+requeued, a book's segments. A job's admission (submit, sweep, cancel, text appended) is in ``producer.wire.lua_admission``. Each
 runs atomically on the server; the comment above each says its KEYS and ARGV. ``producer.wire.redis_broker.RedisBroker``
 runs the broker's steps with them; another broker implements the same steps its own way.
 """
@@ -74,17 +74,24 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 
 # Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunk record
 # (the piece's chunks in one entry), its PCM for the job's assembly (the record's pcm, in the parts hash under
-# 'seg:piece': the audio is sent once), the job's playback clock (a piece already there is a repeat: its first copy
-# stays and its chunks are not sent again), and with the segment's first end its words (in the parts hash under
-# 'words:seg') and its count in the status's 'done' (the end's 'batch:seg' marks it counted, once); then the job's
-# next segments admitted if this audio made them due (``admit_next``, the same step as the audio). KEYS: per piece its
-# job's status, results, parts, frames. ARGV: results maxlen, ttl, now, then per piece: seg, piece (its index in the
-# segment), seconds, chunks (records: 0 or 1), then per record the count of its field/value items and those items;
-# then 1 with the segment's end (else 0) and its words json, batch id, worker, the job's segment count, 1 if its claim
-# stored frames (the end drops them); then the
-# admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece {first_chunk,
-# delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once closed), 1 when
-# this ended the job's last segment, then its parts hash (HGETALL: pieces and words) for the job's assembly}
+# 'seg:piece': the audio is sent once), the job's playback clock (a piece already there, by the segment's 'windows:seg'
+# count, is a repeat: its first copy stays and its chunks are not sent again), and with the segment's first end its
+# words (in the parts hash under 'words:seg', one HSET with the piece) and its count in the status's 'done' (the end's
+# 'batch:seg' marks it counted, once); then the job's next segments admitted if this audio made them due
+# (``admit_next``, the same step as the audio). A piece of a job that ended (a client's cancel) writes nothing. A
+# streamed segment's first piece from an attempt carries the attempt's claim ('tag|replay record', and the frames of a
+# voice that cannot make them again): the first claim is written into the status ('claim:seg') with the piece, its
+# frames into the frames hash; a piece whose claim finds another attempt's writes nothing and gets that claim back. A
+# claim and the pieces it covers are written by one script, so they replicate together: a failover never keeps pieces
+# whose claim it lost. KEYS: per piece its job's status, results, parts, frames. ARGV: results maxlen, ttl, now, then
+# per piece: seg, piece (its index in the segment), seconds, chunks (records: 0 or 1), claim ('' for none), its frames
+# ('' for none), then per record the count of its field/value items and those items; then 1 with the segment's end
+# (else 0) and its words json, batch id, worker, the job's segment count, 1 if its claim stored frames (the end drops
+# them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece
+# {first_chunk, delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once
+# closed), 1 when this ended the job's last segment, then its parts hash (HGETALL: pieces and words) for the job's
+# assembly, then 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay
+# record, frames ('' if none, or once the segment ended), windows published, 1 once the segment was published whole}
 # (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
 local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
@@ -92,27 +99,45 @@ local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
 local function publish(k, at)
   local k_status, k_results, k_parts, k_frames = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local seg, piece, seconds, chunks = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  at = at + 4
-  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total', 'delivered_s', 'done', 'batch:' .. seg)
-  local first, delivered = st[1], ''
-  local status = {}
-  local fresh, records = 0, {}
-  if chunks > 0 then
-    local pcm = {}
-    for c = 1, chunks do
-      local width, fields = tonumber(ARGV[at]), {}
-      for i = 1, width do fields[i] = ARGV[at + i] end
-      for i = 1, width, 2 do
-        if fields[i] == 'pcm' then pcm[#pcm + 1] = fields[i + 1] end
-      end
-      records[c] = fields
-      at = at + width + 1
+  local claim, claim_frames = ARGV[at + 4], ARGV[at + 5]
+  at = at + 6
+  local records, pcm = {}, {}
+  for c = 1, chunks do
+    local width, fields = tonumber(ARGV[at]), {}
+    for i = 1, width do fields[i] = ARGV[at + i] end
+    for i = 1, width, 2 do
+      if fields[i] == 'pcm' then pcm[#pcm + 1] = fields[i + 1] end
     end
-    -- the first copy of a piece stays: a repeat (a step retried after a lost reply, or a reclaimed segment redone
-    -- by its attempt) may differ in rounding, and readers keep the first copy they saw
-    fresh = redis.call('HSETNX', k_parts, seg .. ':' .. piece, table.concat(pcm))
+    records[c] = fields
+    at = at + width + 1
   end
-  if fresh == 1 then
+  local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total', 'delivered_s', 'done', 'batch:' .. seg,
+                        'windows:' .. seg, 'claim:' .. seg)
+  local first, delivered, state = st[1], '', st[2] or ''
+  local done, windows = tonumber(st[5] or '0') or 0, tonumber(st[7] or '0') or 0
+  if final_state(state) then  -- the job ended (a client's cancel): nothing of it is written
+    return {first or '', st[4] or '0', done, state, st[3] or '0', 0, {}, 0, '', '', '', 0, 0}, at + 9
+  end
+  local status, parts = {}, {}
+  if claim ~= '' then
+    if st[8] and st[8] ~= claim then  -- another attempt holds the segment: what it left, and nothing written
+      local tag, held = string.match(st[8], '^(.*)|([^|]*)$')
+      local ended, stored = 0, ''
+      if st[6] then ended = 1 else stored = redis.call('HGET', k_frames, seg) or '' end
+      return {first or '', st[4] or '0', done, state, st[3] or '0', 0, {}, 2, tag, held, stored, windows, ended}, at + 9
+    end
+    if not st[8] then
+      status[1], status[2] = 'claim:' .. seg, claim
+      if claim_frames ~= '' then  -- frames live while the segment runs
+        redis.call('HSET', k_frames, seg, claim_frames)
+        redis.call('EXPIRE', k_frames, ttl)
+      end
+    end
+  end
+  -- the first copy of a piece stays: a repeat (a step retried after a lost reply, or a reclaimed segment redone
+  -- by its attempt) may differ in rounding, and readers keep the first copy they saw
+  if chunks > 0 and piece >= windows then
+    parts[1], parts[2] = seg .. ':' .. piece, table.concat(pcm)
     for _, fields in ipairs(records) do redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields)) end
     if not first then redis.call('EXPIRE', k_results, ttl) end  -- the job's first chunk made it (FINALIZE sets it again)
     -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
@@ -121,21 +146,25 @@ local function publish(k, at)
   elseif chunks > 0 then
     delivered = st[4] or '0'
   end
-  local ending, done, output = tonumber(ARGV[at]), tonumber(st[5] or '0') or 0, {0, {}}
+  local ending, output = tonumber(ARGV[at]), {0, {}}
   if (chunks > 0 or ending == 1) and not first then
     first = now
     status[#status + 1], status[#status + 2] = 'first_chunk', now
   end
+  local counted = false
   if ending == 1 then
     if ARGV[at + 5] == '1' then redis.call('HDEL', k_frames, seg) end  -- frames live while the segment runs
     if not st[6] then  -- the segment's first end counts ('batch:seg' is written with the status below)
-      done = done + 1
-      redis.call('HSET', k_parts, 'words:' .. seg, ARGV[at + 1])
-      if done == 1 then redis.call('EXPIRE', k_parts, ttl) end  -- the first segment done: it expires (or goes with FINALIZE)
+      done, counted = done + 1, true
+      parts[#parts + 1], parts[#parts + 2] = 'words:' .. seg, ARGV[at + 1]
       for _, kv in ipairs({'batch:' .. seg, ARGV[at + 2], 'worker:' .. seg, ARGV[at + 3], 'done', done}) do
         status[#status + 1] = kv
       end
     end
+  end
+  if #parts > 0 then redis.call('HSET', k_parts, unpack(parts)) end
+  if counted and done == 1 then redis.call('EXPIRE', k_parts, ttl) end  -- the first segment done: it expires (or goes with FINALIZE)
+  if ending == 1 then
     -- an appended job's records say 0 until it is closed; its status then holds the total
     local total = tonumber(ARGV[at + 4]) or 0
     if total == 0 then total = tonumber(st[3] or '0') or 0 end
@@ -143,7 +172,7 @@ local function publish(k, at)
   end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
-  return {first or '', delivered, done, st[2] or '', st[3] or '0', output[1], output[2]}, at + 9
+  return {first or '', delivered, done, state, st[3] or '0', output[1], output[2], 1, '', '', '', 0, 0}, at + 9
 end
 
 local out, at = {}, 4
@@ -256,37 +285,6 @@ for i, key in ipairs(KEYS) do
   end
   out[#out + 1] = state
   out[#out + 1] = first
-end
-return out
-"""
-
-# A batch's streamed segments fix their attempts, one script for all. KEYS: per segment its job's frames hash,
-# status and pieces hash. ARGV: ttl, then per segment: seg, attempt, replay record, frames ('' from a voice that makes
-# the same frames again). The first attempt to stream a segment writes 'claim:<seg>' (its tag and replay record) into
-# the status, and its frames, if any, into the frames hash, and gets {1}; pieces stored for the segment before it belong
-# to an attempt whose claim was lost (a failover) and go, so the new attempt's pieces are the segment's (PUBLISH_PIECES
-# keeps the first copy of a piece). A later attempt gets {0, that tag, that replay record, those frames ('' if none,
-# or once the segment ended), windows published so far, 1 once the segment was published whole}. One reply per segment.
-CLAIM_FRAMES = """
-local out = {}
-for i = 1, #KEYS / 3 do
-  local k_frames, k_status, k_pieces = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local seg, attempt, replay, frames = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], ARGV[4 * i + 1]
-  if redis.call('HSETNX', k_status, 'claim:' .. seg, attempt .. '|' .. replay) == 1 then
-    if frames ~= '' then
-      redis.call('HSET', k_frames, seg, frames)
-      redis.call('EXPIRE', k_frames, ARGV[1])
-    end
-    local stale = 0
-    while redis.call('HDEL', k_pieces, seg .. ':' .. stale) == 1 do stale = stale + 1 end
-    out[i] = {1, attempt, replay, '', 0, 0}
-  else
-    local st = redis.call('HMGET', k_status, 'claim:' .. seg, 'windows:' .. seg, 'batch:' .. seg)
-    local tag, held = string.match(st[1], '^(.*)|([^|]*)$')
-    local ended, stored = 0, ''
-    if st[3] then ended = 1 else stored = redis.call('HGET', k_frames, seg) or '' end
-    out[i] = {0, tag, held, stored, st[2] or 0, ended}
-  end
 end
 return out
 """

@@ -19,10 +19,10 @@ import redis.asyncio
 
 from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
-from producer.wire.broker import ClaimReply, Command, FrameClaim, Op, Piece, PieceReply, Replicated, Script
+from producer.wire.broker import ClaimReply, Command, Op, Piece, PieceReply, Replicated, Script
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (CLAIM_FRAMES, ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
+from producer.wire.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from producer.wire.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
@@ -206,16 +206,6 @@ class RedisBroker:
             pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s", "state")
         return {job_id: (reply[0], reply[1], text_of(reply[2]) if reply[2] else "") for job_id, reply in zip(ids, pipe.execute())}
 
-    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
-        if not claims:
-            return []
-        keys = [k for c in claims for k in (self.keys.frames(c.job_id), self.keys.status(c.job_id), self.keys.parts(c.job_id))]
-        argv: list[Any] = [ttl_s, *[x for c in claims for x in (str(c.seg), c.attempt, c.replay, c.frames)]]
-        replies = self.send(Script(CLAIM_FRAMES, keys, argv))
-        return [ClaimReply(True, c.attempt, c.replay, c.frames) if int(won) else
-                ClaimReply(False, text_of(tag), text_of(replay), bytes(stored or b""), int(windows or 0), bool(int(ended)))
-                for c, (won, tag, replay, stored, windows, ended) in zip(claims, replies)]
-
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
         todo = [p for p in pieces if p.chunks or p.end is not None]
         keys: list[str] = []
@@ -223,7 +213,9 @@ class RedisBroker:
         k = self.keys
         for p in todo:
             keys += [k.status(p.job_id), k.results(p.job_id), k.parts(p.job_id), k.frames(p.job_id)]
-            argv += [p.seg, p.piece, p.seconds, len(p.chunks)]
+            claim = p.claim
+            argv += [p.seg, p.piece, p.seconds, len(p.chunks), f"{claim.attempt}|{claim.replay}" if claim else "",
+                     claim.frames if claim else ""]
             for fields in p.chunks:
                 argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
             argv += ([1, p.end.words_json, p.end.batch_id, p.end.worker, p.total, int(p.end.frames)] if p.end is not None else
@@ -235,12 +227,16 @@ class RedisBroker:
             if not p.chunks and p.end is None:
                 out.append(PieceReply())
                 continue
-            first, delivered, done, state, total, ended, parts = next(replies)
-            clock = PieceReply(float(first or 0.0), float(delivered or 0.0)) if p.chunks else PieceReply()
+            first, delivered, done, state, total, ended, parts, written, *held = next(replies)
+            state = text_of(state) if state else ""
+            if int(written) != 1:
+                claim = _held_claim(*held) if int(written) == 2 else None
+                out.append(PieceReply(state=state, written=False, claim=claim))
+                continue
+            clock = (float(first or 0.0), float(delivered or 0.0)) if p.chunks else (0.0, 0.0)
             output = _job_output(_pairs(parts)) if int(ended) else None
-            out.append(clock if p.end is None else
-                       PieceReply(clock.first_chunk, clock.delivered_s, int(done), text_of(state) if state else "",
-                                  int(total or 0), output))
+            out.append(PieceReply(*clock, state=state) if p.end is None else
+                       PieceReply(*clock, done=int(done), state=state, total=int(total or 0), output=output))
         return out
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
@@ -434,6 +430,11 @@ def _bucket(lane: str, bucket: int, stream: str, length: Any, groups: Any) -> Bu
     lag = group.get("lag")
     return BucketState(lane, bucket, stream, grouped=True, length=_int(length), lag=None if lag is None else int(lag),
                        pending=int(group.get("pending") or 0), consumers=int(group.get("consumers") or 0))
+
+
+def _held_claim(tag: Any, replay: Any, frames: Any, windows: Any, ended: Any) -> ClaimReply:
+    """The claim another attempt holds on a segment, as ``PUBLISH_PIECES`` returns it."""
+    return ClaimReply(False, text_of(tag), text_of(replay), bytes(frames or b""), int(windows or 0), bool(int(ended)))
 
 
 def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:

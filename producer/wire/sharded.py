@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from producer.wire.broker import Broker, ClaimReply, FrameClaim, Op, Piece, PieceReply, advance
+from producer.wire.broker import Broker, Op, Piece, PieceReply, advance
 from producer.wire.redis_broker import RedisBroker
 from producer.wire.sharded_consumer import ShardedConsumer, untag
 from producer.wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
@@ -192,9 +192,6 @@ class ShardedBroker:
         for shard, positions in self._by_shard(job_ids).items():
             out.update(self.shards[shard].playback_clocks([job_ids[p] for p in positions]))
         return out
-
-    def claim_frames(self, claims: Sequence[FrameClaim], ttl_s: int) -> list[ClaimReply]:
-        return self._gather(claims, [c.job_id for c in claims], lambda broker, part: broker.claim_frames(part, ttl_s))
 
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
         """One round trip per shard the pieces' jobs live on (a window step's pieces of one job stay in order: they
