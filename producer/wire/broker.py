@@ -75,10 +75,10 @@ class FrameClaim:
 
 @dataclass(frozen=True)
 class ClaimReply:
-    """Who holds a streamed segment, as a piece that carried a claim found it: ``won`` when the claim was the first
-    (or this attempt's own, sent again); else the first attempt's tag, replay record and frames (b"" where it stored
-    none), the windows it published so far, and whether it published the segment whole (``ended``: only its
-    bookkeeping may be left)."""
+    """Who holds a streamed segment, as a piece whose claim found another attempt's (``PieceReply.claim``; a claim
+    that wins, or an attempt's own sent again, gets none): ``won`` False, that attempt's tag, replay record and frames
+    (b"" where it stored none), the windows it published so far, and whether it published the segment whole
+    (``ended``: only its bookkeeping may be left)."""
 
     won: bool
     attempt: str
