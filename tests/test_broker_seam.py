@@ -345,3 +345,51 @@ def test_a_segment_ended_twice_counts_once_and_keeps_its_first_words(r: redis.Re
     parts, words = last[0].output
     assert parts == {0: b"\x01\x00" * 4, 1: b"\x02\x00" * 4} and words == {0: [[0, 4, 0, 2, "hi", 0, " "]], 1: []}
     assert broker.job_output("twicejob") == (parts, words)
+
+
+def test_results_live_a_ttl_after_the_end_set_once_for_a_short_job(r: redis.Redis) -> None:
+    """The first chunk sets the results stream's expiry RESULTS_SLACK_S past the TTL; a job that ends soon after
+    keeps it (FINALIZE sets no TTL of its own, one command fewer per job), one whose expiry no longer covers a TTL
+    after its end gets it set again, and a job that ends without a chunk gets its TTL from FINALIZE."""
+    from producer.wire.lua import RESULTS_SLACK_S
+
+    broker = RedisBroker(r, Keys("ttl"))
+    ttl = 1000
+    for job in ("short", "long"):
+        r.hset(broker.keys.status(job), mapping={"state": "running", "total": 1})
+        broker.publish_pieces([_piece(job, "w1/1", 0, b"a" * 4, end=True)], maxlen=100, ttl_s=ttl)
+        assert ttl + RESULTS_SLACK_S - 5 <= r.ttl(broker.keys.results(job)) <= ttl + RESULTS_SLACK_S
+    # as if the long job's first chunk went out more than half the slack before now
+    r.hset(broker.keys.status("long"), "results_expire", time.time() + ttl + RESULTS_SLACK_S // 2 - 10)
+    for job in ("short", "long"):
+        assert broker.finalize(job, "done", {"url": "x"}, maxlen=100, ttl_s=ttl) == 1
+    assert r.ttl(broker.keys.results("short")) > ttl + RESULTS_SLACK_S // 2
+    assert ttl - 5 <= r.ttl(broker.keys.results("long")) <= ttl
+    r.hset(broker.keys.status("failed"), mapping={"state": "running", "total": 1})
+    assert broker.finalize("failed", "failed", {"error_code": "X", "error_message": "y"}, maxlen=100, ttl_s=ttl) == 1
+    assert ttl - 5 <= r.ttl(broker.keys.results("failed")) <= ttl
+
+
+def test_an_ack_deletes_its_entries_and_counts_each_xack_once(settings: Settings, r: redis.Redis) -> None:
+    """Entries of one stream are deleted together; an entry acked before (by another worker) leaves the lane's
+    counters once, with that ack, not again with this one."""
+    from producer.wire.keys import GROUP
+
+    keys = Keys(settings.redis.key_prefix)
+    client = Client(r, settings)
+    for i in range(3):
+        client.submit("Hello there.", job_id=f"ack-job-{i:04d}", lane="bulk")
+    streams = keys.queues(settings.queue.n_buckets)
+    consumer = RedisBroker(r, keys).consumer("c1", streams)
+    (stream,) = [s for s in streams if r.xlen(s)]
+    entries = consumer.claim(stream, 3)
+    assert len(entries) == 3 and all(e.job is not None for e in entries)
+    backlog = keys.backlog("bulk")
+    n, s, q = (float(x or 0) for x in r.hmget(backlog, "n", "s", "q"))
+    est = entries[1].job.est_s if entries[1].job else 0
+    r.xack(stream, GROUP, entries[1].entry_id)  # acked elsewhere first: its count went with that ack
+    r.hset(backlog, mapping={"n": n - 1, "s": s - est, "q": q - 1})
+    consumer.ack(entries)
+    assert r.xlen(stream) == 0
+    assert [float(x or 0) for x in r.hmget(backlog, "n", "s", "q")] == pytest.approx([n - 3, max(0.0, s - sum(
+        e.job.est_s for e in entries if e.job)), q - 3])

@@ -115,12 +115,6 @@ class Outcomes:
             kept.append(e)
         return kept
 
-    def still_running(self, entries: Sequence[Entry], items: Sequence[T], known: dict[str, str]) -> list[T]:
-        """Between windows: ``items[i]`` (of ``entries[i]``) kept while its job runs by ``known`` (the jobs' states as
-        just read; a job not in it is kept: its next publish reads its state anyway); a cancelled job is ended here (it
-        stops at this window), one that ended otherwise is let go."""
-        return [item for e, item in zip(entries, items) if not self.ended(e, known.get(_job(e).job_id, ""))]
-
     def ended(self, e: Entry, state: str) -> bool:
         """Whether ``e``'s job has ended (by ``state``, as just read): a cancelled one is ended here (its final record
         written once), any ended one acked."""

@@ -37,6 +37,12 @@ class SegmentProgress:
     # and the audio seconds published for the job before that piece
     started: float = 0.0
     delivered_before_s: float = 0.0
+    delivered_s: float = 0.0  # and with that piece
+
+    def clock(self) -> tuple[float, float] | None:
+        """The job's playback clock (first chunk's time, audio delivered) as this segment's last published piece
+        left it; None before its first."""
+        return (self.started, self.delivered_s) if self.started else None
 
 
 @dataclass
@@ -147,6 +153,7 @@ class Publisher:
             seg.samples += len(out.pcm) // 2
             if out.publish:
                 seg.delivered_before_s = max(0.0, reply.delivered_s - piece.seconds)
+                seg.delivered_s = reply.delivered_s
                 seg.started = reply.first_chunk
             results.append(PieceResult(reply.state, outcome=None if not out.last else SegmentOutcome(
                 done=reply.done, total=seg.job.total or reply.total, state=reply.state, started=seg.started,

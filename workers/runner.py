@@ -182,14 +182,14 @@ class BatchRunner:
         if self.on_batch:
             self.on_batch({**stats, **done})
 
-    def window(self, batch: StreamingBatch, running: str, states: dict[str, str] | None = None) -> bool:
-        """One window step of a held batch at ``running`` urgency (``states``: its jobs' states, if just read); False
+    def window(self, batch: StreamingBatch, running: str) -> bool:
+        """One window step of a held batch at ``running`` urgency; False
         once its last window is out (then it is reported). If the step fails: on a backend error its entries stay
         pending (reclaimed and continued from their claimed frames) and the error is raised; on another error each
         segment is retried and False returned."""
         outer, self.running = self.running, running
         try:
-            more = self.compute(lambda: batch.step(states))
+            more = self.compute(batch.step)
             self.ctx.hooks.window(batch.live)
         except (BrokerError, TransientError):
             raise

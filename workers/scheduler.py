@@ -94,12 +94,13 @@ class DeadlineScheduler:
         if len(self.held) < s.max_open:  # what a loop claims it must be able to serve in time
             busy = bool(self.held or c.carry)
             heads = c.heads(0 if busy else IDLE_BLOCK_MS, handover_wait=not busy)
+        # the clocks of interactive jobs (bulk ones are due by their arrival): a held segment's job by what its last
+        # publish found (its job's state too: a window of a job that ended meanwhile writes nothing and ends it there),
+        # the others read
+        own = _own_clocks(self.held)
         live = [x.entry for b in self.held for x in b.live]
-        # the clocks of interactive jobs (bulk ones are due by their arrival), and the states of every held job, read
-        # together: a window step then needs no read of its own
-        clocks, states = self._clocks([e.job.job_id for e in (*live, *c.carry) if e.job and e.job.lane == "interactive"]
-                                      + [h.job_id for h in heads if h.lane == "interactive"],
-                                      [e.job.job_id for e in live if e.job])
+        clocks = {**self._clocks([e.job.job_id for e in (*live, *c.carry) if e.job and e.job.lane == "interactive"]
+                                 + [h.job_id for h in heads if h.lane == "interactive"], known=own), **own}
 
         def playing(job_id: str) -> bool:
             return clocks.get(job_id, Clock()).started is not None
@@ -123,7 +124,7 @@ class DeadlineScheduler:
             return
         running = schedule.urgency(_lane_of(unit), unit.due, now, s)
         if unit.kind == WINDOW:
-            self._window(unit.ref, running, states)
+            self._window(unit.ref, running)
         elif unit.kind == CARRIED:
             self._run_carried(running)
         else:
@@ -141,11 +142,10 @@ class DeadlineScheduler:
         if batch:
             self.runner.run(batch, running, hold=self.held.append)
 
-    def _window(self, batch: StreamingBatch, running: str, states: dict[str, str] | None = None) -> None:
-        """One window step of a held batch (``states``: its jobs' states, read this step); the batch is let go after its
-        last window, or when the step fails."""
+    def _window(self, batch: StreamingBatch, running: str) -> None:
+        """One window step of a held batch; the batch is let go after its last window, or when the step fails."""
         try:
-            more = self.runner.window(batch, running, states)
+            more = self.runner.window(batch, running)
         except (BrokerError, TransientError):
             self.held.remove(batch)
             raise
@@ -156,12 +156,10 @@ class DeadlineScheduler:
         assert e.job is not None
         return schedule.due(work_of(e.job), clocks.get(e.job.job_id, Clock()), self.sched)
 
-    def _clocks(self, job_ids: list[str], also: list[str]) -> tuple[dict[str, Clock], dict[str, str]]:
-        """The playback clocks of ``job_ids``, and the states of those and of ``also`` (one round trip)."""
-        raw = self.ctx.broker.playback_clocks([*job_ids, *also])
-        wanted = set(job_ids)
-        clocks = {job_id: Clock.from_status(first, delivered) for job_id, (first, delivered, _) in raw.items() if job_id in wanted}
-        return clocks, {job_id: state for job_id, (_, _, state) in raw.items()}
+    def _clocks(self, job_ids: list[str], *, known: dict[str, Clock]) -> dict[str, Clock]:
+        """The playback clocks of ``job_ids`` not ``known`` (one round trip, none if all are)."""
+        raw = self.ctx.broker.playback_clocks([j for j in job_ids if j not in known])
+        return {job_id: Clock.from_status(first, delivered) for job_id, (first, delivered) in raw.items()}
 
     def drain(self) -> None:
         while self.held:
@@ -176,6 +174,20 @@ def scheduler_for(ctx: LoopContext, claimer: Claimer, runner: BatchRunner, outco
     """The strategy ``scheduling.mode`` names."""
     strategies = {"fifo": FifoScheduler, "deadline": DeadlineScheduler}
     return strategies[ctx.settings.scheduling.mode](ctx, claimer, runner, outcomes)
+
+
+def _own_clocks(held: list[StreamingBatch]) -> dict[str, Clock]:
+    """The playback clocks of held segments' jobs as their last published windows found them (the furthest, where a
+    job has several); another worker's audio for the job since then is not in them: its segment looks a little more
+    urgent than it is, never less."""
+    own: dict[str, Clock] = {}
+    for b in held:
+        for x in b.live:
+            clock = x.progress.clock()
+            job_id = x.progress.job.job_id
+            if clock is not None and (job_id not in own or clock[1] > own[job_id].delivered_s):
+                own[job_id] = Clock(clock[0], clock[1])
+    return own
 
 
 def _lane_of(unit: Unit[Any]) -> str:

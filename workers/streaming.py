@@ -194,16 +194,14 @@ class StreamingBatch:
         return out, plan
 
     # -- unit 2: the next window of every live job --------------------------------------------------
-    def step(self, states: dict[str, str] | None = None) -> bool:
+    def step(self) -> bool:
         """Vocode and publish the next window of each live job (the windows in one round trip); False once none is
-        left. ``states``: the jobs' states if the caller just read them (else they are read here). The segments it
-        ends are acked together."""
+        left. A job that ended meanwhile (a client's cancel) is told by its window's publish, which writes nothing: it
+        ends there. The segments it ends are acked together."""
         with self.outcomes.acks_together():
-            return self._step(states)
+            return self._step()
 
-    def _step(self, states: dict[str, str] | None) -> bool:
-        if states is not None:
-            self.live = self.outcomes.still_running([s.entry for s in self.live], self.live, states)
+    def _step(self) -> bool:
         if not self.live:
             return False
         start = time.perf_counter()

@@ -241,9 +241,9 @@ class Broker(Protocol):
         (a client's cancel) is never overwritten."""
         ...
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         """Each job's playback clock as stored: its first chunk's time and the audio seconds delivered (raw
-        values, None where unset), and its state ('' for none), in one round trip."""
+        values, None where unset), in one round trip."""
         ...
 
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from producer.wire.lua_admission import ADMISSION_FUNCTIONS
 from producer.wire.records import FINAL
 
+RESULTS_SLACK_S = 600  # a results stream made by a first chunk expires this long past the TTL (see FINALIZE)
+
 # Creates the consumer group ARGV[1] on each queue stream in KEYS unless it is there: one round trip,
 # the same call from the sync SDK, the asyncio SDK and the workers.
 ENSURE_GROUPS = """
@@ -139,7 +141,13 @@ local function publish(k, at)
   if chunks > 0 and piece >= windows then
     parts[1], parts[2] = seg .. ':' .. piece, table.concat(pcm)
     for _, fields in ipairs(records) do redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields)) end
-    if not first then redis.call('EXPIRE', k_results, ttl) end  -- the job's first chunk made it (FINALIZE sets it again)
+    -- the job's first chunk made the stream: it expires RESULTS_SLACK_S past the TTL (when, in 'results_expire'), so
+    -- a job that ends within half that keeps its results a TTL after its end without FINALIZE setting it again
+    if not first then
+      local keep = ttl + """ + str(RESULTS_SLACK_S) + """
+      redis.call('EXPIRE', k_results, keep)
+      status[#status + 1], status[#status + 2] = 'results_expire', string.format('%.17g', tonumber(now) + keep)
+    end
     -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
     delivered = string.format('%.17g', (tonumber(st[4] or '0') or 0) + seconds)
     for _, kv in ipairs({'delivered_s', delivered, 'windows:' .. seg, piece + 1}) do status[#status + 1] = kv end
@@ -183,17 +191,22 @@ return out
 """
 
 # KEYS: the entries' queue streams, one per entry. ARGV: the group, then per entry its id, its lane's backlog hash
-# key ('' for an entry that never parsed) and its predicted seconds. Acks and deletes each entry (the group is the only
-# reader: a finished entry would otherwise stay for ever); those whose XACK counted leave their lane's counters, all
-# of them and those in its bucket streams (q), once even if redelivered. Never below zero (entries written around the
-# SDK). Returns how many XACKs counted.
+# key ('' for an entry that never parsed) and its predicted seconds. Acks each entry (one XACK each: its reply says
+# whether that entry counted) and deletes them, one XDEL per stream (the group is the only reader: a finished entry
+# would otherwise stay for ever); those whose XACK counted leave their lane's counters, all of them and those in its
+# bucket streams (q), once even if redelivered. Never below zero (entries written around the SDK). Returns how many
+# XACKs counted.
 ACK = """
 local group = ARGV[1]
-local tally, lanes, acked = {}, {}, 0
+local tally, lanes, acked, gone, streams = {}, {}, 0, {}, {}
 for i, stream in ipairs(KEYS) do
   local id, backlog, est = ARGV[3 * i - 1], ARGV[3 * i], tonumber(ARGV[3 * i + 1]) or 0
   local n = redis.call('XACK', stream, group, id)
-  redis.call('XDEL', stream, id)
+  if not gone[stream] then
+    gone[stream] = {}
+    streams[#streams + 1] = stream
+  end
+  table.insert(gone[stream], id)
   acked = acked + n
   if n == 1 and backlog ~= '' then
     if not tally[backlog] then
@@ -204,6 +217,7 @@ for i, stream in ipairs(KEYS) do
     tally[backlog][2] = tally[backlog][2] + est
   end
 end
+for _, stream in ipairs(streams) do redis.call('XDEL', stream, unpack(gone[stream])) end
 for _, backlog in ipairs(lanes) do
   local now = redis.call('HMGET', backlog, 'n', 's', 'q')
   local count, seconds = tally[backlog][1], tally[backlog][2]
@@ -240,11 +254,13 @@ return 'submitted'
 
 # KEYS: status, results, then what the job keeps only while it runs, deleted when this ends it (parts, frames; none
 # to keep them). ARGV: state, the final record and the one to write instead if a client's cancel
-# won the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, then
-# field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
-# whatever was made. A job that ends otherwise than done drops its staged segments.
+# won the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, the time,
+# then field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
+# whatever was made. A job that ends otherwise than done drops its staged segments. The results stream keeps a TTL
+# after the end: set here unless the expiry the first chunk set ('results_expire', RESULTS_SLACK_S past the TTL)
+# still covers it with half the slack to spare (workers' clocks may differ).
 FINALIZE = ADMISSION_FUNCTIONS + """
-local now = redis.call('HMGET', KEYS[1], 'final', 'state', 'lane')
+local now = redis.call('HMGET', KEYS[1], 'final', 'state', 'lane', 'results_expire')
 if now[1] then return 0 end  -- ended already ('final' is written below: read and write are one step in a script)
 local state, record = ARGV[1], ARGV[2]
 local lane = now[3]
@@ -254,12 +270,15 @@ if now[2] == 'cancelled' and state ~= 'cancelled' then
   redis.call('HSET', KEYS[1], 'final', '1')
 else
   local status = {}
-  for i = 8, #ARGV do status[#status + 1] = ARGV[i] end
+  for i = 9, #ARGV do status[#status + 1] = ARGV[i] end
   redis.call('HSET', KEYS[1], 'final', '1', 'state', state, unpack(status))
 end
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))
-redis.call('EXPIRE', KEYS[2], ARGV[5])
+local expires = tonumber(now[4] or '')
+if not expires or expires < tonumber(ARGV[8]) + tonumber(ARGV[5]) + """ + str(RESULTS_SLACK_S // 2) + """ then
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+end
 if #KEYS > 2 then redis.call('DEL', unpack(KEYS, 3)) end
 if state == 'cancelled' and ARGV[1] ~= 'cancelled' then return 2 end
 return 1

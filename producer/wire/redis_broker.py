@@ -197,14 +197,14 @@ class RedisBroker:
                                  [time.time(), worker, *[x for ok, at in zip(startable, claimed) for x in (int(ok), at)]]))
         return [(text_of(reply[i]), bool(int(reply[i + 1]))) for i in range(0, len(reply), 2)]
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         ids = sorted(set(job_ids))
         if not ids:
             return {}
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s", "state")
-        return {job_id: (reply[0], reply[1], text_of(reply[2]) if reply[2] else "") for job_id, reply in zip(ids, pipe.execute())}
+            pipe.hmget(self.keys.status(job_id), "first_chunk", "delivered_s")
+        return {job_id: (reply[0], reply[1]) for job_id, reply in zip(ids, pipe.execute())}
 
     def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
         todo = [p for p in pieces if p.chunks or p.end is not None]
@@ -257,7 +257,7 @@ class RedisBroker:
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  drop_work: bool = False, **status: Any) -> int:
         argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s,
-                           self.keys.prefix, job_id]
+                           self.keys.prefix, job_id, time.time()]
         for k, v in status.items():
             argv += [k, v]
         k = self.keys

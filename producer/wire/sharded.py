@@ -187,8 +187,8 @@ class ShardedBroker:
         return self._gather(items, job_ids, lambda broker, part: broker.start_segments(
             [i[0] for i in part], worker, [i[1] for i in part], [i[2] for i in part]))
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any, str]]:
-        out: dict[str, tuple[Any, Any, str]] = {}
+    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        out: dict[str, tuple[Any, Any]] = {}
         for shard, positions in self._by_shard(job_ids).items():
             out.update(self.shards[shard].playback_clocks([job_ids[p] for p in positions]))
         return out

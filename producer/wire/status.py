@@ -23,7 +23,8 @@ from producer.wire.records import JobResult, Word, text_of
 
 # Fields read as numbers; everything else is text.
 _INTS = ("total", "done", "sample_rate", "bitrate")
-_FLOATS = ("created", "claimed", "started", "first_chunk", "finished", "duration", "deadline", "est_seconds", "delivered_s")
+_FLOATS = ("created", "claimed", "started", "first_chunk", "finished", "duration", "deadline", "est_seconds", "delivered_s",
+           "results_expire")
 SEGMENT_FIELDS = ("windows", "batch", "worker", "failures", "claim")  # per segment: "<name>:<seg>"
 
 
