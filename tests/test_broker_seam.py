@@ -393,3 +393,30 @@ def test_an_ack_deletes_its_entries_and_counts_each_xack_once(settings: Settings
     assert r.xlen(stream) == 0
     assert [float(x or 0) for x in r.hmget(backlog, "n", "s", "q")] == pytest.approx([n - 3, max(0.0, s - sum(
         e.job.est_s for e in entries if e.job)), q - 3])
+
+
+def test_a_peek_asks_only_the_streams_that_moved(settings: Settings, r: redis.Redis) -> None:
+    """Heads are read with one XREAD over every stream from the ids the consumer last saw; only a stream with an
+    entry after that id is asked for its group's id (XINFO GROUPS). What another consumer claimed is never a head, and
+    an entry added later is."""
+    keys = Keys(settings.redis.key_prefix)
+    client = Client(r, settings)
+    streams = keys.queues(settings.queue.n_buckets)
+    broker = RedisBroker(r, keys)
+    mine, other = broker.consumer("c1", streams), broker.consumer("c2", streams)
+    mine.ensure_groups()
+    assert mine.heads(0) == []
+
+    def xinfo_calls() -> int:
+        return int(r.info("commandstats").get("cmdstat_xinfo|groups", {}).get("calls", 0))
+
+    before = xinfo_calls()
+    assert mine.heads(0) == [] and xinfo_calls() == before  # nothing moved: no stream asked
+    client.submit("Hello there.", job_id="peek-job-0001", lane="bulk")
+    (head,) = mine.heads(0)
+    assert head.job_id == "peek-job-0001" and xinfo_calls() == before + 1  # the one stream that moved
+    (taken,) = other.claim(head.stream, 1)
+    assert taken.job is not None and taken.job.job_id == head.job_id
+    assert mine.heads(0) == []  # delivered to another consumer: pending, not a head
+    client.submit("Hello again.", job_id="peek-job-0002", lane="bulk")
+    assert [h.job_id for h in mine.heads(0)] == ["peek-job-0002"]

@@ -101,6 +101,8 @@ def assert_stopped(farm: Farm, job_id: str, before: float, at_cancel: float, tot
     assert after <= IN_FLIGHT, f"the worker made {after:.0f} segments after the cancel (of {total})"
     assert made(farm) - before < total, "every segment was made: the cancel stopped nothing"
     assert farm.client().job(job_id).status()["state"] == "cancelled"
+    r, keys = farm.client().redis, Keys(farm.prefix)
+    assert not r.exists(keys.parts(job_id), keys.frames(job_id)), "a cancelled job's parts outlive it"
 
 
 # -- cancel ----------------------------------------------------------------------------------------

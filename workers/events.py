@@ -7,8 +7,9 @@ segments are skipped; ``task-received`` goes first so Flower has its name) or ru
 segments; ``terminated`` is then true).
 
 The loops never wait for an event: ``_send`` queues it, with its time, and one sender thread with its own broker
-connection publishes what has queued up as one message (Celery's buffered "task" group: a list of events, which
-Celery's event receiver and so Flower read as the events one by one), in the order they were sent.
+connection publishes what has queued up within ``LINGER_S`` of the first as one message (Celery's buffered "task"
+group: a list of events, which Celery's event receiver and so Flower read as the events one by one, each with the
+time it was sent), in the order they were sent: a busy worker sends a few messages a second, not one per job.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 TASK_NAME = "ttsfarm.synthesize"
+LINGER_S = 0.1  # events queued this long after the first of a message go with it
 
 
 class JobEvents:
@@ -48,13 +50,15 @@ class JobEvents:
         self._outbox.put((kind, {**fields, "timestamp": time.time()}))
 
     def _send_queued(self) -> None:
-        """The sender thread: everything queued since its last message goes out as one."""
+        """The sender thread: everything queued since its last message, and within ``LINGER_S`` of the first, goes out
+        as one (at once on close)."""
         while True:
             item = self._outbox.get()
             batch = [item]
+            until = time.monotonic() + LINGER_S
             while item is not None:
                 try:
-                    item = self._outbox.get_nowait()
+                    item = self._outbox.get(timeout=max(0.0, until - time.monotonic()))
                 except queue.Empty:
                     break
                 batch.append(item)

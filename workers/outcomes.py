@@ -117,10 +117,10 @@ class Outcomes:
 
     def ended(self, e: Entry, state: str) -> bool:
         """Whether ``e``'s job has ended (by ``state``, as just read): a cancelled one is ended here (its final record
-        written once), any ended one acked."""
+        written once, what it kept while it ran deleted: a piece of an ended job writes nothing), any ended one acked."""
         job = _job(e)
         if state == "cancelled":
-            if self.publisher.finish(job.job_id, "cancelled", CANCELLED_INFO):
+            if self.publisher.finish(job.job_id, "cancelled", CANCELLED_INFO, drop_work=True):
                 self.revoked(job)
         elif not self.publisher.is_final(state):
             return False

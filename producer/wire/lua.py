@@ -24,13 +24,18 @@ end
 return #KEYS
 """
 
-# The heads a consumer may take, in one step. KEYS: queue streams. ARGV: the group. Returns {ids, lag, heads}: ids per
-# stream, the group's last-delivered id ('' where the stream or the group is missing); lag: entries not yet delivered
-# over the streams, where Redis knows it; heads: per stream with undelivered entries {stream, its first two} (read as
-# XRANGE returns them). Delivered entries are never needed: a stream holds only what is pending or undelivered.
+# The heads a consumer may take, in one step. KEYS: queue streams. ARGV: the group, then per stream the group's
+# last-delivered id as the caller last read it ('' if unknown). A stream with no entry after that id (one XREAD over
+# all of them) has nothing undelivered: the group's id only moves on, so it is at or past it. Only the others are
+# asked for the group's id (XINFO GROUPS, one per stream). Returns {ids, lag, heads}: ids per stream, the group's
+# last-delivered id (or the caller's, with nothing after it; '' where the stream or the group is missing); lag:
+# entries not yet delivered over the streams, where Redis knows it; heads: per stream with undelivered entries {stream,
+# its first two} (read as XRANGE returns them). Delivered entries are never needed: a stream holds only what is pending
+# or undelivered.
 HEADS = """
 local ids, heads, lag = {}, {}, 0
-for i, key in ipairs(KEYS) do
+
+local function peek(i, key)  -- the group's id on the stream, and its undelivered head
   local groups = redis.pcall('XINFO', 'GROUPS', key)
   local last, known = '', false
   if type(groups) == 'table' and not groups.err then
@@ -53,6 +58,20 @@ for i, key in ipairs(KEYS) do
     local entries = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 2)
     if #entries > 0 then heads[#heads + 1] = {key, entries} end
   end
+end
+
+local read, after, moved = {'XREAD', 'COUNT', 1, 'STREAMS'}, {}, {}
+for i, key in ipairs(KEYS) do
+  if ARGV[i + 1] ~= '' then
+    read[#read + 1], after[#after + 1] = key, ARGV[i + 1]
+  end
+end
+if #after > 0 then
+  for _, id in ipairs(after) do read[#read + 1] = id end
+  for _, got in ipairs(redis.call(unpack(read)) or {}) do moved[got[1]] = true end
+end
+for i, key in ipairs(KEYS) do
+  if ARGV[i + 1] ~= '' and not moved[key] then ids[i] = ARGV[i + 1] else peek(i, key) end
 end
 return {ids, lag, heads}
 """
@@ -170,14 +189,18 @@ local function publish(k, at)
       end
     end
   end
-  if #parts > 0 then redis.call('HSET', k_parts, unpack(parts)) end
-  if counted and done == 1 then redis.call('EXPIRE', k_parts, ttl) end  -- the first segment done: it expires (or goes with FINALIZE)
+  local whole = false  -- this ended the job's last segment
   if ending == 1 then
     -- an appended job's records say 0 until it is closed; its status then holds the total
     local total = tonumber(ARGV[at + 4]) or 0
     if total == 0 then total = tonumber(st[3] or '0') or 0 end
-    if total > 0 and done >= total then output = {1, redis.call('HGETALL', k_parts)} end
+    whole = total > 0 and done >= total
   end
+  if #parts > 0 then redis.call('HSET', k_parts, unpack(parts)) end
+  -- the first segment done: the parts expire, unless that ended the job (FINALIZE deletes them before the entry that
+  -- ended it is acked: a reclaim of that entry ends the job, and deletes them, again)
+  if counted and done == 1 and not whole then redis.call('EXPIRE', k_parts, ttl) end
+  if whole then output = {1, redis.call('HGETALL', k_parts)} end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
   return {first or '', delivered, done, state, st[3] or '0', output[1], output[2], 1, '', '', '', 0, 0}, at + 9

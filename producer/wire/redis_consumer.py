@@ -7,6 +7,7 @@ No worker hoards entries another could run. ``RedisBroker.consumer`` makes one p
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from producer.wire.keys import GROUP
 from producer.wire.lua import ACK, HEADS
 from producer.wire.queue import Entry, Head, head_of, parse_entry
 from producer.wire.records import text_of
+
+FULL_PEEK_S = 5.0  # a peek asks every stream for the group's id at least this often (not only those that moved)
 
 
 class RedisConsumer:
@@ -29,6 +32,10 @@ class RedisConsumer:
         self.streams = list(streams)
         self.undelivered = 0  # entries no consumer had taken yet, over these streams, at the last peek
         self._idle_ids: dict[str, str] | None = None  # the group's ids, still exact after a blocking read timed out
+        # per stream, an id the group's last-delivered id is at or past (it only moves on): read by the last peek, or
+        # the last entry this consumer claimed; a peek asks only the streams with an entry after it (``lua.HEADS``)
+        self._seen: dict[str, str] = {}
+        self._full_peek_at = 0.0
 
     def ensure_groups(self) -> None:
         run_blocking(self.broker, self.broker.ensure_groups(self.streams))
@@ -58,9 +65,14 @@ class RedisConsumer:
         return heads
 
     def _peek(self) -> tuple[dict[str, str], list[tuple[str, list[Any]]]]:
-        """The group's ids per stream and the undelivered heads (``lua.HEADS``); a stream without the group gets it."""
-        ids_raw, lag, heads = self.broker.send(Script(HEADS, self.streams, [GROUP]))
+        """The group's ids per stream and the undelivered heads (``lua.HEADS``: streams with nothing after the id this
+        consumer last saw are not asked; all are, every ``FULL_PEEK_S``); a stream without the group gets it."""
+        now = time.monotonic()
+        if now - self._full_peek_at >= FULL_PEEK_S:
+            self._seen, self._full_peek_at = {}, now
+        ids_raw, lag, heads = self.broker.send(Script(HEADS, self.streams, [GROUP, *[self._seen.get(s, "") for s in self.streams]]))
         ids = {stream: text_of(i) for stream, i in zip(self.streams, ids_raw)}
+        self._seen = {stream: i for stream, i in ids.items() if i}
         if any(not i for i in ids.values()):
             self.ensure_groups()
             ids = {stream: i or "0-0" for stream, i in ids.items()}
@@ -70,7 +82,10 @@ class RedisConsumer:
 
     def claim(self, stream: str, count: int) -> list[Entry]:
         reply = self.r.xreadgroup(GROUP, self.name, {stream: ">"}, count=count)
-        return [parse_entry(text_of(s), eid, f) for s, entries in reply or [] for eid, f in entries]
+        taken = [parse_entry(text_of(s), eid, f) for s, entries in reply or [] for eid, f in entries]
+        if taken and stream in self._seen:  # the group's id is now at this consumer's last entry, or past it
+            self._seen[stream] = taken[-1].entry_id
+        return taken
 
     def ack(self, entries: Sequence[Entry]) -> None:
         """Ack entries and delete them from their stream; those whose XACK counted come off their lane's backlog (once,
