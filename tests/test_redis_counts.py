@@ -30,15 +30,18 @@ from scripts.bench_host import NULL_VOICE, config_dir, counters_delta, fresh_rec
 
 pytestmark = pytest.mark.slow
 
-# ceilings (today's counts, measured 2026-12-01 and 2026-12-03 on this scenario, plus room for timing)
-MAX_COMMANDS_PER_SEGMENT = 24.5  # measured 22.0 (26.0-26.7 before a streamed segment's claim rode with its first
+# ceilings (today's counts, measured 2026-12-01 to 2026-12-04 on this scenario, plus room for timing)
+MAX_COMMANDS_PER_SEGMENT = 20.0  # measured 17.7-17.9 (22.0 before one XDEL per stream, a short job's results TTL set
+#                                  once, held jobs' clocks from their own publishes, heads peeked with one XREAD and
+#                                  a job's last segment setting no TTL on its parts; 26.0-26.7 before a streamed segment's claim rode with its first
 #                                  window and a piece's words with its PCM; 28.7-29.1 before the start, a segment's end and a job's end
 #                                  read their guards with the status; 31.7-32.3 before a claim of a replayable voice's
 #                                  segment wrote no frames; 37.7-37.9 before a piece's chunks shared one entry and the
 #                                  done set moved into the status; main before issue 23: 50.1)
-MAX_ROUND_TRIPS_PER_SEGMENT = 4.5  # 3.8 (4.3-4.5 before the claim rode with the first window) (4.0-4.2 on 2026-12-01; main before issue 23: 11.0)
-MAX_IDLE_COMMANDS_PER_S = 22.0  # 15.1-17.8 (76)
-MAX_IDLE_ROUND_TRIPS_PER_S = 19.0  # 10.8-14.8 (33)
+MAX_ROUND_TRIPS_PER_SEGMENT = 3.4  # 2.8-2.9 (3.8 before; 4.3-4.5 before the claim rode with the first window; 4.0-4.2 on 2026-12-01; main before issue 23: 11.0)
+MAX_IDLE_COMMANDS_PER_S = 10.0  # 6.2 (15.1-19.5 before the reclaim looked every claim_idle_ms / 4, not every 2 s,
+#                                 and the admission sweep waited 1 s while nothing was staged; 76 before issue 23)
+MAX_IDLE_ROUND_TRIPS_PER_S = 8.0  # 4.6 (10.8-14.8 before; 33)
 
 PREFIX = "counts"
 

@@ -20,7 +20,7 @@ from workers.context import LoopContext
 
 log = logging.getLogger(__name__)
 
-RECLAIM_EVERY_S = 2.0  # once per process, by whichever shared loop comes first
+RECLAIM_FRACTION = 0.25  # what dead workers left is looked for once per this much of claim_idle_ms (once per process)
 PRUNE_EVERY_S = 60.0  # dead consumers are forgotten after 10 x claim_idle_ms idle: no hurry
 IDLE_BLOCK_MS = 1000  # an idle loop waits this long on the streams (any new entry wakes it at once)
 WINDOW_POLL_MS = 10
@@ -55,10 +55,11 @@ class Claimer:
         """Segments held between windows wait for their deadlines: keep them ours, well inside the idle time after
         which any loop (this one too) would reclaim them as a dead worker's, and before reclaiming. One shared loop of the
         process at a time takes over what dead workers left (never what it holds itself) and forgets dead consumers."""
-        if held and time.monotonic() - self._last_touch > min(RECLAIM_EVERY_S, self.q.claim_idle_ms / 4000):
+        every_s = RECLAIM_FRACTION * self.q.claim_idle_ms / 1000  # an entry idle that long is taken at most this late
+        if held and time.monotonic() - self._last_touch > every_s:
             self._last_touch = time.monotonic()
             self.queue.touch(held)
-        if self.lane_filter is None and self.ctx.chores.due("reclaim", RECLAIM_EVERY_S):
+        if self.lane_filter is None and self.ctx.chores.due("reclaim", every_s):
             mine = {(e.stream, e.entry_id) for e in held}
             self.carry += [e for e in self.queue.reclaim(self.q.claim_idle_ms) if (e.stream, e.entry_id) not in mine]
         if self.lane_filter is None and self.ctx.chores.due("prune", PRUNE_EVERY_S):

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
 FINISH_WAIT_S = 30.0  # a warm shutdown waits this long for the finisher's pending job ends
+IDLE_SWEEP_S = 1.0  # the admission sweep's interval while no job has staged segments
 
 
 class FarmWorker:
@@ -176,13 +177,15 @@ class FarmWorker:
 
     def _admit_until_stopped(self) -> None:
         """Admit staged segments that fell due between publishes (``producer.wire.admission``), every
-        ``queue.admission_sweep_ms``; one script call a sweep."""
-        interval = self.settings.queue.admission_sweep_ms / 1000
-        while not self.stopping.wait(interval):
+        ``queue.admission_sweep_ms``, or every ``IDLE_SWEEP_S`` while no job has staged segments (a job's own
+        publishes admit its next segments too); one script call a sweep."""
+        interval = wait = self.settings.queue.admission_sweep_ms / 1000
+        while not self.stopping.wait(wait):
             try:
-                self.broker.admit_due(self.admission)
+                wait = max(interval, IDLE_SWEEP_S) if self.broker.admit_due(self.admission) < 0 else interval
             except BrokerError as exc:
                 log.warning("admission sweep failed: %s", exc)
+                wait = interval
 
     def _heartbeat_until_stopped(self) -> None:
         while not self.stopping.is_set():

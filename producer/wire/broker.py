@@ -260,7 +260,7 @@ class Broker(Protocol):
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         """Admit the staged segments that fell due (a listener played on between publishes; on an idle farm, any
-        job's next), for at most ``limit`` jobs; how many segments."""
+        job's next), for at most ``limit`` jobs; how many segments, -1 when no job has staged segments."""
         ...
 
     def segments_done(self, job_id: str) -> int:

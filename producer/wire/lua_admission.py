@@ -145,11 +145,12 @@ return {1, n + add_n, tostring(s + add_s)}
 
 # ARGV: prefix, now, idle_ahead, at most this many jobs. The workers' periodic sweep: admits for the jobs
 # whose next segment fell due (a listener plays on between publishes); when nothing waits in the interactive streams
-# (an idle farm), for any job with staged segments. Returns how many segments it admitted.
+# (an idle farm), for any job with staged segments. Returns how many segments it admitted, -1 when no job has staged
+# segments (the sweep may then wait longer).
 ADMIT_DUE = ADMISSION_FUNCTIONS + """
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local k_due = prefix .. ':admission_due'
-if redis.call('ZCARD', k_due) == 0 then return 0 end  -- no job has staged segments (an idle farm's sweep)
+if redis.call('ZCARD', k_due) == 0 then return -1 end  -- no job has staged segments (an idle farm's sweep)
 local jobs = redis.call('ZRANGEBYSCORE', k_due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 if #jobs == 0 and (tonumber(redis.call('HGET', prefix .. ':backlog:interactive', 'q') or '0') or 0) <= 0 then
   jobs = redis.call('ZRANGE', k_due, 0, tonumber(ARGV[4]) - 1)

@@ -201,16 +201,16 @@ class ShardedBroker:
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         """Every shard's due segments (a sweep of each; a shard that fails does not keep the others from theirs: its
-        error is raised after them)."""
-        admitted, error = 0, None
+        error is raised after them); -1 when no shard has a job with staged segments."""
+        counts, error = [], None
         for broker in self.shards:
             try:
-                admitted += broker.admit_due(admission, limit)
+                counts.append(broker.admit_due(admission, limit))
             except Exception as exc:
                 error = error or exc
         if error is not None:
             raise error
-        return admitted
+        return sum(max(0, n) for n in counts) if any(n >= 0 for n in counts) else -1
 
     def segments_done(self, job_id: str) -> int:
         return self.of(job_id).segments_done(job_id)
