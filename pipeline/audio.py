@@ -129,11 +129,12 @@ def _as_float(audio: npt.ArrayLike) -> FloatAudio:
 
 
 def _pcm16_samples(audio: npt.ArrayLike) -> npt.NDArray[np.int16]:
-    """float [-1, 1] -> int16 with rounding and clipping; NaN becomes 0, +-inf full scale."""
-    arr = _as_float(audio)
-    scaled = np.nan_to_num(arr, nan=0.0, posinf=1.0, neginf=-1.0) * _PCM16_SCALE
+    """float [-1, 1] -> int16 with rounding and clipping; NaN becomes 0, +-inf full scale (the clip takes them there;
+    one pass finds NaN, where ``np.nan_to_num`` makes four)."""
+    scaled = _as_float(audio) * np.float32(_PCM16_SCALE)
     np.rint(scaled, out=scaled)
     np.clip(scaled, -32768.0, 32767.0, out=scaled)
+    np.copyto(scaled, np.float32(0.0), where=np.isnan(scaled))
     return scaled.astype(np.int16)
 
 
@@ -206,6 +207,23 @@ def encode(audio: npt.ArrayLike, sample_rate: int, fmt: str, *, out_rate: int | 
     buf = io.BytesIO()
     sf.write(buf, _pcm16_samples(arr), target, format=container, subtype=subtype)
     return buf.getvalue()
+
+
+def encode_pcm16(pcm: bytes, sample_rate: int, fmt: str, *, bitrate: int | None = None) -> bytes:
+    """Mono PCM16 bytes at ``sample_rate`` -> ``fmt`` bytes: what ``encode(from_pcm16(pcm), sample_rate, fmt,
+    bitrate=bitrate)`` makes, without the trip through float where the format takes the samples as they are (pcm, and
+    wav and flac at their own rate): a finished job's output is PCM16 already."""
+    name = check_format(fmt)
+    rate_ok = not isinstance(sample_rate, bool) and isinstance(sample_rate, (int, np.integer)) and int(sample_rate) > 0
+    if (name == "pcm" or name in _SOUNDFILE) and rate_ok and not bitrate and len(pcm) >= 2 and len(pcm) % 2 == 0:
+        if name == "pcm":
+            return bytes(pcm)
+        if output_rate(name, int(sample_rate)) == int(sample_rate):
+            container, subtype = _SOUNDFILE[name]
+            buf = io.BytesIO()
+            sf.write(buf, np.frombuffer(pcm, dtype="<i2"), int(sample_rate), format=container, subtype=subtype)
+            return buf.getvalue()
+    return encode(from_pcm16(pcm), sample_rate, fmt, bitrate=bitrate)
 
 
 def format_for_path(path: str | Path) -> str:

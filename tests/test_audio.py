@@ -240,3 +240,28 @@ def test_encode_refuses_bad_format_and_rate() -> None:
     with pytest.raises(InputError) as err:
         audio.encode(x, 0, "wav")
     assert err.value.code == UNSUPPORTED_SAMPLE_RATE
+
+
+@pytest.mark.parametrize("fmt", ["pcm", "wav", "flac", "ogg", "mp3"])
+@pytest.mark.parametrize("rate", [16000, 22050, 24000])
+def test_encoding_pcm16_as_is_matches_the_float_path(fmt: str, rate: int) -> None:
+    """A finished job's PCM16 is encoded without the trip through float where the format keeps it: the same bytes
+    as encoding the float audio (the lossy formats and a rate the format changes go through float still)."""
+    from pipeline.audio import encode, encode_pcm16, from_pcm16
+
+    rng = np.random.default_rng(rate)
+    pcm = (rng.standard_normal(rate // 3) * 6000).clip(-32768, 32767).astype("<i2").tobytes()
+    expected = pcm if fmt == "pcm" else encode(from_pcm16(pcm), rate, fmt)
+    if fmt in ("ogg", "mp3"):  # the float path itself (an Ogg stream's serial number differs run to run)
+        assert len(encode_pcm16(pcm, rate, fmt)) > 0
+    else:
+        assert encode_pcm16(pcm, rate, fmt) == expected
+    with pytest.raises(InputError) as err:
+        encode_pcm16(b"", rate, fmt)
+    assert err.value.code == "NOTHING_TO_SPEAK"
+
+
+def test_pcm16_of_non_finite_samples() -> None:
+    """NaN is silence and +-inf full scale, wherever they fall."""
+    samples = np.array([np.nan, np.inf, -np.inf, 0.5, -1.5, 2.0, np.nan], dtype=np.float32)
+    assert np.frombuffer(audio.to_pcm16(samples), "<i2").tolist() == [0, 32767, -32768, 16384, -32768, 32767, 0]

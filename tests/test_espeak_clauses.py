@@ -90,3 +90,32 @@ def test_unknown_voice_and_nul_are_errors_as_before() -> None:
         espeak.set_voice("en-us")
         with pytest.raises(ValueError, match="null character"):
             list(espeak.clauses("a\0b"))
+
+
+def test_a_voice_set_again_is_kept_unless_another_user_changed_it() -> None:
+    """The voice is not set again when it is the one set last, but it is when something else (piper-tts's own
+    phonemizer, on the same library) set another meanwhile: the phonemes are those of the voice asked for."""
+    from piper import espeakbridge
+
+    with en._ESPEAK_LOCK:
+        espeak = en._espeak()
+        espeak.set_voice("en-us")
+        us = list(espeak.clauses("tomato schedule"))
+        espeak.set_voice("en")
+        gb = list(espeak.clauses("tomato schedule"))
+        assert us != gb  # the two voices say these words differently
+        espeak.set_voice("en-us")
+        espeakbridge.set_voice("en")  # another user of the library
+        espeak.set_voice("en-us")
+        assert list(espeak.clauses("tomato schedule")) == us
+        calls = []
+        real = espeak._bridge
+        try:
+            espeak._bridge = type("Counting", (), {"set_voice": staticmethod(lambda v: (calls.append(v), real.set_voice(v)))})()
+            espeak.set_voice("en-us")
+            espeak.set_voice("en-us")
+            assert calls == []  # the voice set last: not set again
+            espeak.set_voice("en")
+            assert calls == ["en"]
+        finally:
+            espeak._bridge = real

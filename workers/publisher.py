@@ -176,11 +176,10 @@ class Publisher:
         """Encode, store and finish a job whose segments are all done (``output``: its parts and words, if the publish
         of its last piece returned them). Returns the URL (None if another worker already finished it, or a cancel
         won) and whether this call ended it as cancelled."""
-        from pipeline.audio import CONTENT_TYPES, encode, from_pcm16
+        from pipeline.audio import CONTENT_TYPES, encode_pcm16
 
         pcm, duration, timed = self.assemble(job, output)
-        data = pcm if job.format == "pcm" else encode(from_pcm16(pcm), job.sample_rate, job.format,
-                                                      bitrate=job.bitrate or None)
+        data = pcm if job.format == "pcm" else encode_pcm16(pcm, job.sample_rate, job.format, bitrate=job.bitrate or None)
         key = f"{job.job_id}/audio.{job.format}"
         url = self.storage.put(key, data, _content_type(CONTENT_TYPES, job))
         info = {"url": url, "key": key, "duration": round(duration, 4), "bytes": len(data)}

@@ -40,6 +40,14 @@ _PHONEMES_IPA = 0x02
 _LANG_FLAG_RE = re.compile(r"\([^)]+\)")  # "(fr)" ... "(en)" around words espeak reads in another language
 
 
+class _Voice(ctypes.Structure):
+    """espeak-ng's ``espeak_VOICE`` (speak_lib.h), as ``espeak_GetCurrentVoice`` returns it."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("languages", ctypes.c_char_p), ("identifier", ctypes.c_char_p),
+                ("gender", ctypes.c_ubyte), ("age", ctypes.c_ubyte), ("variant", ctypes.c_ubyte), ("xx1", ctypes.c_ubyte),
+                ("score", ctypes.c_int), ("spare", ctypes.c_void_p)]
+
+
 class EspeakClauses:
     """espeak-ng's clauses of a text, read through the bridge's own copy of the library."""
 
@@ -54,10 +62,25 @@ class EspeakClauses:
         fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
         fn.restype = ctypes.c_char_p
         self._to_phonemes = fn
+        current = lib.espeak_GetCurrentVoice
+        current.restype = ctypes.POINTER(_Voice)
+        self._current = current
+        # the voice this set last, and espeak-ng's identifier for it: setting it again costs as much as phonemizing a
+        # short sentence; another user of the library (piper-tts's own phonemizer) may have set another meanwhile
+        self._voice: tuple[str, bytes | None] | None = None
 
     def set_voice(self, voice: str) -> None:
-        """espeak-ng's voice by name (``RuntimeError`` "Failed to set voice: ..." for an unknown one)."""
+        """espeak-ng's voice by name (``RuntimeError`` "Failed to set voice: ..." for an unknown one); the voice set
+        last is not set again."""
+        if self._voice is not None and self._voice == (voice, self._identifier()):
+            return
+        self._voice = None  # unknown until the bridge took it
         self._bridge.set_voice(voice)
+        self._voice = (voice, self._identifier())
+
+    def _identifier(self) -> bytes | None:
+        now = self._current()
+        return now.contents.identifier if now else None
 
     def clauses(self, text: str) -> Iterator[tuple[str, str, bool]]:
         """``(phonemes, terminator, end_of_sentence)`` per clause, as ``espeakbridge.get_phonemes`` gives them."""

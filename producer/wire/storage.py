@@ -85,6 +85,7 @@ class LocalStorage:
         self.prefix = clean_prefix(prefix)
         self.root = Path(root).expanduser().resolve()
         self.base = self.root / self.prefix if self.prefix else self.root
+        self._real_base = self.base.resolve()  # a key's file must resolve inside it (a later symlink there fails safe)
 
     def __repr__(self) -> str:
         return f"LocalStorage(root={str(self.root)!r}, prefix={self.prefix!r})"
@@ -93,7 +94,7 @@ class LocalStorage:
         """The file that holds ``key``; raises ``BAD_KEY`` for unsafe keys or symlinks leading out."""
         path = self.base / safe_key(key)
         # safe_key already rules out ``..``; this also catches a symlink inside the tree pointing out.
-        if not path.resolve().is_relative_to(self.base.resolve()):
+        if not path.resolve().is_relative_to(self._real_base):
             raise bad_key("resolves outside the storage folder", key)
         return path
 
@@ -115,7 +116,7 @@ class LocalStorage:
         except OSError as exc:
             raise _local_error("write", key, exc) from exc
         log.debug("stored %d bytes at %s", len(data), path)
-        return self.url(key)
+        return path.as_uri()
 
     def get(self, key: str) -> bytes:
         path = self.path(key)
