@@ -110,8 +110,12 @@ def _unit_words(words: Sequence[WordRef], text: str, lang: str, ph: Phonemized,
     if not said or not ref:
         return None
     owner = [-1] * len(ph.phonemes)
-    matcher = difflib.SequenceMatcher(None, [c for c, _ in said], [c for c, _ in ref], autojunk=False)
-    for a, b, size in matcher.get_matching_blocks():
+    said_chars, ref_chars = [c for c, _ in said], [c for c, _ in ref]
+    if said_chars == ref_chars:  # each word said as it is alone: one block, as the matcher would find (at no cost)
+        blocks = [(0, 0, len(said_chars))]
+    else:
+        blocks = difflib.SequenceMatcher(None, said_chars, ref_chars, autojunk=False).get_matching_blocks()
+    for a, b, size in blocks:
         for k in range(size):
             owner[said[a + k][1]] = ref[b + k][1]
     _fill_between(owner, ph.phonemes)
