@@ -420,3 +420,21 @@ def test_a_peek_asks_only_the_streams_that_moved(settings: Settings, r: redis.Re
     assert mine.heads(0) == []  # delivered to another consumer: pending, not a head
     client.submit("Hello again.", job_id="peek-job-0002", lane="bulk")
     assert [h.job_id for h in mine.heads(0)] == ["peek-job-0002"]
+
+
+def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
+    """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back from
+    the parts hash (no HGETALL), and it equals what the parts hash holds. A job of two pieces is read back."""
+    broker = RedisBroker(r, Keys("one"))
+
+    def hgetalls() -> int:
+        return int(r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+
+    for job, n in (("onejob", 1), ("twojob", 2)):
+        r.hset(broker.keys.status(job), mapping={"state": "running", "total": 1})
+        before = hgetalls()
+        replies = broker.publish_pieces([_piece(job, "w1/1", i, bytes([i + 1, 0]) * 4, end=i == n - 1) for i in range(n)],
+                                        maxlen=100, ttl_s=60)
+        assert hgetalls() - before == (0 if n == 1 else 1)
+        assert replies[-1].output is not None and replies[-1].output == broker.job_output(job)
+        assert replies[-1].output[0] == {0: b"".join(bytes([i + 1, 0]) * 4 for i in range(n))}

@@ -111,7 +111,7 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 # them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece
 # {first_chunk, delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once
 # closed), 1 when this ended the job's last segment, then its parts hash (HGETALL: pieces and words) for the job's
-# assembly, then 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay
+# assembly (2 and none when the job is this one piece: its parts are what was sent), then 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay
 # record, frames ('' if none, or once the segment ended), windows published, 1 once the segment was published whole}
 # (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
@@ -189,10 +189,10 @@ local function publish(k, at)
       end
     end
   end
-  local whole = false  -- this ended the job's last segment
+  local whole, total = false, 0  -- whether this ended the job's last segment
   if ending == 1 then
     -- an appended job's records say 0 until it is closed; its status then holds the total
-    local total = tonumber(ARGV[at + 4]) or 0
+    total = tonumber(ARGV[at + 4]) or 0
     if total == 0 then total = tonumber(st[3] or '0') or 0 end
     whole = total > 0 and done >= total
   end
@@ -200,7 +200,11 @@ local function publish(k, at)
   -- the first segment done: the parts expire, unless that ended the job (FINALIZE deletes them before the entry that
   -- ended it is acked: a reclaim of that entry ends the job, and deletes them, again)
   if counted and done == 1 and not whole then redis.call('EXPIRE', k_parts, ttl) end
-  if whole then output = {1, redis.call('HGETALL', k_parts)} end
+  if whole and counted and total == 1 and piece == 0 and parts[1] then
+    output = {2, {}}  -- the job is this piece alone: its parts are what the caller sent (not read back)
+  elseif whole then
+    output = {1, redis.call('HGETALL', k_parts)}
+  end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
   return {first or '', delivered, done, state, st[3] or '0', output[1], output[2], 1, '', '', '', 0, 0}, at + 9

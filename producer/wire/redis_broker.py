@@ -234,7 +234,7 @@ class RedisBroker:
                 out.append(PieceReply(state=state, written=False, claim=claim))
                 continue
             clock = (float(first or 0.0), float(delivered or 0.0)) if p.chunks else (0.0, 0.0)
-            output = _job_output(_pairs(parts)) if int(ended) else None
+            output = (_job_output(_pairs(parts)) if int(ended) == 1 else _sent_output(p) if int(ended) == 2 else None)
             out.append(PieceReply(*clock, state=state) if p.end is None else
                        PieceReply(*clock, done=int(done), state=state, total=int(total or 0), output=output))
         return out
@@ -440,6 +440,12 @@ def _held_claim(tag: Any, replay: Any, frames: Any, windows: Any, ended: Any) ->
 def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
     """A hash as a script returns HGETALL (a flat list) -> a dict."""
     return dict(zip(flat[0::2], flat[1::2]))
+
+
+def _sent_output(p: Piece) -> tuple[dict[int, bytes], dict[int, Any]]:
+    """The output of a job that is one piece (``PUBLISH_PIECES`` answers 2): that piece's PCM and words, as sent."""
+    assert p.end is not None
+    return {p.seg: b"".join(bytes(f["pcm"]) for f in p.chunks if "pcm" in f)}, {p.seg: json.loads(p.end.words_json)}
 
 
 def _job_output(fields: Mapping[Any, bytes]) -> tuple[dict[int, bytes], dict[int, Any]]:
