@@ -177,15 +177,17 @@ def scheduler_for(ctx: LoopContext, claimer: Claimer, runner: BatchRunner, outco
 
 
 def _own_clocks(held: list[StreamingBatch]) -> dict[str, Clock]:
-    """The playback clocks of held segments' jobs as their last published windows found them (the furthest, where a
-    job has several); another worker's audio for the job since then is not in them: its segment looks a little more
-    urgent than it is, never less."""
+    """The playback clocks of held interactive segments' jobs as their last published windows found them (the
+    furthest, where a job has several); another worker's audio for the job since then is not in them: its segment
+    looks a little more urgent than it is, never less."""
     own: dict[str, Clock] = {}
     for b in held:
         for x in b.live:
             clock = x.progress.clock()
             job_id = x.progress.job.job_id
-            if clock is not None and (job_id not in own or clock[1] > own[job_id].delivered_s):
+            if x.progress.job.lane != "interactive" or clock is None:
+                continue
+            if job_id not in own or clock[1] > own[job_id].delivered_s:
                 own[job_id] = Clock(clock[0], clock[1])
     return own
 
