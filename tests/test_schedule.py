@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pipeline.errors import InputError
@@ -172,3 +174,20 @@ def test_with_the_shipped_settings_a_callers_second_window_follows_its_first_at_
     waiting = Unit(ACOUSTIC, due(Work("interactive", created=NOW - 0.5), Clock(), s.scheduling), (NOW * 1000 - 500, 0),
                    "caller")
     assert choose([waiting, just_started], NOW) is just_started
+
+
+def test_a_held_segments_own_clock_stands_in_for_interactive_jobs_only() -> None:
+    """The scheduler takes a held interactive segment's job clock from that segment's last publish (the furthest,
+    where one job has several held), and reads the rest: a bulk job is due by its arrival and never counts as playing."""
+    from types import SimpleNamespace
+
+    from workers.scheduler import _own_clocks
+
+    def held(job_id: str, lane: str, clock: tuple[float, float] | None) -> Any:
+        job = SimpleNamespace(job_id=job_id, lane=lane)
+        return SimpleNamespace(progress=SimpleNamespace(job=job, clock=lambda: clock))
+
+    batches = [SimpleNamespace(live=[held("a", "interactive", (100.0, 2.0)), held("b", "bulk", (100.0, 9.0))]),
+               SimpleNamespace(live=[held("a", "interactive", (100.0, 3.5)), held("c", "interactive", None)])]
+    own = _own_clocks(batches)  # type: ignore[arg-type]
+    assert set(own) == {"a"} and (own["a"].started, own["a"].delivered_s) == (100.0, 3.5)
