@@ -206,7 +206,7 @@ def farm_saturation(label: str, *, workers: int, threads: int, max_batch: int = 
 def stage_farm(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for precision in ("fp32", "int8"):
-        for max_batch in (1, 8):
+        for max_batch in args.farm_batches:
             rows.append(farm_saturation(f"farm-{precision}-b{max_batch}", workers=args.workers, threads=args.threads,
                                         max_batch=max_batch, precision=precision, out=args.out))
     return {"layout": f"{args.workers} worker(s) x {args.threads} intra-op thread(s)", "rows": rows}
@@ -431,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "farm")
     ap.add_argument("--workers", type=int, default=2, help="farm layout of the farm/latency/length/longrun stages")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--farm-batches", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8],
+                    help="the farm stage's batch caps (comma-separated)")
     ap.add_argument("--latency-mixes", default="mixed")
     ap.add_argument("--latency-s", type=float, default=60.0)
     ap.add_argument("--saturate-s", type=float, default=40.0)

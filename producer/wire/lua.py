@@ -111,8 +111,9 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 # them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece
 # {first_chunk, delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once
 # closed), 1 when this ended the job's last segment, then its parts hash (HGETALL: pieces and words) for the job's
-# assembly (2 and none when the job is this one piece: its parts are what was sent), then 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay
-# record, frames ('' if none, or once the segment ended), windows published, 1 once the segment was published whole}
+# assembly (2 and none when the job is this one piece: its parts are what was sent), then 1 written (0: the job had
+# ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay record, frames ('' if none, or once the
+# segment ended), windows published, 1 once the segment was published whole}
 # (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
 local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
