@@ -131,7 +131,8 @@ class QueueSettings:
     max_deliveries: int = 5
     """A segment that fails this many times goes to the dead-letter stream, and its job fails."""
     claim_idle_ms: int = 30_000
-    """Segments a dead worker held are taken over by other workers after this idle time (milliseconds)."""
+    """Segments a dead worker held are taken over by other workers after this idle time (milliseconds; each worker
+    looks every quarter of it)."""
     max_backlog_interactive_segments: int = 2000
     """Backpressure: a submit that would put more segments than this in the interactive lane raises
     OverloadedError (code OVERLOADED); 0: no limit."""
@@ -148,7 +149,8 @@ class QueueSettings:
     """With nothing else queued, a job keeps up to this many segments in flight past its horizon (a lone long job
     then keeps every loop busy)."""
     admission_sweep_ms: int = 250
-    """How often each worker admits staged segments that fell due between publishes."""
+    """How often each worker admits staged segments that fell due between publishes (every second while no job has
+    staged segments)."""
 
     @property
     def n_buckets(self) -> int:
