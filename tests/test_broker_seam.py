@@ -252,7 +252,7 @@ def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.
     (redo,) = broker.publish_pieces([_piece("rj", "w2/2", 0, b"z" * 4, claim=FrameClaim("w2/2", "93,93,251"))], maxlen=100, ttl_s=60)
     held = redo.claim
     assert not redo.written and held is not None
-    assert (held.won, held.attempt, held.replay, held.frames, held.windows, held.ended) == (False, "w1/1", "7,93,250", b"", 2, False)
+    assert (held.attempt, held.replay, held.frames, held.windows, held.ended) == ("w1/1", "7,93,250", b"", 2, False)
     assert r.xlen(broker.keys.results("rj")) == 2 and broker.job_output("rj")[0] == {0: b"a" * 4 + b"b" * 4}  # none of it
     broker.publish_pieces([_piece("rj", "w1/1", 2, b"c" * 4, end=True)], maxlen=100, ttl_s=60)
     (late,) = broker.publish_pieces([_piece("rj", "w3/3", 0, b"y" * 4, claim=FrameClaim("w3/3", "93,93,251"))], maxlen=100, ttl_s=60)

@@ -76,11 +76,10 @@ class FrameClaim:
 @dataclass(frozen=True)
 class ClaimReply:
     """Who holds a streamed segment, as a piece whose claim found another attempt's (``PieceReply.claim``; a claim
-    that wins, or an attempt's own sent again, gets none): ``won`` False, that attempt's tag, replay record and frames
-    (b"" where it stored none), the windows it published so far, and whether it published the segment whole
-    (``ended``: only its bookkeeping may be left)."""
+    that wins, or an attempt's own sent again, gets none): that attempt's tag, replay record and frames (b"" where it
+    stored none), the windows it published so far, and whether it published the segment whole (``ended``: only its
+    bookkeeping may be left)."""
 
-    won: bool
     attempt: str
     replay: str
     frames: bytes = b""

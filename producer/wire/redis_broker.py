@@ -434,7 +434,7 @@ def _bucket(lane: str, bucket: int, stream: str, length: Any, groups: Any) -> Bu
 
 def _held_claim(tag: Any, replay: Any, frames: Any, windows: Any, ended: Any) -> ClaimReply:
     """The claim another attempt holds on a segment, as ``PUBLISH_PIECES`` returns it."""
-    return ClaimReply(False, text_of(tag), text_of(replay), bytes(frames or b""), int(windows or 0), bool(int(ended)))
+    return ClaimReply(text_of(tag), text_of(replay), bytes(frames or b""), int(windows or 0), bool(int(ended)))
 
 
 def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
