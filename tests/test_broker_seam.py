@@ -397,8 +397,8 @@ def test_an_ack_deletes_its_entries_and_counts_each_xack_once(settings: Settings
 
 def test_a_peek_asks_only_the_streams_that_moved(settings: Settings, r: redis.Redis) -> None:
     """Heads are read with one XREAD over every stream from the ids the consumer last saw; only a stream with an
-    entry after that id is asked for its group's id (XINFO GROUPS). What another consumer claimed is never a head, and
-    an entry added later is."""
+    entry after that id is asked for its group's id (XINFO GROUPS), and where that is still the id seen, what the XREAD
+    read is the head (no XRANGE). What another consumer claimed is never a head, and an entry added later is."""
     keys = Keys(settings.redis.key_prefix)
     client = Client(r, settings)
     streams = keys.queues(settings.queue.n_buckets)
@@ -407,19 +407,25 @@ def test_a_peek_asks_only_the_streams_that_moved(settings: Settings, r: redis.Re
     mine.ensure_groups()
     assert mine.heads(0) == []
 
-    def xinfo_calls() -> int:
-        return int(r.info("commandstats").get("cmdstat_xinfo|groups", {}).get("calls", 0))
+    def calls(name: str) -> int:
+        return int(r.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
 
-    before = xinfo_calls()
-    assert mine.heads(0) == [] and xinfo_calls() == before  # nothing moved: no stream asked
+    before = calls("xinfo|groups")
+    assert mine.heads(0) == [] and calls("xinfo|groups") == before  # nothing moved: no stream asked
     client.submit("Hello there.", job_id="peek-job-0001", lane="bulk")
+    ranges = calls("xrange")
     (head,) = mine.heads(0)
-    assert head.job_id == "peek-job-0001" and xinfo_calls() == before + 1  # the one stream that moved
+    assert head.job_id == "peek-job-0001" and calls("xinfo|groups") == before + 1  # the one stream that moved
+    assert calls("xrange") == ranges  # the group's id was the one seen: the XREAD's entries are the head
     (taken,) = other.claim(head.stream, 1)
     assert taken.job is not None and taken.job.job_id == head.job_id
     assert mine.heads(0) == []  # delivered to another consumer: pending, not a head
     client.submit("Hello again.", job_id="peek-job-0002", lane="bulk")
-    assert [h.job_id for h in mine.heads(0)] == ["peek-job-0002"]
+    other.claim(head.stream, 1)
+    client.submit("Hello once more.", job_id="peek-job-0003", lane="bulk")
+    ranges = calls("xrange")
+    assert [h.job_id for h in mine.heads(0)] == ["peek-job-0003"]  # past what another consumer took meanwhile
+    assert calls("xrange") == ranges + 1
 
 
 def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:

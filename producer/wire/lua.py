@@ -27,7 +27,8 @@ return #KEYS
 # The heads a consumer may take, in one step. KEYS: queue streams. ARGV: the group, then per stream the group's
 # last-delivered id as the caller last read it ('' if unknown). A stream with no entry after that id (one XREAD over
 # all of them) has nothing undelivered: the group's id only moves on, so it is at or past it. Only the others are
-# asked for the group's id (XINFO GROUPS, one per stream). Returns {ids, lag, heads}: ids per stream, the group's
+# asked for the group's id (XINFO GROUPS, one per stream); where it is still the caller's, the entries that XREAD
+# read are the heads (no XRANGE). Returns {ids, lag, heads}: ids per stream, the group's
 # last-delivered id (or the caller's, with nothing after it; '' where the stream or the group is missing); lag:
 # entries not yet delivered over the streams, where Redis knows it; heads: per stream with undelivered entries {stream,
 # its first two} (read as XRANGE returns them). Delivered entries are never needed: a stream holds only what is pending
@@ -35,7 +36,7 @@ return #KEYS
 HEADS = """
 local ids, heads, lag = {}, {}, 0
 
-local function peek(i, key)  -- the group's id on the stream, and its undelivered head
+local function peek(i, key, seen, after)  -- the group's id on the stream, and its undelivered head
   local groups = redis.pcall('XINFO', 'GROUPS', key)
   local last, known = '', false
   if type(groups) == 'table' and not groups.err then
@@ -55,12 +56,13 @@ local function peek(i, key)  -- the group's id on the stream, and its undelivere
   end
   ids[i] = last
   if last ~= '' and not known then
-    local entries = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 2)
+    local entries = seen  -- what the XREAD below read after the caller's id, if that is still the group's
+    if last ~= after or not seen then entries = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 2) end
     if #entries > 0 then heads[#heads + 1] = {key, entries} end
   end
 end
 
-local read, after, moved = {'XREAD', 'COUNT', 1, 'STREAMS'}, {}, {}
+local read, after, moved = {'XREAD', 'COUNT', 2, 'STREAMS'}, {}, {}
 for i, key in ipairs(KEYS) do
   if ARGV[i + 1] ~= '' then
     read[#read + 1], after[#after + 1] = key, ARGV[i + 1]
@@ -68,10 +70,10 @@ for i, key in ipairs(KEYS) do
 end
 if #after > 0 then
   for _, id in ipairs(after) do read[#read + 1] = id end
-  for _, got in ipairs(redis.call(unpack(read)) or {}) do moved[got[1]] = true end
+  for _, got in ipairs(redis.call(unpack(read)) or {}) do moved[got[1]] = got[2] end
 end
 for i, key in ipairs(KEYS) do
-  if ARGV[i + 1] ~= '' and not moved[key] then ids[i] = ARGV[i + 1] else peek(i, key) end
+  if ARGV[i + 1] ~= '' and not moved[key] then ids[i] = ARGV[i + 1] else peek(i, key, moved[key], ARGV[i + 1]) end
 end
 return {ids, lag, heads}
 """
