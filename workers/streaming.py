@@ -21,7 +21,7 @@ Guarantees kept from whole-segment publishing:
   (a two-stage graph that draws its own noise, e.g. a Piper voice prepared before seeded noise) stores them with its
   claim (1.5 x the audio's PCM16 for a Piper voice), and a redo reads them back.
 * A cancelled job stops at the next window: each publish reads its job's state and writes nothing once it has ended
-  (and the deadline scheduler's read of the held jobs' states drops them before their next window is made).
+  (that window is made, not sent; nothing reads the held jobs' states between windows).
 """
 
 from __future__ import annotations
