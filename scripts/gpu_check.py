@@ -53,6 +53,7 @@ from scripts.gpu_check_run import (  # noqa: E402
     process_memory_mb,
     cuda_graph_row,
     device_memory,
+    device_utilization,
     quality,
     time_calls,
 )
@@ -211,6 +212,7 @@ class MemorySampler(threading.Thread):
         self.out = out
         self.samples: list[tuple[float, float | None]] = []
         self.worker: list[tuple[float, float]] = []  # the worker process's own device memory, when nvidia-smi lists it
+        self.busy: list[tuple[float, float]] = []  # (wall clock, GPU utilization 0-1) when nvidia-smi reads it
         self._stop = threading.Event()
         self.t0 = time.monotonic()
 
@@ -221,6 +223,9 @@ class MemorySampler(threading.Thread):
             mine = process_memory_mb(os.getpid())
             if mine is not None:
                 self.worker.append((t, mine))
+            busy = device_utilization()
+            if busy is not None:
+                self.busy.append((time.time(), busy))
             for log_file in Path(tempfile.gettempdir()).glob("ttsfarm-bench-*/worker0.log"):
                 try:
                     data = log_file.read_bytes()[-200_000:]
@@ -263,7 +268,7 @@ def farm_config_dir(settings: Any, work: Path) -> tuple[Path, bool]:
 
 
 def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_batch: int, work: Path,
-                 loops: int = 0) -> dict[str, Any]:
+                 loops: int = 0, workers: int = 1) -> dict[str, Any]:
     from bench.run import BenchConfig, LoadSpec, run_bench
 
     config_dir, speaks_zh = farm_config_dir(settings, work)
@@ -275,7 +280,8 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
     mix: Any = "mixed" if speaks_zh else {"en_short": 0.75, "en_paragraph": 0.25}
     load = LoadSpec(mix=mix, duration_s=max(5.0, farm_s - sat_s), seed=5, timeout_s=120)
     # on CUDA the worker batches up to --max-batch; on CPU it keeps its own default (batching does not pay there)
-    config = BenchConfig(workers=1, env=env, load=load, saturate_s=sat_s, saturate_concurrency=4 * max_batch if device == "cuda" else 4,
+    config = BenchConfig(workers=workers, env=env, load=load, saturate_s=sat_s,
+                         saturate_concurrency=4 * max_batch * workers if device == "cuda" else 4 * workers,
                          load_fraction=0.7, warmup_jobs=4, label=f"gpu-check-farm-{device}")
     os.environ["TTSFARM_CONFIG_DIR"] = str(config_dir)  # this entry point's own process submits with the same catalogue
     sampler = MemorySampler(check.out)
@@ -293,7 +299,8 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
     for phase, s in result["phases"].items():
         out[phase] = {"jobs": s["jobs"], "throughput": s["throughput"], "mean_batch": s["mean_batch_size_per_segment"],
                       "batch_sizes": s["batch_sizes"], "padding_waste": s.get("padding_waste"),
-                      "first_chunk_ms": s["first_chunk_ms"]["all"], "queue_ms": s.get("queue_ms")}
+                      "first_chunk_ms": s["first_chunk_ms"]["all"], "queue_ms": s.get("queue_ms"),
+                      "device_busy": phase_busy(sampler.busy, s["per_job"]), "host": host_cpu(s)}
     mem = [m for _, m in sampler.samples if m is not None]
     out["device_memory_mb"] = {"samples": len(mem), "min": min(mem, default=None), "max": max(mem, default=None),
                                "first_10s_max": max((m for t, m in sampler.samples if m is not None and t <= 10), default=None),
@@ -304,6 +311,21 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
         out["worker_device_memory_mb"] = {"samples": len(w), "first": w[0], "max": max(w), "settled_min": min(settled),
                                           "settled_max": max(settled), "flat": max(settled) <= 1.05 * min(settled)}
     return out
+
+
+def phase_busy(busy: list[tuple[float, float]], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The GPU's mean utilization (nvidia-smi: the share of time a kernel ran) over a phase's arrivals, from the
+    first job's to the last one's: the device busy fraction while the phase offered its load."""
+    times = [r["t_sched"] for r in rows if r.get("t_sched")]
+    inside = [u for t, u in busy if times and min(times) + 1.0 <= t <= max(times)]
+    return {"samples": len(inside), "mean": round(sum(inside) / len(inside), 3)} if inside else None
+
+
+def host_cpu(summary: dict[str, Any]) -> dict[str, Any]:
+    """The worker processes' CPU over the phase: cores in use and ms per segment made."""
+    cores = sum(w.get("cpu_util") or 0.0 for w in summary.get("workers", {}).values())
+    seg_s = summary["throughput"]["segments_per_s"]
+    return {"cores": round(cores, 2), "segments_per_s": seg_s, "cpu_ms_per_segment": round(1000 * cores / seg_s, 2) if seg_s else None}
 
 
 def agreement(farm: Any, device: str, speaks_zh: bool) -> dict[str, Any]:
@@ -380,7 +402,8 @@ def text_report(doc: dict[str, Any]) -> str:
         for phase in ("saturation", "load"):
             if phase in farm:
                 p = farm[phase]
-                lines.append(f"{name} {phase}: {p['throughput']} mean_batch={p['mean_batch']} first_chunk_ms={p['first_chunk_ms']}")
+                lines.append(f"{name} {phase}: {p['throughput']} mean_batch={p['mean_batch']} first_chunk_ms={p['first_chunk_ms']} "
+                             f"device_busy={p.get('device_busy')} host={p.get('host')}")
         lines.append(f"{name} device memory MB: {farm.get('device_memory_mb')} worker: {farm.get('worker_device_memory_mb')}")
     if doc["sections"].get("ceiling"):
         lines.append(f"raw ceiling: {doc['sections']['ceiling']}")
@@ -401,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--voices", default="", help="comma-separated voices (default: every served voice with a stage model)")
     ap.add_argument("--min-time-s", type=float, default=0.4, help="time each cell at least this long")
     ap.add_argument("--sections", default="sweep,transfer,ceiling,farm", help="which measurements to make")
-    ap.add_argument("--farm-loops", default="0", help="farm runs, one per value: inference loops per worker (0 = default)")
+    ap.add_argument("--farm-loops", default="0", help="farm runs, one per value: inference loops per worker (0 = default), "
+                    "LxW for W worker processes on the device (6x2: two workers of six loops)")
     ap.add_argument("--quick", action="store_true", help="batches 1,2, FP32+INT8, a short farm run: the CPU test")
     args = ap.parse_args(argv)
     if args.quick:
@@ -435,16 +459,18 @@ def main(argv: list[str] | None = None) -> int:
             check.section("ceiling", ceiling_section(models, args.device, args.max_batch, args.min_time_s))
         except Exception as exc:  # noqa: BLE001
             check.error("ceiling", exc)
-    for n, loops in enumerate(int(x) for x in args.farm_loops.split(",")):
+    for n, spec in enumerate(args.farm_loops.split(",")):
         if args.farm_s <= 0 or "farm" not in sections:
             break
-        name = "farm" if n == 0 else f"farm_loops{loops}"
+        loops_text, _, workers_text = spec.partition("x")
+        loops, workers = int(loops_text), int(workers_text or 1)
+        name = "farm" if n == 0 else f"farm_loops{loops}" + (f"_w{workers}" if workers > 1 else "")
         if check.left_s() < args.farm_s + 30:
             check.skip(f"{name}: {check.left_s():.0f} s left of the budget, {args.farm_s + 30:.0f} s needed")
             continue
         try:
-            check.section(name, {"loops": loops or "default"} | farm_section(check, settings, args.device, args.farm_s,
-                                                                             args.max_batch, work, loops))
+            check.section(name, {"loops": loops or "default", "workers": workers}
+                          | farm_section(check, settings, args.device, args.farm_s, args.max_batch, work, loops, workers))
         except Exception as exc:  # noqa: BLE001
             check.error(name, exc)
     check.save()

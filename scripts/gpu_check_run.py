@@ -165,6 +165,16 @@ def device_memory() -> dict[str, float | None]:
         return {"used_mb": None, "total_mb": None}
 
 
+def device_utilization() -> float | None:
+    """The GPU's utilization (0-1: the share of the last sample period in which a kernel ran), from nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=False).stdout.split()
+        return float(out[0]) / 100.0
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
 def process_memory_mb(exclude_pid: int) -> float | None:
     """Device memory of the other processes on the GPU (the farm's worker), from nvidia-smi; None if unreadable."""
     try:

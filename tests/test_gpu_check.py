@@ -48,6 +48,18 @@ def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
     assert "audio agrees with in-process synthesis on 3 jobs" in (out / "gpu_check.txt").read_text()
     assert farm["load"]["jobs"]["done"] > 0 and farm["load"]["first_chunk_ms"]["p50"] > 0
     assert farm["saturation"]["throughput"]["speech_s_per_s"] > 0
+    host = farm["saturation"]["host"]  # the worker's CPU per segment made (on a GPU: the host path's cost)
+    assert host["cores"] > 0 and host["cpu_ms_per_segment"] > 0, host
+
+
+def test_device_busy_counts_only_the_phase() -> None:
+    """The GPU's utilization is averaged over a phase's arrivals (after its first second), not over the run."""
+    from scripts.gpu_check import phase_busy
+
+    rows = [{"t_sched": 100.0}, {"t_sched": 110.0}]
+    busy = [(95.0, 0.0), (100.5, 0.0), (102.0, 0.8), (105.0, 0.9), (110.0, 1.0), (111.0, 0.0)]
+    assert phase_busy(busy, rows) == {"samples": 3, "mean": 0.9}
+    assert phase_busy(busy, []) is None and phase_busy([], rows) is None
 
 
 def test_gpu_check_refuses_a_cpu_build_when_cuda_is_asked(tmp_path: Path) -> None:
