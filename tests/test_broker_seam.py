@@ -285,7 +285,8 @@ def test_an_attempts_own_claim_sent_again_is_its_own(r: redis.Redis) -> None:
         assert reply.written and reply.claim is None
     assert r.xlen(broker.keys.results("oj")) == 1
     (end,) = broker.publish_pieces([_piece("oj", "w1/1", 1, b"b" * 4, end=True)], maxlen=100, ttl_s=60)
-    assert end.output is not None and end.output[0] == {0: b"a" * 4 + b"b" * 4}
+    assert (end.done, end.total, end.output) == (1, 1, None)  # whole; two pieces: the finisher reads the parts
+    assert broker.job_output("oj")[0] == {0: b"a" * 4 + b"b" * 4}
 
 
 def test_a_piece_of_a_job_that_ended_writes_nothing(r: redis.Redis) -> None:
@@ -314,7 +315,7 @@ def test_a_repeated_piece_keeps_the_copy_readers_saw(r: redis.Redis) -> None:
     assert repeat[0].delivered_s == pytest.approx(0.1)
     replies = broker.publish_pieces([_piece("againjob", "a/1", 1, b"\x02\x00" * 2, end=True)], maxlen=100, ttl_s=60)
     stored = b"\x01\x00" * 3 + b"\x02\x00" * 2
-    assert replies[-1].output is not None and replies[-1].output[0] == {0: stored}
+    assert replies[-1].done == 1 and broker.job_output("againjob")[0] == {0: stored}
     entries = r.xrange(broker.keys.results("againjob"))
     assert len(entries) == 2 and float(r.hget(status, "delivered_s") or 0) == pytest.approx(0.2)
     reader = ResultsReader(total=1, job_id="againjob")
@@ -341,10 +342,9 @@ def test_a_segment_ended_twice_counts_once_and_keeps_its_first_words(r: redis.Re
     assert first[0].done == again[0].done == 1 and again[0].output is None
     assert r.hget(status, "batch:0") == b"b#1" and int(r.hget(status, "done") or 0) == broker.segments_done("twicejob") == 1
     last = broker.publish_pieces([end(1, "b#3", "[]")], maxlen=100, ttl_s=60)
-    assert last[0].done == 2 and last[0].output is not None
-    parts, words = last[0].output
+    assert last[0].done == 2 and last[0].output is None  # two segments: the finisher reads the parts
+    parts, words = broker.job_output("twicejob")
     assert parts == {0: b"\x01\x00" * 4, 1: b"\x02\x00" * 4} and words == {0: [[0, 4, 0, 2, "hi", 0, " "]], 1: []}
-    assert broker.job_output("twicejob") == (parts, words)
 
 
 def test_results_live_a_ttl_after_the_end_set_once_for_a_short_job(r: redis.Redis) -> None:
@@ -429,8 +429,9 @@ def test_a_peek_asks_only_the_streams_that_moved(settings: Settings, r: redis.Re
 
 
 def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
-    """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back from
-    the parts hash (no HGETALL), and it equals what the parts hash holds. A job of two pieces is read back."""
+    """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back, and it
+    equals what the parts hash holds. A job of two pieces is read by its finisher with a plain HGETALL: the publish
+    script reads no parts (every byte a script reads becomes a Lua string, hashed whole)."""
     broker = RedisBroker(r, Keys("one"))
 
     def hgetalls() -> int:
@@ -441,6 +442,7 @@ def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
         before = hgetalls()
         replies = broker.publish_pieces([_piece(job, "w1/1", i, bytes([i + 1, 0]) * 4, end=i == n - 1) for i in range(n)],
                                         maxlen=100, ttl_s=60)
-        assert hgetalls() - before == (0 if n == 1 else 1)
-        assert replies[-1].output is not None and replies[-1].output == broker.job_output(job)
-        assert replies[-1].output[0] == {0: b"".join(bytes([i + 1, 0]) * 4 for i in range(n))}
+        assert hgetalls() == before and replies[-1].done == replies[-1].total == 1
+        stored = broker.job_output(job)
+        assert stored[0] == {0: b"".join(bytes([i + 1, 0]) * 4 for i in range(n))}
+        assert replies[-1].output == (stored if n == 1 else None)

@@ -161,8 +161,8 @@ class Publisher:
         return results
 
     def assemble(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[bytes, float, list[Any]]:
-        """The job's full PCM16 from its parts, in segment order, and its words timed in it: from ``output`` (the parts
-        and words its last piece's publish returned), else read (one round trip)."""
+        """The job's full PCM16 from its parts, in segment order, and its words timed in it: from ``output`` (a job of
+        one piece: what its publish sent), else read (one round trip, a plain HGETALL: no script touches the PCM)."""
         by_seg, words = output or self.broker.job_output(job.job_id)
         missing = [i for i in range(job.total) if i not in by_seg]
         if missing:
@@ -173,8 +173,8 @@ class Publisher:
         return pcm, len(pcm) / 2 / job.sample_rate, timed
 
     def store_and_finish(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[str | None, bool]:
-        """Encode, store and finish a job whose segments are all done (``output``: its parts and words, if the publish
-        of its last piece returned them). Returns the URL (None if another worker already finished it, or a cancel
+        """Encode, store and finish a job whose segments are all done (``output``: its parts and words, for a job of
+        one piece, as its publish sent them). Returns the URL (None if another worker already finished it, or a cancel
         won) and whether this call ended it as cancelled."""
         from pipeline.audio import CONTENT_TYPES, encode_pcm16
 

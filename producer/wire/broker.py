@@ -116,8 +116,8 @@ class PieceReply:
     done: int = 0
     state: str = ""
     total: int = 0  # the job's total as its status holds it (read for a job whose text is appended: ``SegmentEnd.open``)
-    output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # when this piece ended the job's last segment: its
-    # parts and words, as ``job_output`` reads them
+    output: tuple[dict[int, bytes], dict[int, Any]] | None = None  # when this piece was the whole job (one segment of
+    # one piece): its parts and words, as sent; a longer job's are read by whoever ends it (``job_output``)
     written: bool = True
     claim: ClaimReply | None = None  # the piece carried a claim that another attempt held before it
 
@@ -253,8 +253,9 @@ class Broker(Protocol):
         None: the job has none staged). A piece with no chunks and no end writes nothing; nor does a piece of a job that
         ended (a client's cancel read here stops it), nor one whose claim (``Piece.claim``: the attempt's first piece of a
         streamed segment, which fixes the attempt in the same step) finds another attempt's (``PieceReply.claim``). One
-        reply per piece; the one whose end made the job's segments all done carries the job's output
-        (``PieceReply.output``)."""
+        reply per piece; the one whose end made the job's segments all done says so (``done`` reaches ``total``) and,
+        when that piece was the whole job, carries its output as sent (``PieceReply.output``); a longer job's parts are
+        read with ``job_output`` (by the finisher, off the loop)."""
         ...
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:

@@ -112,8 +112,8 @@ return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
 # (else 0) and its words json, batch id, worker, the job's segment count, 1 if its claim stored frames (the end drops
 # them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece
 # {first_chunk, delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once
-# closed), 1 when this ended the job's last segment, then its parts hash (HGETALL: pieces and words) for the job's
-# assembly (2 and none when the job is this one piece: its parts are what was sent), then 1 written (0: the job had
+# closed), 1 when this ended the job's last segment (its parts are read by the caller, outside the script), 2 when
+# the job is this one piece (its parts are what was sent), then 1 written (0: the job had
 # ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay record, frames ('' if none, or once the
 # segment ended), windows published, 1 once the segment was published whole}
 # (first_chunk and delivered_s '' without chunks; done 0 without the end).
@@ -140,7 +140,7 @@ local function publish(k, at)
   local first, delivered, state = st[1], '', st[2] or ''
   local done, windows = tonumber(st[5] or '0') or 0, tonumber(st[7] or '0') or 0
   if final_state(state) then  -- the job ended (a client's cancel): nothing of it is written
-    return {first or '', st[4] or '0', done, state, st[3] or '0', 0, {}, 0, '', '', '', 0, 0}, at + 9
+    return {first or '', st[4] or '0', done, state, st[3] or '0', 0, 0, '', '', '', 0, 0}, at + 9
   end
   local status, parts = {}, {}
   if claim ~= '' then
@@ -148,7 +148,7 @@ local function publish(k, at)
       local tag, held = string.match(st[8], '^(.*)|([^|]*)$')
       local ended, stored = 0, ''
       if st[6] then ended = 1 else stored = redis.call('HGET', k_frames, seg) or '' end
-      return {first or '', st[4] or '0', done, state, st[3] or '0', 0, {}, 2, tag, held, stored, windows, ended}, at + 9
+      return {first or '', st[4] or '0', done, state, st[3] or '0', 0, 2, tag, held, stored, windows, ended}, at + 9
     end
     if not st[8] then
       status[1], status[2] = 'claim:' .. seg, claim
@@ -176,7 +176,7 @@ local function publish(k, at)
   elseif chunks > 0 then
     delivered = st[4] or '0'
   end
-  local ending, output = tonumber(ARGV[at]), {0, {}}
+  local ending, output = tonumber(ARGV[at]), 0
   if (chunks > 0 or ending == 1) and not first then
     first = now
     status[#status + 1], status[#status + 2] = 'first_chunk', now
@@ -203,14 +203,16 @@ local function publish(k, at)
   -- the first segment done: the parts expire, unless that ended the job (FINALIZE deletes them before the entry that
   -- ended it is acked: a reclaim of that entry ends the job, and deletes them, again)
   if counted and done == 1 and not whole then redis.call('EXPIRE', k_parts, ttl) end
+  -- the job is whole: the caller reads its parts with a plain HGETALL (not here: every byte read into a script
+  -- becomes a Lua string, hashed whole, about 1.2 us per KB), or, a job of this piece alone, has them (what it sent)
   if whole and counted and total == 1 and piece == 0 and parts[1] then
-    output = {2, {}}  -- the job is this piece alone: its parts are what the caller sent (not read back)
+    output = 2
   elseif whole then
-    output = {1, redis.call('HGETALL', k_parts)}
+    output = 1
   end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
-  return {first or '', delivered, done, state, st[3] or '0', output[1], output[2], 1, '', '', '', 0, 0}, at + 9
+  return {first or '', delivered, done, state, st[3] or '0', output, 1, '', '', '', 0, 0}, at + 9
 end
 
 local out, at = {}, 4

@@ -227,14 +227,15 @@ class RedisBroker:
             if not p.chunks and p.end is None:
                 out.append(PieceReply())
                 continue
-            first, delivered, done, state, total, ended, parts, written, *held = next(replies)
+            first, delivered, done, state, total, ended, written, *held = next(replies)
             state = text_of(state) if state else ""
             if int(written) != 1:
                 claim = _held_claim(*held) if int(written) == 2 else None
                 out.append(PieceReply(state=state, written=False, claim=claim))
                 continue
             clock = (float(first or 0.0), float(delivered or 0.0)) if p.chunks else (0.0, 0.0)
-            output = (_job_output(_pairs(parts)) if int(ended) == 1 else _sent_output(p) if int(ended) == 2 else None)
+            # a job of this one piece: its output is what was sent; a longer one's parts the finisher reads (job_output)
+            output = _sent_output(p) if int(ended) == 2 else None
             out.append(PieceReply(*clock, state=state) if p.end is None else
                        PieceReply(*clock, done=int(done), state=state, total=int(total or 0), output=output))
         return out
@@ -435,11 +436,6 @@ def _bucket(lane: str, bucket: int, stream: str, length: Any, groups: Any) -> Bu
 def _held_claim(tag: Any, replay: Any, frames: Any, windows: Any, ended: Any) -> ClaimReply:
     """The claim another attempt holds on a segment, as ``PUBLISH_PIECES`` returns it."""
     return ClaimReply(text_of(tag), text_of(replay), bytes(frames or b""), int(windows or 0), bool(int(ended)))
-
-
-def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
-    """A hash as a script returns HGETALL (a flat list) -> a dict."""
-    return dict(zip(flat[0::2], flat[1::2]))
 
 
 def _sent_output(p: Piece) -> tuple[dict[int, bytes], dict[int, Any]]:
