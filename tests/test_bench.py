@@ -12,6 +12,8 @@ import pytest
 from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
 from bench.report import batch_sizes, markdown_summary, pct, summarize, write_results
 from producer.cli import build_parser
+from scripts.bench_lua_bytes import SCRIPTS as LUA_SCRIPTS
+from scripts.bench_lua_bytes import main as lua_bytes
 
 
 def test_make_jobs_follows_the_mix_and_the_rate() -> None:
@@ -96,3 +98,12 @@ def test_tiny_bench_run_writes_every_field(tmp_path: Path) -> None:
     assert 100 < worker["rss_mb_start"] < 4000 and worker["rss_mb_max"] >= worker["rss_mb_start"]
     assert worker["series"] and worker["cpu_s"] > 0
     assert "| load |" in markdown_summary(data)
+
+
+def test_lua_bytes_bench_prints_a_row_per_script(capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/bench_lua_bytes.py (docs/BENCHMARKS.md's table of what a byte costs inside a script) runs on its own
+    redis-server and prints one row per script and the plain command, a figure per size."""
+    assert lua_bytes(["--sizes", "100,1000", "--calls", "3"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row.split(" | ")[0][2:] for row in rows[1:]] == [*LUA_SCRIPTS, "SET (no script)"]
+    assert all(len(row.strip("|").split("|")) == 4 for row in rows)  # name, what, two sizes

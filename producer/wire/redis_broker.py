@@ -10,6 +10,7 @@ farm that speaks Redis: nothing outside ``producer/wire`` imports ``redis`` (``t
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from producer.wire.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, READ_RES
 from producer.wire.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from producer.wire.redis_connect import connect, master_address
-from producer.wire.redis_consumer import RedisConsumer
+from producer.wire.redis_consumer import IdleGate, RedisConsumer
 from producer.wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
 from producer.wire.status import JobStatus
 
@@ -56,6 +57,8 @@ class RedisBroker:
         self._scripts: dict[str, Any] = {}
         self._master = ""  # the Sentinel group's master this broker last connected to, and how often it changed
         self.master_changes = 0
+        self._gates: dict[frozenset[str], IdleGate] = {}  # per set of queue streams, its consumers' idle wait
+        self._gates_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, *, keys: Keys | None = None, asyncio: bool = False, master_name: str = "",
@@ -178,7 +181,9 @@ class RedisBroker:
 
     # -- consuming ------------------------------------------------------------------------------------------
     def consumer(self, name: str, streams: Sequence[str]) -> RedisConsumer:
-        return RedisConsumer(self.r, self, name, streams)
+        with self._gates_lock:  # the process's consumers of the same streams wait for new entries together
+            gate = self._gates.setdefault(frozenset(streams), IdleGate())
+        return RedisConsumer(self.r, self, name, streams, gate)
 
     # -- results --------------------------------------------------------------------------------------------
     def job_states(self, job_ids: Sequence[str]) -> list[str]:

@@ -3,10 +3,15 @@
 Peeking reads the first undelivered entry of every queue without claiming it (a plain XREAD from each group's
 last-delivered id), so a worker only claims, with XREADGROUP on one stream at a time, what it is about to batch.
 No worker hoards entries another could run. ``RedisBroker.consumer`` makes one per inference loop.
+
+While a process's loops are idle, those reading the same streams wait for new entries together (``IdleGate``): one
+blocking read at a time, the others wait for it to return, so an idle worker costs Redis one XREAD per block and
+per set of streams, not one per loop.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,12 +25,46 @@ from producer.wire.queue import Entry, Head, head_of, parse_entry
 from producer.wire.records import text_of
 
 FULL_PEEK_S = 5.0  # a peek asks every stream for the group's id at least this often (not only those that moved)
+GATE_SLACK_S = 1.0  # a consumer waiting on another's blocking read gives up this long after that read's block
+
+
+class IdleGate:
+    """The idle consumers of one process on the same streams: one of them at a time blocks on the streams (the
+    reader), the others wait for its read to return. A read that timed out leaves the group's ids it read from
+    exact (nothing was added meanwhile), and every waiter takes them for its next wait; a read that saw entries
+    sends each waiter to peek."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._reading = False
+        self._round = 0  # reads returned so far
+        self._exact: dict[str, str] | None = None  # after a read that timed out: the ids it read from
+
+    def enter(self) -> tuple[bool, int]:
+        """(whether the caller is the reader now, the round it waits for the end of)."""
+        with self._cond:
+            lead = not self._reading
+            self._reading = True
+            return lead, self._round
+
+    def leave(self, exact: dict[str, str] | None) -> None:
+        """The reader's read returned: ``exact`` its ids if it timed out, else None (it saw entries, or failed)."""
+        with self._cond:
+            self._reading, self._exact = False, exact
+            self._round += 1
+            self._cond.notify_all()
+
+    def wait(self, round_: int, timeout_s: float) -> tuple[bool, dict[str, str] | None]:
+        """Wait for the end of the read in flight at ``round_``: (whether it ended, the exact ids it left)."""
+        with self._cond:
+            ended = self._cond.wait_for(lambda: self._round != round_, timeout_s)
+            return ended, (dict(self._exact) if ended and self._exact is not None else None)
 
 
 class RedisConsumer:
     """``Consumer`` (``producer.wire.broker``) on Redis Streams: ``name`` in the group ``keys.GROUP``."""
 
-    def __init__(self, r: redis.Redis, broker: Broker, name: str, streams: Sequence[str]) -> None:
+    def __init__(self, r: redis.Redis, broker: Broker, name: str, streams: Sequence[str], gate: IdleGate | None = None) -> None:
         self.r = r
         self.broker = broker  # for its scripts (``send``)
         self.name = name
@@ -36,6 +75,7 @@ class RedisConsumer:
         # the last entry this consumer claimed; a peek asks only the streams with an entry after it (``lua.HEADS``)
         self._seen: dict[str, str] = {}
         self._full_peek_at = 0.0
+        self.gate = gate if gate is not None else IdleGate()  # shared with the process's consumers of the same streams
 
     def ensure_groups(self) -> None:
         run_blocking(self.broker, self.broker.ensure_groups(self.streams))
@@ -46,14 +86,26 @@ class RedisConsumer:
         to tell whether another caller's first segment waits behind.
 
         A blocking read that timed out saw nothing added to these streams, so nobody claimed from them meanwhile: the
-        group's ids it read from are still exact, and the next call blocks again from them without the script (an
-        idle loop costs Redis one XREAD per ``block_ms``)."""
+        group's ids it read from are still exact, and the next call blocks again from them without the script. Only
+        one consumer of the process on these streams blocks at a time (``IdleGate``): another one waits for that read
+        and returns no heads (after a read that saw entries, its next call peeks). An idle process costs Redis one
+        XREAD per ``block_ms`` and per set of streams."""
         ids, self._idle_ids = self._idle_ids, None
         found: list[tuple[str, list[Any]]] = []
         if ids is None:
             ids, found = self._peek()
         if not found and block_ms > 0 and ids:
-            reply = self.r.xread(ids, count=2, block=block_ms)
+            lead, round_ = self.gate.enter()
+            if not lead:
+                _, exact = self.gate.wait(round_, block_ms / 1000 + GATE_SLACK_S)
+                self._idle_ids = exact if exact is not None and set(exact) == set(ids) else None
+                return []
+            try:
+                reply = self.r.xread(ids, count=2, block=block_ms)
+            except BaseException:
+                self.gate.leave(None)
+                raise
+            self.gate.leave(None if reply else dict(ids))
             if not reply:
                 self._idle_ids = ids
             found = [(text_of(stream), [(eid, fields) for eid, fields in entries]) for stream, entries in reply or []]
