@@ -42,7 +42,7 @@ from typing import Any, Self, TypeVar
 
 from pipeline.errors import EMPTY_TEXT, InputError, TTSFarmError
 from producer.checks import job_id_arg
-from producer.reader import ResultsReader
+from producer.reader import READ_COUNT, ResultsReader
 from producer.submit import Terms, job_status, plan_segments, prepare_submission, request_terms
 from producer.textin import OpenedJob, check_open_terms
 from producer.wire.broker import Broker, advance  # noqa: F401 (advance: the faces drive their calls with it)
@@ -201,13 +201,16 @@ class JobCore:
         deadline = None if timeout is None else time.monotonic() + timeout
         broker = self.client.broker
         failures = 0
+        caught_up = False  # the last read took every entry there was
         while not reader.finished:
             if deadline is not None and time.monotonic() > deadline:
                 raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s")
             woke = None
             try:
-                entries = reader.take((yield from broker.read_results(self.id, reader.read_args())))
-                if not entries:  # wait for the next entry, then read it (and the trim count) above
+                if caught_up:  # wait for the next entry (at once if one came meanwhile), then read it
+                    woke = yield from broker.await_results(self.id, reader.last_id, block_ms)
+                entries = [] if woke is False else reader.take((yield from broker.read_results(self.id, reader.read_args())))
+                if not entries and woke is None:  # wait for the next entry, then read it (and the trim count) above
                     woke = yield from broker.await_results(self.id, reader.last_id, block_ms)
                 failures = 0
             except broker.lost as exc:
@@ -216,6 +219,7 @@ class JobCore:
                     raise TransientError(f"lost Redis while streaming job {self.id}: {exc}") from exc
                 yield Pause(min(2.0, 0.05 * 2**failures))
                 continue
+            caught_up = entries is not None and 0 < len(entries) < READ_COUNT
             for entry_id, fields in entries or ():
                 yield from reader.feed(entry_id, fields)
             if not entries and not woke:

@@ -49,11 +49,11 @@ class ResultsReader:
     _seg_start: int = 0  # samples before the segment being read
 
     def read_args(self) -> list[Any]:
-        """ARGV of ``lua.READ_RESULTS``: the entries after this reader's position."""
+        """``Broker.read_results``'s arguments: the entries after this reader's position (exclusive), how many."""
         return [f"({self.last_id}", READ_COUNT]
 
     def take(self, reply: Any) -> list[tuple[Any, dict[Any, Any]]] | None:
-        """The entries of a ``READ_RESULTS`` reply, to ``feed`` in order; None when the stream does not
+        """The entries of a ``Broker.read_results`` reply, to ``feed`` in order; None when the stream does not
         exist. Raises STREAM_TRIMMED when entries this reader has not read were trimmed."""
         if reply is None:
             return None
@@ -62,7 +62,7 @@ class ResultsReader:
             raise JobError(f"job {self.job_id}: the results stream no longer holds chunks this reader needs "
                            f"({lost} entries trimmed, {self.entries} read; results_maxlen bounds it): read faster, "
                            "or fetch the stored output once the job is done", code=STREAM_TRIMMED)
-        return [(entry_id, dict(zip(flat[::2], flat[1::2]))) for entry_id, flat in raw]
+        return [(entry_id, dict(fields)) for entry_id, fields in raw]
 
     def idle_error(self, state: str, stream_exists: bool) -> JobError | None:
         """When a read found nothing new: the error to end the stream with, if the job cannot add more."""

@@ -304,14 +304,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rate = 0.7 * len(jobs) / wall
             load_plans = [dataclasses.replace(p, voice=NULL_VOICE)
                           for p in make_jobs(MIX, int(rate * args.load_s * 1.5) + 10, rate=rate, seed=args.seed + 1)]
+            l0 = redis_counters(r)
             raw = run_load(settings, LoadSpec(mix="en", rate=rate, duration_s=args.load_s, seed=args.seed + 1, timeout_s=60,
                                               drain_s=60), pids=lambda: [pid], plans=load_plans,
                            storage_dir=work / "storage" / "ttsfarm")
+            loaded = counters_delta(l0, redis_counters(r), Counter())  # every client's: the streaming readers' too
             s = summarize(raw)
             fc = s["first_chunk_ms"]
+            segments = sum(rec.segments for rec in raw["records"] if rec.state == "done")
             out["load"] = {"rate_jobs_per_s": round(rate, 2), "jobs": s["jobs"], "throughput": s["throughput"],
                            "first_chunk_ms_interactive": fc.get("en_short"), "first_chunk_ms_all": fc["all"],
-                           "queue_ms": s["queue_ms"]["all"]}
+                           "queue_ms": s["queue_ms"]["all"], "segments": segments,
+                           "redis_cpu_ms_per_segment": per(1000 * loaded["cpu_s"], segments, 3),
+                           "commands_per_segment": per(loaded["commands"], segments),
+                           "calls_per_segment": {k: round(v / max(segments, 1), 2) for k, v in loaded["calls"].items()
+                                                 if v / max(segments, 1) >= 0.1}}
         out["machine"] = {"foreign": foreign.result(), "load_1m": round(os.getloadavg()[0], 2)}
         return out
     finally:
@@ -362,6 +369,8 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
         fc = res["load"]["first_chunk_ms_interactive"] or {}
         lines.append(f"| interactive first chunk P50 / P99 ms at 70 % ({res['load']['rate_jobs_per_s']} jobs/s) | "
                      f"{fc.get('p50')} / {fc.get('p99')} |")
+        lines.append(f"| at 70 % with every job read as it streams: Redis CPU ms / commands per segment (readers too) | "
+                     f"{res['load']['redis_cpu_ms_per_segment']} / {res['load']['commands_per_segment']} |")
     lines += ["", f"Commands per segment by kind: {top}.", f"<!-- bench_host {label} end -->"]
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ from bench.report import batch_sizes, markdown_summary, pct, summarize, write_re
 from producer.cli import build_parser
 from scripts.bench_lua_bytes import SCRIPTS as LUA_SCRIPTS
 from scripts.bench_lua_bytes import main as lua_bytes
+from scripts.bench_read_cost import main as read_cost
 
 
 def test_make_jobs_follows_the_mix_and_the_rate() -> None:
@@ -107,3 +108,12 @@ def test_lua_bytes_bench_prints_a_row_per_script(capsys: pytest.CaptureFixture[s
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
     assert [row.split(" | ")[0][2:] for row in rows[1:]] == [*LUA_SCRIPTS, "SET (no script)"]
     assert all(len(row.strip("|").split("|")) == 4 for row in rows)  # name, what, two sizes
+
+
+def test_read_cost_bench_prints_both_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/bench_read_cost.py (docs/BENCHMARKS.md: what a listener's reads cost Redis) streams a job with the
+    SDK on its own redis-server, a row per way of reading and entry size, every entry read."""
+    assert read_cost(["--entries", "5", "--sizes", "2000"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row.split(" | ")[0][2:] for row in rows[1:]] == ["tail", "behind"]
+    assert all(float(row.split(" | ")[2]) > 0 for row in rows[1:])

@@ -80,7 +80,8 @@ def _scenario(client: Any, settle: Callable[[Any], Any], collect: Callable[[Any]
         settle(job.wait(timeout=5))
     except JobError as exc:
         out["wait"] = exc.code
-    r.xadd(keys.results(JOB), final_fields("cancelled"))  # what a worker's finalize would write
+    r.xadd(keys.results(JOB), final_fields("cancelled"))  # what a worker's finalize would write, and count
+    r.hincrby(keys.status(JOB), "results_entries", 1)
     try:
         collect(job.stream(timeout=5, block_ms=50))
     except JobError as exc:
@@ -321,6 +322,36 @@ def test_a_repeated_piece_keeps_the_copy_readers_saw(r: redis.Redis) -> None:
     reader = ResultsReader(total=1, job_id="againjob")
     heard = [c.pcm for entry_id, fields in entries for c in reader.feed(entry_id, fields)]
     assert b"".join(heard) == stored
+
+
+def test_the_status_counts_every_entry_its_results_stream_was_given(r: redis.Redis) -> None:
+    """What a reader tells trimming by (``read_results``: plain commands, no script): the status's 'results_entries'
+    equals Redis's own count of entries added (``XINFO STREAM``'s entries-added), through pieces, a repeat that is
+    not sent again, trimming, the final record, and a finish that a client's cancel beat."""
+    broker = RedisBroker(r, Keys("counted"))
+    node = r.config_get("stream-node-max-entries")["stream-node-max-entries"]
+    r.config_set("stream-node-max-entries", 2)  # so that MAXLEN ~ 2 trims (whole nodes only) in a few entries
+    try:
+        _count_entries(r, broker)
+    finally:
+        r.config_set("stream-node-max-entries", node)
+
+
+def _count_entries(r: redis.Redis, broker: RedisBroker) -> None:
+    for job, cancel in (("donejob", False), ("racejob", True)):
+        status, results = broker.keys.status(job), broker.keys.results(job)
+        r.hset(status, mapping={"state": "running", "total": 1})
+        for n in range(4):
+            broker.publish_pieces([_piece(job, "a/1", n, b"\x01\x00" * 3)], maxlen=2, ttl_s=60)
+        broker.publish_pieces([_piece(job, "a/1", 1, b"\x02\x00" * 3)], maxlen=2, ttl_s=60)  # a repeat
+        broker.publish_pieces([_piece(job, "a/1", 4, b"\x01\x00" * 3, end=True)], maxlen=2, ttl_s=60)
+        if cancel:
+            r.hset(status, "state", "cancelled")
+        assert broker.finalize(job, "done", {"url": "x"}, maxlen=2, ttl_s=60) == (2 if cancel else 1)
+        added = r.xinfo_stream(results)["entries-added"]
+        assert int(r.hget(status, "results_entries") or 0) == added == 6, job
+        lost, entries = run_blocking(broker, broker.read_results(job, ["(0-0", 100]))
+        assert lost == added - r.xlen(results) > 0 and len(entries) == r.xlen(results)
 
 
 def test_a_segment_ended_twice_counts_once_and_keeps_its_first_words(r: redis.Redis) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -26,15 +27,22 @@ PARTS = 4  # chunks per segment: two segments overflow the stream
 JOB = "trimjob-0001"
 
 
-def publish(r: redis.Redis, keys: Keys, seg: int) -> None:
+def add(r: redis.Redis, keys: Keys, fields: dict[str, Any], *, counted: bool = True) -> None:
+    """An entry as the worker's scripts add it: trimmed at MAXLEN, and counted in the status's 'results_entries'
+    (what tells a reader how many trimming took) unless ``counted`` is off (a worker from before that count)."""
+    r.xadd(keys.results(JOB), fields, maxlen=MAXLEN, approximate=False)
+    if counted:
+        r.hincrby(keys.status(JOB), "results_entries", 1)
+
+
+def publish(r: redis.Redis, keys: Keys, seg: int, *, counted: bool = True) -> None:
     for part in range(PARTS):
-        fields = chunk_fields(seg, part, part == PARTS - 1, "w/0", 16000, bytes([seg, part]) * 8)
-        r.xadd(keys.results(JOB), fields, maxlen=MAXLEN, approximate=False)
+        add(r, keys, chunk_fields(seg, part, part == PARTS - 1, "w/0", 16000, bytes([seg, part]) * 8), counted=counted)
 
 
-def finish(r: redis.Redis, keys: Keys) -> None:
+def finish(r: redis.Redis, keys: Keys, *, counted: bool = True) -> None:
     r.hset(keys.status(JOB), "state", "done")
-    r.xadd(keys.results(JOB), final_fields("done"), maxlen=MAXLEN, approximate=False)
+    add(r, keys, final_fields("done"), counted=counted)
 
 
 @pytest.fixture
@@ -91,6 +99,32 @@ def test_async_face_says_the_same(settings: Settings, client: Client, r: redis.R
         return seen, "no error"
 
     assert asyncio.run(run()) == (PARTS, STREAM_TRIMMED)  # segment 0 was in hand; then the gap
+
+
+def test_a_stream_whose_adds_were_not_counted_says_the_same(client: Client, r: redis.Redis) -> None:
+    """Entries added without the count (workers from before it): the read asks Redis's own count instead."""
+    keys = client.keys
+    publish(r, keys, 0, counted=False)
+    stream = client.job(JOB).stream(timeout=10, block_ms=50)
+    assert [next(stream).seq for _ in range(PARTS)] == list(range(PARTS))  # trimming what was read: harmless
+    publish(r, keys, 1, counted=False)
+    publish(r, keys, 2, counted=False)
+    finish(r, keys, counted=False)
+    started = time.monotonic()
+    with pytest.raises(JobError) as exc:
+        list(stream)
+    assert exc.value.code == STREAM_TRIMMED and time.monotonic() - started < 5
+
+
+def test_reads_run_no_script(client: Client, r: redis.Redis) -> None:
+    """A read is plain commands in one MULTI: a script would hash every entry it reads (audio), ~5 us per KB."""
+    publish(r, client.keys, 0)
+    r.config_resetstat()
+    stream = client.job(JOB).stream(timeout=10, block_ms=50)
+    assert [next(stream).seq for _ in range(PARTS)] == list(range(PARTS))
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+    assert "evalsha" not in calls and "eval" not in calls, calls
+    assert calls["exec"] == calls["xrange"] >= 1, calls
 
 
 def test_resume_after_the_head_is_gone(client: Client, r: redis.Redis) -> None:

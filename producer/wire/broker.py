@@ -213,8 +213,9 @@ class Broker(Protocol):
         ...
 
     def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
-        """A job's results records after a reader's position (``JobReader.read_args``), with how many the
-        stream has lost at its head (``JobReader.take`` reads the reply); None when there is no stream."""
+        """A job's results records after a reader's position (``ResultsReader.read_args``): ``[lost, entries]``,
+        how many the stream has lost at its head (-1: not known) and ``(id, fields mapping)`` per entry (what redis-py's
+        XRANGE gives); None when there is no stream (``ResultsReader.take`` reads the reply)."""
         ...
 
     def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
@@ -416,6 +417,15 @@ class Script:
     source: str
     keys: Sequence[Any]
     args: Sequence[Any]
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """Commands run as one step (``MULTI``/``EXEC``) in one round trip: their replies, in order. For reads whose
+    parts must agree, where a script would cost more: every value a script reads becomes a Lua string that Redis
+    hashes whole (``scripts/bench_lua_bytes.py``), a plain command's reply is copied out."""
+
+    commands: tuple[Command, ...]
 
 
 @dataclass(frozen=True)

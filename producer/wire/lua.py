@@ -78,27 +78,12 @@ end
 return {ids, lag, heads}
 """
 
-# Reads the results stream KEYS[1] after ARGV[1] (an exclusive start, "(1-0"), at most ARGV[2] entries, with
-# how many entries the stream has lost at its head (Redis 7's entries-added minus its length; -1 before 7):
-# workers trim it at results_maxlen and nothing else deletes from it, so a reader that has read fewer entries
-# than that has lost some. nil when the stream does not exist (not yet, or expired).
-READ_RESULTS = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local added, length = -1, 0
-for i = 1, #info, 2 do
-  if info[i] == 'entries-added' then added = info[i + 1] end
-  if info[i] == 'length' then length = info[i + 1] end
-end
-local lost = -1
-if added >= 0 then lost = added - length end
-return {lost, redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])}
-"""
-
 # Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunk record
 # (the piece's chunks in one entry), its PCM for the job's assembly (the record's pcm, in the parts hash under
 # 'seg:piece': the audio is sent once), the job's playback clock (a piece already there, by the segment's 'windows:seg'
-# count, is a repeat: its first copy stays and its chunks are not sent again), and with the segment's first end its
+# count, is a repeat: its first copy stays and its chunks are not sent again), the entries the job's results stream was
+# ever given (the status's 'results_entries', with FINALIZE's final record: a reader tells by it what trimming took,
+# without a script; ``RedisBroker.read_results``), and with the segment's first end its
 # words (in the parts hash under 'words:seg', one HSET with the piece) and its count in the status's 'done' (the end's
 # 'batch:seg' marks it counted, once); then the job's next segments admitted if this audio made them due
 # (``admit_next``, the same step as the audio). A piece of a job that ended (a client's cancel) writes nothing. A
@@ -136,7 +121,7 @@ local function publish(k, at)
     at = at + width + 1
   end
   local st = redis.call('HMGET', k_status, 'first_chunk', 'state', 'total', 'delivered_s', 'done', 'batch:' .. seg,
-                        'windows:' .. seg, 'claim:' .. seg)
+                        'windows:' .. seg, 'claim:' .. seg, 'results_entries')
   local first, delivered, state = st[1], '', st[2] or ''
   local done, windows = tonumber(st[5] or '0') or 0, tonumber(st[7] or '0') or 0
   if final_state(state) then  -- the job ended (a client's cancel): nothing of it is written
@@ -172,7 +157,8 @@ local function publish(k, at)
     end
     -- the job's playback clock: audio delivered by every worker, and when its first chunk went out
     delivered = string.format('%.17g', (tonumber(st[4] or '0') or 0) + seconds)
-    for _, kv in ipairs({'delivered_s', delivered, 'windows:' .. seg, piece + 1}) do status[#status + 1] = kv end
+    for _, kv in ipairs({'delivered_s', delivered, 'windows:' .. seg, piece + 1,
+                         'results_entries', (tonumber(st[9] or '0') or 0) + #records}) do status[#status + 1] = kv end
   elseif chunks > 0 then
     delivered = st[4] or '0'
   end
@@ -290,20 +276,22 @@ return 'submitted'
 # then field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
 # whatever was made. A job that ends otherwise than done drops its staged segments. The results stream keeps a TTL
 # after the end: set here unless the expiry the first chunk set ('results_expire', RESULTS_SLACK_S past the TTL)
-# still covers it with half the slack to spare (workers' clocks may differ).
+# still covers it with half the slack to spare (workers' clocks may differ). The final record counts in the status's
+# 'results_entries' (see PUBLISH_PIECES).
 FINALIZE = ADMISSION_FUNCTIONS + """
-local now = redis.call('HMGET', KEYS[1], 'final', 'state', 'lane', 'results_expire')
+local now = redis.call('HMGET', KEYS[1], 'final', 'state', 'lane', 'results_expire', 'results_entries')
 if now[1] then return 0 end  -- ended already ('final' is written below: read and write are one step in a script)
 local state, record = ARGV[1], ARGV[2]
 local lane = now[3]
+local entries = (tonumber(now[5] or '0') or 0) + 1  -- the final record is one more entry of the results stream
 if now[2] == 'cancelled' and state ~= 'cancelled' then
   state = 'cancelled'
   record = ARGV[3]
-  redis.call('HSET', KEYS[1], 'final', '1')
+  redis.call('HSET', KEYS[1], 'final', '1', 'results_entries', entries)
 else
   local status = {}
   for i = 9, #ARGV do status[#status + 1] = ARGV[i] end
-  redis.call('HSET', KEYS[1], 'final', '1', 'state', state, unpack(status))
+  redis.call('HSET', KEYS[1], 'final', '1', 'state', state, 'results_entries', entries, unpack(status))
 end
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))

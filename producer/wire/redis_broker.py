@@ -20,10 +20,10 @@ import redis.asyncio
 
 from producer.wire import heartbeats, textin
 from producer.wire.backlog import admit_args, check_admitted, limits
-from producer.wire.broker import ClaimReply, Command, Op, Piece, PieceReply, Replicated, Script
+from producer.wire.broker import ClaimReply, Command, Op, Piece, PieceReply, Replicated, Script, Transaction
 from producer.wire.admission import Admission
 from producer.wire.keys import GROUP, LANES, Keys
-from producer.wire.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, READ_RESULTS, REQUEUE_DEAD_LETTER,
+from producer.wire.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from producer.wire.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
 from producer.wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
@@ -79,11 +79,16 @@ class RedisBroker:
                     asyncio=asyncio, **options)
         return cls(r, Keys(settings.key_prefix), replicas=settings.wait_replicas, wait_ms=settings.wait_timeout_ms)
 
-    def send(self, step: Command | Script | Replicated) -> Any:
+    def send(self, step: Command | Script | Replicated | Transaction) -> Any:
         if isinstance(step, Script):
             return self._script(step.source)(keys=list(step.keys), args=list(step.args))
         if isinstance(step, Replicated):
             return self._replicated(step)
+        if isinstance(step, Transaction):
+            pipe = self.r.pipeline(transaction=True)
+            for c in step.commands:
+                getattr(pipe, c.name)(*c.args, **c.kwargs)
+            return pipe.execute()  # awaitable on an asyncio connection
         return getattr(self.r, step.name)(*step.args, **step.kwargs)
 
     def _replicated(self, step: Replicated) -> Any:
@@ -173,7 +178,25 @@ class RedisBroker:
         return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
 
     def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
-        return (yield Script(READ_RESULTS, [self.keys.results(job_id)], list(args)))
+        """Plain commands in one ``MULTI`` (no script: the entries carry audio, which a script would hash whole,
+        ~5 us per KB read): the entries after the reader's position, the stream's length, and how many entries
+        were ever added to it (the status's ``results_entries``, kept by the scripts that add them); the difference
+        is what trimming took. Where the status does not hold that count (workers from before it, or the status
+        expired first), the entries are read again with Redis's own count (``XINFO STREAM``, whose reply carries
+        the stream's first and last entries as well). A stream with no entries reads as none: a results stream is
+        made by its first entry and trimmed to about ``results_maxlen``, so it is empty only when a requeue took its
+        one final record (the job is queued again)."""
+        start, count = args
+        results = self.keys.results(job_id)
+        read = Command("xrange", (results, start, "+"), {"count": count})
+        added, length, entries = yield Transaction((Command("hget", (self.keys.status(job_id), "results_entries")),
+                                                    Command("xlen", (results,)), read))
+        if added is None and length:
+            info, entries = yield Transaction((Command("xinfo_stream", (results,)), read))
+            added, length = info.get("entries-added"), info["length"]  # no entries-added before Redis 7: not known
+        if not length:
+            return None
+        return [int(added) - int(length) if added is not None else -1, entries]
 
     def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
         woke = yield Command("xread", ({self.keys.results(job_id): after_id},), {"count": 1, "block": block_ms})

@@ -22,7 +22,7 @@ from producer.wire.keys import STATES_FINAL
 from producer.wire.records import JobResult, Word, text_of
 
 # Fields read as numbers; everything else is text.
-_INTS = ("total", "done", "sample_rate", "bitrate")
+_INTS = ("total", "done", "sample_rate", "bitrate", "results_entries")
 _FLOATS = ("created", "claimed", "started", "first_chunk", "finished", "duration", "deadline", "est_seconds", "delivered_s",
            "results_expire")
 SEGMENT_FIELDS = ("windows", "batch", "worker", "failures", "claim")  # per segment: "<name>:<seg>"
