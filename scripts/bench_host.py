@@ -369,7 +369,7 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
         fc = res["load"]["first_chunk_ms_interactive"] or {}
         lines.append(f"| interactive first chunk P50 / P99 ms at 70 % ({res['load']['rate_jobs_per_s']} jobs/s) | "
                      f"{fc.get('p50')} / {fc.get('p99')} |")
-        lines.append(f"| at 70 % with every job read as it streams: Redis CPU ms / commands per segment (readers too) | "
+        lines.append(f"| at 70 %, the load bench's watcher reading every job (one XREAD over them): Redis CPU ms / commands per segment | "
                      f"{res['load']['redis_cpu_ms_per_segment']} / {res['load']['commands_per_segment']} |")
     lines += ["", f"Commands per segment by kind: {top}.", f"<!-- bench_host {label} end -->"]
     return "\n".join(lines)
