@@ -47,7 +47,7 @@ import redis  # noqa: E402
 
 from bench.load import LoadSpec, make_jobs, run_load  # noqa: E402
 from bench.local import ForeignLoad, proc_cpu_s  # noqa: E402
-from bench.report import pct, summarize  # noqa: E402
+from bench.report import PARTS, pct, summarize  # noqa: E402
 from pipeline.settings import CONFIG_DIR  # noqa: E402
 from producer.local import RedisServer, WorkerProcess  # noqa: E402
 from producer.wire.broker import run_blocking  # noqa: E402
@@ -315,6 +315,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["load"] = {"rate_jobs_per_s": round(rate, 2), "jobs": s["jobs"], "throughput": s["throughput"],
                            "first_chunk_ms_interactive": fc.get("en_short"), "first_chunk_ms_all": fc["all"],
                            "queue_ms": s["queue_ms"]["all"], "segments": segments,
+                           # where the slowest 5 % of first chunks waited: in the stream, in the claiming loop, model
+                           "first_chunk_tail": s["first_segment"]["tail"],
+                           "first_chunk_parts_ms": {part: pct(r.get(part) for r in s["per_job"] if r["kind"] == "en_short")
+                                                    for part in PARTS},
                            "redis_cpu_ms_per_segment": per(1000 * loaded["cpu_s"], segments, 3),
                            "commands_per_segment": per(loaded["commands"], segments),
                            "calls_per_segment": {k: round(v / max(segments, 1), 2) for k, v in loaded["calls"].items()

@@ -21,9 +21,13 @@ from typing import Any
 import pytest
 from generate_tiny_voice import write_tiny_voice
 
+from pipeline.errors import ModelError
 from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
+from pipeline.voices.device_use import DEVICE_USE
+from pipeline.voices.null.device import device as null_device
+from pipeline.voices.runtime import SessionFactory, StageSession
 from producer.wire.broker import FrameClaim, Piece, PieceReply
 from producer.wire.keys import Keys
 from producer.wire.queue import Entry, Head
@@ -335,3 +339,26 @@ def test_a_batch_gathers_joiners_only_while_the_device_is_busy(make_loop: Any, c
     started = time.monotonic()
     assert loop.claimer.claim(head) == [caller]
     assert waited_s[0] <= time.monotonic() - started <= waited_s[1]
+
+
+def test_the_device_is_busy_only_while_a_stage_call_is_on_it(tmp_path: Path) -> None:
+    """What continuous batching asks (``FarmWorker.device_busy``): a stage call of the process on its device, not a
+    loop somewhere inside a batch. The null voice's fake device and a real stage session (the tiny voice's, on CPU)
+    both mark their calls; between calls the device reads free."""
+    assert not DEVICE_USE.busy()
+    fake, seen = null_device("h200"), []
+    call = threading.Thread(target=fake.run, args=("acoustic", 8, 20_000))  # a long call: hundreds of ms
+    call.start()
+    while call.is_alive():
+        seen.append(DEVICE_USE.busy())
+        time.sleep(0.002)
+    assert any(seen) and not DEVICE_USE.busy()
+
+    acoustic, _ = write_tiny_voice(tmp_path / "tiny")
+    session = StageSession(SessionFactory(RuntimeSettings()), acoustic, voice="tiny", stage="acoustic")
+    inside: list[bool] = []
+    real_run = session.session.run
+    session.session.run = lambda *a, **k: inside.append(DEVICE_USE.busy()) or real_run(*a, **k)  # type: ignore[method-assign]
+    with pytest.raises(ModelError):  # fed nothing the graph takes: the call fails, and the device is free after it
+        session.run(["output"], {})
+    assert inside == [True] and not DEVICE_USE.busy()

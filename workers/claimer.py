@@ -99,7 +99,7 @@ class Claimer:
     def claim(self, head: Head, held_dues: list[float] | None = None) -> list[Entry]:
         """Claim a batch from ``head``'s stream: up to the voice's batch cap, joiners gathered until the window
         closes (sooner when a unit this loop holds falls due: ``schedule.window_end_ms``), with continuous batching
-        only while another loop of the process runs a batch on the device (``queue.continuous_batching``)."""
+        only while a stage call of the process is on the device (``queue.continuous_batching``)."""
         limit = self.limit(head.voice)
         window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.q.window_ms, held_dues or [])
         undelivered = self.queue.undelivered

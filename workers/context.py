@@ -66,7 +66,7 @@ class LoopContext:
     loops (``FarmWorker``): the device's batch cap, and whether a reserved loop is free or a shared loop is
     running a caller's first segment. ``chores``: what the process's loops do once for all of them; ``finisher``: where
     they hand finished jobs' storage and ends (workers/finisher.py; by default none: a loop ends its jobs itself);
-    ``device_busy``: whether another loop of the process runs a batch (by default always: a window is waited out)."""
+    ``device_busy``: whether a stage call of the process is on the device now (by default always: a window is waited out)."""
 
     settings: Settings
     hostname: str

@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
+from pipeline.voices.device_use import DEVICE_USE
 from producer.wire.admission import Admission
 from producer.wire.errors import BrokerError
 from producer.wire.keys import Keys
@@ -110,8 +111,9 @@ class FarmWorker:
         return any(not loop.reserved and loop.running == "urgent" for loop in self.loops)
 
     def device_busy(self) -> bool:
-        """Whether a loop of this process is inside a batch: the device has work (the loop asking is claiming)."""
-        return any(loop.running is not None for loop in self.loops)
+        """Whether a stage call of this process is on the device now (``pipeline.voices.device_use``): while one is,
+        a loop gathering a batch may wait for joiners; once none is, it dispatches."""
+        return DEVICE_USE.busy()
 
     def context(self) -> LoopContext:
         """What the loops use of this process (built when they start: ``events`` may be replaced before)."""

@@ -21,6 +21,7 @@ import numpy as np
 from pipeline.errors import DEVICE_UNAVAILABLE, MODEL_CORRUPT, MODEL_LOAD_FAILED, MODEL_MISSING, MODEL_STAGE_FAILED, ModelError
 from pipeline.settings import RuntimeSettings
 from pipeline.voices.binding import StageBinding
+from pipeline.voices.device_use import DEVICE_USE
 from pipeline.voices.gpu import ShapePolicy, wants_io_binding
 
 log = logging.getLogger(__name__)
@@ -294,9 +295,10 @@ class StageSession(LazySession):
     def run(self, outputs: list[str], feeds: dict[str, Any]) -> list[Any]:
         session = self.session
         try:
-            if self._binding is not None:  # outputs copied out of this thread's staging pool, reused next call
-                return [np.array(out, copy=True) for out in self._binding.run(feeds, outputs)]
-            return list(session.run(outputs, feeds))
+            with DEVICE_USE.running():
+                if self._binding is not None:  # outputs copied out of this thread's staging pool, reused next call
+                    return [np.array(out, copy=True) for out in self._binding.run(feeds, outputs)]
+                return list(session.run(outputs, feeds))
         except Exception as exc:  # onnxruntime raises several unrelated classes
             first = str(exc).splitlines()[0] if str(exc) else repr(exc)
             raise ModelError(f"voice {self.voice}, {self.stage} stage failed: {first}", code=MODEL_STAGE_FAILED) from exc

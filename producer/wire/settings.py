@@ -90,9 +90,10 @@ class QueueSettings:
     window_ms: int = 200
     """The batching window: a batch waits at most this long after its head's arrival for segments to join it."""
     continuous_batching: bool = True
-    """The window only while the device is busy: a batch whose device is idle (no other loop of the process runs a
-    batch) goes at once with the joiners already queued, and one gathering while it is busy goes when it frees or the
-    window closes. false: every batch waits out its window. Matters where batches hold more than one (CUDA)."""
+    """The window only while the device is busy: a batch whose device is idle (no stage call of the process is on it:
+    ``pipeline.voices.device_use``) goes at once with the joiners already queued, and one gathering while it is busy
+    goes when it frees or the window closes. false: every batch waits out its window. Matters where batches hold more
+    than one (CUDA)."""
     max_batch_cpu: int = 1
     """The largest batch on CPU (batching brings no speed there: docs/BENCHMARKS.md)."""
     max_batch_cuda: int = 8

@@ -30,6 +30,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.voices.device_use import DEVICE_USE
 from pipeline.voices.gpu import ShapePolicy
 
 
@@ -92,7 +93,7 @@ class FakeDevice:
         """One call of ``stage`` on ``rows`` items padded to ``width`` (ids or frames)."""
         rows, width = self.shapes.batch(rows), self.shapes.width(width)
         seconds = getattr(self.profile, stage)(rows, width) / 1000
-        with self._locks[stage]:
+        with DEVICE_USE.running(), self._locks[stage]:  # waiting for the stage's lock counts: the device has work
             self._enter()
             start = time.perf_counter()
             if seconds > 0:
