@@ -362,3 +362,26 @@ def test_the_device_is_busy_only_while_a_stage_call_is_on_it(tmp_path: Path) -> 
     with pytest.raises(ModelError):  # fed nothing the graph takes: the call fails, and the device is free after it
         session.run(["output"], {})
     assert inside == [True] and not DEVICE_USE.busy()
+
+
+def test_one_loop_at_a_time_gathers_on_a_stream(make_loop: Any) -> None:
+    """While a loop gathers joiners on a stream (the device busy, the window open), the process's other loops leave
+    that stream's heads to it, so its arrivals fill one batch instead of several that each wait out the window; the
+    stream is free again once the gathering ends, and a loop that batches one at a time takes no stream."""
+    loop = make_loop(device_busy=lambda: True, queue_window_ms="300")
+    loop.claimer.limit = lambda voice: 4  # a device that batches (the tiny voice's catalogue says 1)
+    head, caller = entry(loop, "interactive", CALLER)
+    other_head, _ = entry(loop, "bulk", CALLER)
+    loop.queue.offered.append((head, caller))
+    seen: list[frozenset[str]] = []
+    claim = threading.Thread(target=lambda: seen.append(frozenset(e.stream for e in loop.claimer.claim(head))))
+    claim.start()
+    time.sleep(0.1)
+    assert loop.ctx.gathering.taken() == {head.stream}
+    loop.queue.offered += [(head, caller), (other_head, caller)]  # another arrival on it, and one elsewhere
+    assert [h.stream for h in loop.claimer.heads(0)] == [other_head.stream]  # what another loop of the process sees
+    claim.join()
+    assert seen == [{head.stream}] and loop.ctx.gathering.taken() == frozenset()
+    loop.claimer.limit = lambda voice: 1
+    loop.queue.offered = [(head, caller)]
+    assert loop.claimer.claim(head) == [caller] and loop.ctx.gathering.taken() == frozenset()

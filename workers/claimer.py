@@ -66,8 +66,11 @@ class Claimer:
             self.queue.prune(min_idle_ms=10 * self.q.claim_idle_ms)
 
     def heads(self, block_ms: int, *, interactive_only: bool = False, handover_wait: bool = True) -> list[Head]:
-        """The stream heads this loop may take now."""
+        """The stream heads this loop may take now (none of a stream another loop of the process gathers on)."""
         heads = self.queue.heads(block_ms)
+        taken = self.ctx.gathering.taken()
+        if taken:  # another loop is gathering a batch there: its arrivals join that batch
+            heads = [h for h in heads if h.stream not in taken]
         if interactive_only:
             heads = [h for h in heads if h.lane == "interactive"]
             if not heads:
@@ -99,7 +102,8 @@ class Claimer:
     def claim(self, head: Head, held_dues: list[float] | None = None) -> list[Entry]:
         """Claim a batch from ``head``'s stream: up to the voice's batch cap, joiners gathered until the window
         closes (sooner when a unit this loop holds falls due: ``schedule.window_end_ms``), with continuous batching
-        only while a stage call of the process is on the device (``queue.continuous_batching``)."""
+        only while a stage call of the process is on the device (``queue.continuous_batching``). One loop of the
+        process gathers on a stream at a time (``LoopContext.gathering``): the others leave its heads to it."""
         limit = self.limit(head.voice)
         window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.q.window_ms, held_dues or [])
         undelivered = self.queue.undelivered
@@ -109,17 +113,22 @@ class Claimer:
         self.lanes.record(head.lane)
         key = batch_key(claimed[0]) if claimed[0].job else None
         continuous = self.q.continuous_batching
-        while limit > 1 and not self.ctx.stopping.is_set():
-            same = sum(1 for e in claimed if e.job and batch_key(e) == key)
-            left = window_end - now_ms()
-            if same >= limit or left <= 0 or (continuous and not self.ctx.device_busy()):
-                break  # full, the window closed, or (continuous batching) the device is free for it now
-            # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
-            # default), which would stretch the window by up to that. Poll, and keep the time here.
-            more = self.queue.claim(head.stream, limit - same)
-            if not more:
-                self.ctx.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
-            claimed += more
+        gathering = limit > 1 and self.ctx.gathering.enter(head.stream)
+        try:
+            while gathering and not self.ctx.stopping.is_set():
+                same = sum(1 for e in claimed if e.job and batch_key(e) == key)
+                left = window_end - now_ms()
+                if same >= limit or left <= 0 or (continuous and not self.ctx.device_busy()):
+                    break  # full, the window closed, or (continuous batching) the device is free for it now
+                # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
+                # default), which would stretch the window by up to that. Poll, and keep the time here.
+                more = self.queue.claim(head.stream, limit - same)
+                if not more:
+                    self.ctx.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
+                claimed += more
+        finally:
+            if gathering:
+                self.ctx.gathering.leave(head.stream)
         self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
         return claimed
 

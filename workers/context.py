@@ -60,6 +60,31 @@ class Chores:
             return True
 
 
+class Gathering:
+    """The queue streams a loop of the process is gathering a batch on now: the others leave those heads to it, so a
+    stream's arrivals fill one batch instead of several that each wait out the window."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, int] = {}
+
+    def enter(self, stream: str) -> bool:
+        """Take ``stream`` for a gathering; False if another loop holds it."""
+        with self._lock:
+            if stream in self._streams:
+                return False
+            self._streams[stream] = threading.get_ident()
+            return True
+
+    def leave(self, stream: str) -> None:
+        with self._lock:
+            self._streams.pop(stream, None)
+
+    def taken(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._streams)
+
+
 @dataclass(frozen=True)
 class LoopContext:
     """The members of a worker process its loops share. The three callables ask the process about its other
@@ -84,3 +109,4 @@ class LoopContext:
     chores: Chores = field(default_factory=Chores)
     finisher: Finisher = field(default_factory=lambda: Finisher(0))
     device_busy: Callable[[], bool] = field(default=lambda: True)
+    gathering: Gathering = field(default_factory=Gathering)
