@@ -86,6 +86,10 @@ class RuntimeSettings:
     shapes: measured on joe with random shapes, the arena stayed at 51 MB instead of growing to 118 MB, at the
     same speed (docs/BENCHMARKS.md, "Worker RSS flat"). CUDA sessions keep onnxruntime's default (their shapes are
     padded to a few classes)."""
+    coalesce_acoustic: bool = True
+    """Where a voice's stages run on a device (CUDA; the null voice's fake one), the acoustic calls that the worker's
+    loops make at once share one call (``pipeline.voices.coalesce``: a request waits at most for the call in flight).
+    Off: each loop's batch is its own call. On CPU each loop keeps its own call either way."""
     cpu_arena_extend_strategy: str = ""
     """``""``: each session keeps its own CPU arena (onnxruntime's default, grown by powers of two).
     ``kSameAsRequested`` or ``kNextPowerOfTwo``: one arena for every session of the process, registered with

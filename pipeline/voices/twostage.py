@@ -39,6 +39,7 @@ import numpy as np
 from pipeline.errors import UNKNOWN_VOICE, InputError
 from pipeline.settings import VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
+from pipeline.voices.coalesce import Coalescer
 from pipeline.voices.runtime import SessionFactory, StageSession, StageState
 from pipeline.voices.stages import AcousticOutput, AcousticStage, VocoderStage
 
@@ -197,7 +198,7 @@ class TwoStageVoice:
 
     def __init__(self, *, name: str, languages: Sequence[str], sample_rate: int, phonemizer: Phonemizer,
                  acoustic: AcousticStage, vocoder: VocoderStage, max_batch: int,
-                 sessions: Mapping[str, StageSession] | None = None) -> None:
+                 sessions: Mapping[str, StageSession] | None = None, coalesce: Callable[[], bool] | None = None) -> None:
         self.name = name
         self.languages = tuple(languages)
         self.sample_rate = sample_rate
@@ -207,6 +208,10 @@ class TwoStageVoice:
         self.vocoder = vocoder
         self.hop = vocoder.hop
         self._sessions = dict(sessions or {})
+        # threads' acoustic calls merged into one where the stages run on a device (pipeline/voices/coalesce.py)
+        self._coalesce = coalesce or (lambda: False)
+        self.coalescer: Coalescer[PhonemeIds, AcousticOutput] = Coalescer(
+            lambda items, opts, seeds: self.acoustic.run(items, opts, seeds), acoustic.max_batch)
         precisions = [s.precision for s in self._sessions.values()]  # e.g. "int8+fp32": INT8 acoustic, FP32 vocoder
         self.precision = precisions[0] if len(set(precisions)) == 1 else "+".join(precisions) if precisions else "fp32"
 
@@ -238,8 +243,9 @@ class TwoStageVoice:
         replayable voice."""
         out: list[AcousticOutput] = []
         size = self.acoustic.max_batch
+        run = self.coalescer.run if self._coalesce() else self.acoustic.run
         for k, part in enumerate(chunks(batch, size)):
-            out.extend(self.acoustic.run(part, opts, None if seeds is None else seeds[k * size:(k + 1) * size]))
+            out.extend(run(part, opts, None if seeds is None else seeds[k * size:(k + 1) * size]))
         return out
 
     def vocode(self, frames: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -253,6 +259,12 @@ class TwoStageVoice:
         if not batch:
             return []
         return self.vocode([a.frames for a in self.acoustic_outputs(batch, opts)])
+
+
+def coalesce_on_device(factory: SessionFactory, sessions: Mapping[str, StageSession]) -> Callable[[], bool]:
+    """Whether to merge threads' acoustic calls (``TwoStageVoice``): where a stage session runs on CUDA (known once
+    loaded), unless ``runtime.coalesce_acoustic`` is off."""
+    return lambda: factory.settings.coalesce_acoustic and any(s.host_pool for s in sessions.values())
 
 
 def build_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageVoice:

@@ -92,4 +92,5 @@ def build_null_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageVo
     max_batch = max(1, spec.max_batch)
     log.warning("voice %s is the null voice (silence, fake device %s): for benchmarks only", spec.name, profile)
     return TwoStageVoice(name=spec.name, languages=spec.languages, sample_rate=config.sample_rate, phonemizer=config,
-                         acoustic=NullAcoustic(fake, max_batch), vocoder=NullVocoder(fake, max_batch), max_batch=max_batch)
+                         acoustic=NullAcoustic(fake, max_batch), vocoder=NullVocoder(fake, max_batch), max_batch=max_batch,
+                         coalesce=lambda: factory.settings.coalesce_acoustic)  # its stages are on a (fake) device

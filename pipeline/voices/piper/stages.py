@@ -28,7 +28,7 @@ from pipeline.voices.piper.voice import PiperConfig
 from pipeline.voices.prepared import (Prepared, PreparedVoice, Preparer, fingerprint, prepare_on_first_use, prepared_dir,
                                       read_prepared, require_prepared, wanted_precision)
 from pipeline.voices.runtime import SessionFactory, StageSession, resolve_resource
-from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, TwoStageVoice
+from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, TwoStageVoice, coalesce_on_device
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,8 @@ def piper_two_stage(spec: VoiceSpec, factory: SessionFactory, files: dict[str, t
     vocoder = OnnxVocoder(sessions["vocoder"], frames_input=LATENT, audio_output=AUDIO, hop=int(info["hop"]),
                           context=int(info.get("context", DECODER_CONTEXT)), max_batch=max_batch, layout="channels_first")
     return TwoStageVoice(name=spec.name, languages=spec.languages, sample_rate=config.sample_rate, phonemizer=config,
-                         acoustic=acoustic, vocoder=vocoder, max_batch=max_batch, sessions=sessions)
+                         acoustic=acoustic, vocoder=vocoder, max_batch=max_batch, sessions=sessions,
+                         coalesce=coalesce_on_device(factory, sessions))
 
 
 # -- the split, built and checked (a preparation's FP32 stages, and serving's first use) ------------------------

