@@ -9,8 +9,8 @@ request waits for at most the call in flight, and the device sees full batches w
 
 Each item gets exactly what it gets alone (the stages' contract), so merging changes no output. A merged call that
 fails is run again request by request, so one request's bad item fails only that request. Used where the stages run
-on a device (``TwoStageVoice``: CUDA sessions, or the null voice's fake device; ``runtime.coalesce_acoustic``); on
-CPU each loop keeps its own call (and its own core).
+on a device and the acoustic stage takes more than one item a call (``TwoStageVoice``: CUDA sessions, or the null
+voice's fake device; ``runtime.coalesce_acoustic``); on CPU each loop keeps its own call (and its own core).
 """
 
 from __future__ import annotations

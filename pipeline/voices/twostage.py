@@ -243,7 +243,7 @@ class TwoStageVoice:
         replayable voice."""
         out: list[AcousticOutput] = []
         size = self.acoustic.max_batch
-        run = self.coalescer.run if self._coalesce() else self.acoustic.run
+        run = self.coalescer.run if size > 1 and self._coalesce() else self.acoustic.run  # one item a call: none to merge
         for k, part in enumerate(chunks(batch, size)):
             out.extend(run(part, opts, None if seeds is None else seeds[k * size:(k + 1) * size]))
         return out
