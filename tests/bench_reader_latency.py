@@ -1,6 +1,7 @@
-"""What the trim check costs a live reader: publish-to-yield latency of ``Job.stream`` (one read script that
-also returns the trimmed count, then a blocking XREAD to wait) against the plain blocking XREAD loop it
-replaced, side by side on one redis-server. Not a test: ``.venv/bin/python -m tests.bench_reader_latency``.
+"""What the trim check costs a live reader: publish-to-yield latency of ``Job.stream`` (a blocking XREAD to wait,
+then one ``MULTI`` read that also tells the trimmed count from the status's ``results_entries``) against the plain
+blocking XREAD loop it replaced, side by side on one redis-server. The records are written as the worker's scripts
+write them (counted in the status). Not a test: ``.venv/bin/python -m tests.bench_reader_latency``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ def publish(r: redis.Redis, keys: Keys, job: str, sent: dict[int, float]) -> Non
     for seg in range(SEGMENTS):
         sent[seg] = time.perf_counter()
         r.xadd(keys.results(job), chunk_fields(seg, 0, True, "w/0", 24000, b"\x00" * 9600), maxlen=4000)
+        r.hincrby(keys.status(job), "results_entries", 1)
         time.sleep(GAP_S)
     r.hset(keys.status(job), "state", "done")
     r.xadd(keys.results(job), final_fields("done"), maxlen=4000)
+    r.hincrby(keys.status(job), "results_entries", 1)
 
 
 def plain_xread(client: Client, job: str) -> dict[int, float]:
