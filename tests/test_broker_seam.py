@@ -426,39 +426,6 @@ def test_an_ack_deletes_its_entries_and_counts_each_xack_once(settings: Settings
         e.job.est_s for e in entries if e.job)), q - 3])
 
 
-def test_a_peek_asks_only_the_streams_that_moved(settings: Settings, r: redis.Redis) -> None:
-    """Heads are read with one XREAD over every stream from the ids the consumer last saw; only a stream with an
-    entry after that id is asked for its group's id (XINFO GROUPS), and where that is still the id seen, what the XREAD
-    read is the head (no XRANGE). What another consumer claimed is never a head, and an entry added later is."""
-    keys = Keys(settings.redis.key_prefix)
-    client = Client(r, settings)
-    streams = keys.queues(settings.queue.n_buckets)
-    broker = RedisBroker(r, keys)
-    mine, other = broker.consumer("c1", streams), broker.consumer("c2", streams)
-    mine.ensure_groups()
-    assert mine.heads(0) == []
-
-    def calls(name: str) -> int:
-        return int(r.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
-
-    before = calls("xinfo|groups")
-    assert mine.heads(0) == [] and calls("xinfo|groups") == before  # nothing moved: no stream asked
-    client.submit("Hello there.", job_id="peek-job-0001", lane="bulk")
-    ranges = calls("xrange")
-    (head,) = mine.heads(0)
-    assert head.job_id == "peek-job-0001" and calls("xinfo|groups") == before + 1  # the one stream that moved
-    assert calls("xrange") == ranges  # the group's id was the one seen: the XREAD's entries are the head
-    (taken,) = other.claim(head.stream, 1)
-    assert taken.job is not None and taken.job.job_id == head.job_id
-    assert mine.heads(0) == []  # delivered to another consumer: pending, not a head
-    client.submit("Hello again.", job_id="peek-job-0002", lane="bulk")
-    other.claim(head.stream, 1)
-    client.submit("Hello once more.", job_id="peek-job-0003", lane="bulk")
-    ranges = calls("xrange")
-    assert [h.job_id for h in mine.heads(0)] == ["peek-job-0003"]  # past what another consumer took meanwhile
-    assert calls("xrange") == ranges + 1
-
-
 def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
     """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back, and it
     equals what the parts hash holds. A job of two pieces is read by its finisher with a plain HGETALL: the publish
@@ -477,52 +444,3 @@ def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
         stored = broker.job_output(job)
         assert stored[0] == {0: b"".join(bytes([i + 1, 0]) * 4 for i in range(n))}
         assert replies[-1].output == (stored if n == 1 else None)
-
-def test_idle_consumers_of_one_process_wait_with_one_read(settings: Settings, r: redis.Redis) -> None:
-    """Idle consumers of one process on the same streams block with one XREAD at a time (``IdleGate``): two of them
-    idling three rounds cost three XREADs, not six, and no peek after a round that timed out (its ids stay exact). An
-    entry added while they wait wakes both: the reader has it as a head, the waiter finds it at its next peek."""
-    import threading
-
-    keys = Keys(settings.redis.key_prefix)
-    client = Client(r, settings)
-    streams = keys.queues(settings.queue.n_buckets)
-    broker = RedisBroker(r, keys)
-    one, two = broker.consumer("c1", streams), broker.consumer("c2", streams)
-    one.ensure_groups()
-    assert one.heads(0) == [] and two.heads(0) == []
-
-    def calls(name: str) -> int:
-        return int(r.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
-
-    def idle(consumer: Any, rounds: int, got: list[Any]) -> None:
-        for _ in range(rounds):
-            got.append(consumer.heads(300))
-
-    def together(rounds: int) -> list[Any]:
-        got: list[Any] = []
-        threads = [threading.Thread(target=idle, args=(c, rounds, got)) for c in (one, two)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(10)
-        return got
-
-    assert together(1) == [[]] * 2  # each peeks once first
-    reads, peeks = calls("xread"), calls("evalsha")
-    assert together(3) == [[]] * 6
-    assert calls("xread") - reads <= 4 and calls("evalsha") == peeks  # ungated: 6 XREADs; a timed-out round: no peek
-
-    heard: dict[str, list[Any]] = {}
-    waiting = [threading.Thread(target=lambda c=c: heard.setdefault(c.name, c.heads(5000))) for c in (one, two)]
-    for t in waiting:
-        t.start()
-    time.sleep(0.3)
-    started = time.monotonic()
-    client.submit("Hello there.", job_id="gate-job-0001", lane="bulk")
-    for t in waiting:
-        t.join(10)
-    assert time.monotonic() - started < 2.0  # both woke with the entry, not at the 5 s block's end
-    assert sorted(len(h) for h in heard.values()) == [0, 1]
-    waiter = one if not heard["c1"] else two
-    assert [h.job_id for h in waiter.heads(0)] == ["gate-job-0001"]

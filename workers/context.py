@@ -66,19 +66,19 @@ class Gathering:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._streams: dict[str, int] = {}
+        self._streams: set[str] = set()
 
     def enter(self, stream: str) -> bool:
         """Take ``stream`` for a gathering; False if another loop holds it."""
         with self._lock:
             if stream in self._streams:
                 return False
-            self._streams[stream] = threading.get_ident()
+            self._streams.add(stream)
             return True
 
     def leave(self, stream: str) -> None:
         with self._lock:
-            self._streams.pop(stream, None)
+            self._streams.discard(stream)
 
     def taken(self) -> frozenset[str]:
         with self._lock:

@@ -210,8 +210,7 @@ class TwoStageVoice:
         self._sessions = dict(sessions or {})
         # threads' acoustic calls merged into one where the stages run on a device (pipeline/voices/coalesce.py)
         self._coalesce = coalesce or (lambda: False)
-        self.coalescer: Coalescer[PhonemeIds, AcousticOutput] = Coalescer(
-            lambda items, opts, seeds: self.acoustic.run(items, opts, seeds), acoustic.max_batch)
+        self.coalescer: Coalescer[PhonemeIds, AcousticOutput] = Coalescer(acoustic.run, acoustic.max_batch)
         precisions = [s.precision for s in self._sessions.values()]  # e.g. "int8+fp32": INT8 acoustic, FP32 vocoder
         self.precision = precisions[0] if len(set(precisions)) == 1 else "+".join(precisions) if precisions else "fp32"
 

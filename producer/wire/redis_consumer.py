@@ -54,11 +54,12 @@ class IdleGate:
             self._round += 1
             self._cond.notify_all()
 
-    def wait(self, round_: int, timeout_s: float) -> tuple[bool, dict[str, str] | None]:
-        """Wait for the end of the read in flight at ``round_``: (whether it ended, the exact ids it left)."""
+    def wait(self, round_: int, timeout_s: float) -> dict[str, str] | None:
+        """Wait for the end of the read in flight at ``round_``: the exact ids it left (None if it saw entries, failed,
+        or has not ended within ``timeout_s``)."""
         with self._cond:
             ended = self._cond.wait_for(lambda: self._round != round_, timeout_s)
-            return ended, (dict(self._exact) if ended and self._exact is not None else None)
+            return dict(self._exact) if ended and self._exact is not None else None
 
 
 class RedisConsumer:
@@ -97,7 +98,7 @@ class RedisConsumer:
         if not found and block_ms > 0 and ids:
             lead, round_ = self.gate.enter()
             if not lead:
-                _, exact = self.gate.wait(round_, block_ms / 1000 + GATE_SLACK_S)
+                exact = self.gate.wait(round_, block_ms / 1000 + GATE_SLACK_S)
                 self._idle_ids = exact if exact is not None and set(exact) == set(ids) else None
                 return []
             try:
