@@ -81,6 +81,17 @@ def test_two_stage_joe_equals_the_whole_graph(joe: TwoStageVoice, base_settings:
         assert len(solo) == len(out) and np.max(np.abs(solo - out)) <= 1e-3
 
 
+def test_the_prepared_stages_convolve_in_two_dimensions(joe: TwoStageVoice) -> None:
+    """Every float Conv of both stages runs on a rank-4 weight (the CPU's faster kernels, conv_layout.py)."""
+    import onnx
+
+    for stage in ("acoustic", "vocoder"):
+        model = onnx.load(str(joe.stage_sessions()[stage].model))
+        ranks = {w.name: len(w.dims) for w in model.graph.initializer}
+        convs = [n for n in model.graph.node if n.op_type in ("Conv", "ConvTranspose")]
+        assert convs and all(ranks[n.input[1]] == 4 for n in convs), stage
+
+
 def test_durations_sum_to_the_frames_and_follow_speed(joe: TwoStageVoice) -> None:
     ids = joe.phonemize(SENTENCES[1], "en").ids
     (normal,) = joe.acoustic_outputs([ids], SynthesisOptions.noiseless())

@@ -32,8 +32,9 @@ from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, T
 
 log = logging.getLogger(__name__)
 
-PIPER_PREPARER_VERSION = 5  # 2: a full preparation records the listening gate (WER); 3: and the FP16 vocoder for CUDA;
-# 4: verdict reasons carry only figures measured by their run; 5: the acoustic noise from ``noise_offsets`` (noise.py)
+PIPER_PREPARER_VERSION = 6  # 2: a full preparation records the listening gate (WER); 3: and the FP16 vocoder for CUDA;
+# 4: verdict reasons carry only figures measured by their run; 5: the acoustic noise from ``noise_offsets`` (noise.py);
+# 6: one-dimensional convolutions written as two-dimensional ones (conv_layout.py)
 PREPARED = "prepared"
 ACOUSTIC_GRAPH = AcousticGraph(ids=PIPER_INPUTS[0], lengths=PIPER_INPUTS[1], frames=LATENT, frame_lengths=FRAME_LENGTHS,
                                durations=DURATIONS, layout="channels_first")
