@@ -4,9 +4,9 @@
 
 Stages (each writes ``<out>/<stage>.json`` with the 1-minute load average before and after it):
 
-* ``ceiling``  the raw Piper voice in this process, phoneme ids ready, on every segment of the English
-               workload: batch 1/4/8 (items sorted by length) at 1 and 2 intra-op threads, and two
-               processes of one thread each; FP32 and INT8. The best row is the ceiling.
+* ``ceiling``  joe as the workers serve it (its prepared stages) in this process, phoneme ids ready, on every
+               segment of the English workload: batch 1/4/8 (items sorted by length) at 1 and 2 intra-op threads,
+               and two processes of one thread each; FP32 and INT8. The best row is the ceiling.
 * ``piper``    piper-tts's own API, sequential: ``piper.PiperVoice.load`` + ``synthesize`` per job text.
 * ``farm``     the farm (own redis-server + workers) on the same jobs, closed loop, batching off (max
                batch 1) and on (max batch 8), FP32 and INT8.
@@ -83,13 +83,12 @@ def workload_ids(settings: Settings, voice: Any) -> list[tuple[int, ...]]:
 
 
 def _voice(settings: Settings, precision: str, threads: int) -> Any:
-    from pipeline.voices.piper.voice import PiperVoice
-    from pipeline.voices.runtime import SessionFactory
+    """joe as the farm's workers serve it (its prepared stages, ``precision`` asked for), on ``threads`` threads."""
+    from pipeline.voices.bank import VoiceBank
 
-    runtime = dataclasses.replace(settings.runtime, device="cpu", intra_op_threads=threads, inter_op_threads=1, warmup=False)
-    voice = PiperVoice(settings.catalogue.get("joe"), SessionFactory(runtime), precision=precision)
-    voice.load()
-    return voice
+    runtime = dataclasses.replace(settings.runtime, device="cpu", intra_op_threads=threads, inter_op_threads=1, warmup=False,
+                                  precision=precision)
+    return VoiceBank(settings.catalogue, runtime).get("joe")
 
 
 def _warm(voice: Any, ids: list[tuple[int, ...]], batch: int) -> None:

@@ -236,13 +236,18 @@ class TwoStageVoice:
         then makes its frames instead of reading them back)."""
         return bool(getattr(self.acoustic, "replayable", False))
 
+    @property
+    def coalesced(self) -> bool:
+        """Whether acoustic calls of several threads are merged into one now (on a device, ``runtime.coalesce_acoustic``)."""
+        return self.acoustic.max_batch > 1 and self._coalesce()
+
     def acoustic_outputs(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions,
                          seeds: Sequence[int] | None = None) -> list[AcousticOutput]:
         """Frames and per-id durations of each item, as it gets them alone; ``seeds`` (one per item) fix the noise of a
         replayable voice."""
         out: list[AcousticOutput] = []
         size = self.acoustic.max_batch
-        run = self.coalescer.run if size > 1 and self._coalesce() else self.acoustic.run  # one item a call: none to merge
+        run = self.coalescer.run if self.coalesced else self.acoustic.run  # (one item a call: none to merge)
         for k, part in enumerate(chunks(batch, size)):
             out.extend(run(part, opts, None if seeds is None else seeds[k * size:(k + 1) * size]))
         return out
