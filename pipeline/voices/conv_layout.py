@@ -5,8 +5,8 @@ through a slower general path. The same convolution over ``[B, C, 1, T]`` with a
 same numbers: each ``Conv`` or ``ConvTranspose`` whose weight is a rank-3 initializer becomes
 ``Unsqueeze(axis 2) -> Conv(rank 4) -> Squeeze(axis 2)``, so the tensors between the nodes keep their shapes and
 every other node is untouched. Measured on joe's decoder, one intra-op thread: 112 -> 91 ms for 200 frames, 21 ->
-16 ms for 40 (max abs difference 2e-7); on its acoustic stage 42 -> 37 ms for 80 phonemes (docs/BENCHMARKS.md,
-"Convolutions in two dimensions"). On CUDA nothing changes: cuDNN runs a one-dimensional convolution as a
+16 ms for 40 (max abs difference 2e-7); on its acoustic stage 42 -> 37 ms for 80 phonemes (commit 44b0095's
+message holds the farm's figures). On CUDA nothing changes: cuDNN runs a one-dimensional convolution as a
 two-dimensional one anyway.
 """
 
@@ -47,9 +47,9 @@ def conv1d_as_2d(model: Any) -> int:
         nodes.append(helper.make_node("Squeeze", [wide_out, *([AXES] if axes_input else [])], [node.output[0]],
                                       name=f"{node.name}/conv2d_squeeze", **axes))
         count += 1
-    if count and axes_input:
-        graph.initializer.append(numpy_helper.from_array(np.array([2], dtype=np.int64), AXES))
     if count:
+        if axes_input:
+            graph.initializer.append(numpy_helper.from_array(np.array([2], dtype=np.int64), AXES))
         del graph.node[:]
         graph.node.extend(nodes)
     return count
@@ -61,6 +61,8 @@ def _widened(name: str, value: Any) -> Any:
         return [1, *value]
     if name == "pads":  # [begin, end] -> [top, left, bottom, right]
         return [0, value[0], 0, value[1]]
-    if name in ("output_padding", "output_shape"):
-        return [0 if name == "output_padding" else 1, *value]
+    if name == "output_padding":
+        return [0, *value]
+    if name == "output_shape":
+        return [1, *value]
     return value  # group, auto_pad ("SAME_*" pads along the time axis only, as before)
