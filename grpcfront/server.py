@@ -50,6 +50,7 @@ class FrontServer:
         self.server: Any = None
         self._health = health.aio.HealthServicer()
         self._watch: asyncio.Task[None] | None = None
+        self.service: SpeechSynthesis | None = None
 
     async def start(self) -> int:
         """Bind and serve; the port bound (a free one when asked for 0)."""
@@ -58,7 +59,8 @@ class FrontServer:
         self.server = grpc.aio.server(
             maximum_concurrent_rpcs=self.front.max_concurrent_rpcs,
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
-        add_to_server(SpeechSynthesis(self.farm), self.server)
+        self.service = SpeechSynthesis(self.farm)
+        add_to_server(self.service, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self.server)
         reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         self.port = self.server.add_insecure_port(f"{self.host}:{self.port}")
@@ -84,6 +86,8 @@ class FrontServer:
             self._watch.cancel()
         if self.server is not None:
             await self.server.stop(grace_s)
+        if self.service is not None:
+            await self.service.settle()
         if self.farm is not None:
             await self.farm.close()
 

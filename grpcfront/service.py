@@ -9,8 +9,9 @@
   queued while the rest is still being written, and the job is closed when the client half-closes.
 - ``GetRivaSynthesisConfig``: ``grpcfront.voices``.
 
-A call whose client goes away (cancelled, or past its deadline) cancels its job. Errors end the call with the
-status of ``grpcfront.errors``; the server keeps serving.
+A call whose client goes away (cancelled, or past its deadline) cancels its job: the call's done callback does it,
+whatever the call was doing then. Errors end the call with the status of ``grpcfront.errors``; the server keeps
+serving.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def word_timings(words: Iterable[Word]) -> list[Any]:
 class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
     def __init__(self, farm: FrontState) -> None:
         self.farm = farm
+        self._cleanups: set[asyncio.Task[None]] = set()  # jobs being cancelled after their call ended
 
     @asynccontextmanager
     async def call(self, method: str, context: Any) -> AsyncIterator[None]:
@@ -111,12 +113,31 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
         async for chunk in chunks:
             yield chunk
 
-    async def _cancel_unfinished(self, job: AsyncJob | None) -> None:
-        """Cancel the job unless it ended (its client went away, or the call failed); shielded, since this runs
-        while the call is being cancelled."""
-        if job is None:
-            return
+    def _cancel_when_over(self, context: Any, job: AsyncJob, feeder: asyncio.Task[None] | None = None) -> None:
+        """When the call is over, however it ended, stop the job's text feeder and cancel the job unless it ended.
 
+        A ``finally`` in the handler is not enough: a deadline or a client's cancel lands wherever the call's task
+        waits, and a streaming call's task waits in gRPC's own write of a response as often as in the handler. The
+        handler's generator is then left suspended, and its ``finally`` runs only when the generator is collected
+        (seen: a reader that stopped reading past its deadline had its job cancelled from the generator's finalizer;
+        in CI a job was still running 10 s after its deadline). gRPC runs done callbacks when the call's task ends,
+        on its event loop."""
+        def over(_: Any) -> None:
+            if feeder is not None:
+                feeder.cancel()
+            task = asyncio.get_running_loop().create_task(self._cancel_unfinished(job), name=f"cancel-{job.id}")
+            self._cleanups.add(task)
+            task.add_done_callback(self._cleanups.discard)
+
+        context.add_done_callback(over)
+
+    async def settle(self) -> None:
+        """Wait for the cancels that calls which ended have started (the server's stop, before Redis closes)."""
+        await asyncio.gather(*self._cleanups, return_exceptions=True)
+
+    async def _cancel_unfinished(self, job: AsyncJob) -> None:
+        """Cancel the job unless it ended (its client went away, or the call failed); shielded, since a feeder runs
+        this while the call may be cancelling it."""
         async def cancel() -> None:
             try:
                 if not (await job.status()).ended and await job.cancel():
@@ -132,15 +153,13 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
             asked = read_request(request, self.farm.settings, self.farm.front, streaming=False)
             started = time.monotonic()
             job = await self._submit(request.text, asked)
+            self._cancel_when_over(context, job)
             context.set_trailing_metadata(((JOB_KEY, job.id),))
             pcm, words, rate = bytearray(), [], asked.sample_rate or 0
-            try:
-                async for chunk in self._chunks(job):
-                    pcm += chunk.pcm
-                    words.extend(chunk.words)
-                    rate = chunk.sample_rate
-            finally:
-                await self._cancel_unfinished(job)
+            async for chunk in self._chunks(job):
+                pcm += chunk.pcm
+                words.extend(chunk.words)
+                rate = chunk.sample_rate
             audio = bytes(pcm) if asked.fmt == "pcm" else await asyncio.to_thread(_encode, bytes(pcm), rate, asked.fmt)
             if len(audio) > self.farm.front.max_message_bytes - MESSAGE_OVERHEAD:
                 raise FrontError(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -175,6 +194,7 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
                     following.cancel()
                     raise
                 feeder = asyncio.create_task(self._feed(job, first, following, requests), name=f"feed-{job.id}")
+            self._cancel_when_over(context, job, feeder)
             await context.send_initial_metadata(((JOB_KEY, job.id),))
             try:
                 async for response in self._responses(job, asked, first, started, first_timeout=feeder is None):
@@ -185,10 +205,6 @@ class SpeechSynthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
                 if feeder is not None and feeder.done() and not feeder.cancelled() and feeder.exception():
                     raise feeder.exception() from None  # what ended the job: the text's error, not its cancel
                 raise
-            finally:
-                if feeder is not None:
-                    feeder.cancel()
-                await self._cancel_unfinished(job)
 
     async def _open(self, asked: Asked) -> AsyncOpenJob:
         await self.farm.require_workers()

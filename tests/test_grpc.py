@@ -223,6 +223,26 @@ def test_a_deadline_cancels_its_job(farm: Farm, server: BackgroundServer) -> Non
     channel.close()
 
 
+def test_a_deadline_cancels_the_job_of_a_reader_that_stopped_reading(farm: Farm, server: BackgroundServer) -> None:
+    # a small receive window and no reads past the first response: the server's task waits in gRPC's write when the
+    # deadline comes, outside the handler's generator, so only the call's done callback can cancel the job
+    channel = grpc.insecure_channel(server.target, options=[("grpc.http2.bdp_probe", 0),
+                                                            ("grpc.http2.lookahead_bytes", 16384)])
+    stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
+    call = stub.SynthesizeOnline(iter([riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 40))]), timeout=2)
+    next(call)
+    job = farm.client().job(_metadata(call, "initial_metadata")[JOB_KEY])
+    time.sleep(2.5)
+    deadline = time.monotonic() + 10
+    while job.status().state != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.status().state == "cancelled"
+    with pytest.raises(grpc.RpcError) as info:
+        list(call)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    channel.close()
+
+
 def test_keys_are_required_when_configured_and_health_needs_none(farm: Farm) -> None:
     front = dataclasses.replace(farm.settings.grpc, api_keys=("k-one", "k-two"))
     with BackgroundServer(farm.settings, front) as keyed:
