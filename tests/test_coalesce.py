@@ -108,7 +108,7 @@ def test_the_null_voices_loops_share_calls_unless_turned_off(coalesce: bool, max
     """Six threads asking the null voice (on its fake H200) at once: merged into a few calls, or each its own (turned
     off, or an acoustic stage of one item a call: nothing to merge)."""
     voice = _voice("h200", coalesce, max_batch)
-    assert voice.coalesced == (coalesce and max_batch > 1)  # what a loop asks before it holds a batch for joiners
+    assert voice.coalesced == (coalesce and max_batch > 1)
     ids = voice.phonemize("The next train leaves from platform two.", "en").ids
     alone = voice.acoustic_outputs([ids], SynthesisOptions())[0].frames.shape
     before = voice.coalescer.calls

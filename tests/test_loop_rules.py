@@ -11,8 +11,6 @@ second, so with the windows below a segment's first window is 10 frames when sma
 
 from __future__ import annotations
 
-import dataclasses
-
 import itertools
 import threading
 import time
@@ -340,25 +338,6 @@ def test_a_batch_gathers_joiners_only_while_the_device_is_busy(make_loop: Any, c
     loop.queue.offered.append((head, caller))
     started = time.monotonic()
     assert loop.claimer.claim(head) == [caller]
-    assert waited_s[0] <= time.monotonic() - started <= waited_s[1]
-
-
-@pytest.mark.parametrize("lane, seg, merged, waited_s", [
-    ("interactive", 0, True, (0.0, 0.08)),  # a caller's first segment goes to the device's batcher at once
-    ("interactive", 0, False, (0.27, 1.0)),  # no batcher on the device: the loop's batch is the only one it gets
-    ("interactive", 1, True, (0.27, 1.0)),  # a later segment has time: it gathers joiners
-    ("bulk", 0, True, (0.27, 1.0)),
-])
-def test_a_callers_first_segment_waits_for_no_joiners_where_the_device_merges_calls(
-        make_loop: Any, lane: str, seg: int, merged: bool, waited_s: tuple[float, float]) -> None:
-    loop = make_loop(device_busy=lambda: True, queue_window_ms="300")
-    loop.claimer.limit = lambda voice: 4
-    loop.claimer.merged_on_device = lambda voice: merged
-    head, e = entry(loop, lane, CALLER)
-    e = dataclasses.replace(e, job=dataclasses.replace(e.job, seg=seg))
-    loop.queue.offered.append((dataclasses.replace(head, seg=seg), e))
-    started = time.monotonic()
-    assert loop.claimer.claim(dataclasses.replace(head, seg=seg)) == [e]
     assert waited_s[0] <= time.monotonic() - started <= waited_s[1]
 
 

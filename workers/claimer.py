@@ -17,7 +17,6 @@ from producer.wire.queue import Entry, Head
 from workers import schedule
 from workers.batcher import Candidate, LaneState, choose_head, select_batch
 from workers.context import LoopContext
-from workers.layout import urgency
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +113,6 @@ class Claimer:
         self.lanes.record(head.lane)
         key = batch_key(claimed[0]) if claimed[0].job else None
         continuous = self.q.continuous_batching
-        merged = continuous and self.merged_on_device(head.voice)
         gathering = limit > 1 and self.ctx.gathering.enter(head.stream)
         try:
             while gathering and not self.ctx.stopping.is_set():
@@ -122,8 +120,6 @@ class Claimer:
                 left = window_end - now_ms()
                 if same >= limit or left <= 0 or (continuous and not self.ctx.device_busy()):
                     break  # full, the window closed, or (continuous batching) the device is free for it now
-                if merged and urgency(claimed) == "urgent":
-                    break  # a caller's first segment: the device's batcher puts it into its next call with the others'
                 # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
                 # default), which would stretch the window by up to that. Poll, and keep the time here.
                 more = self.queue.claim(head.stream, limit - same)
@@ -135,10 +131,6 @@ class Claimer:
                 self.ctx.gathering.leave(head.stream)
         self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
         return claimed
-
-    def merged_on_device(self, voice: str) -> bool:
-        """Whether ``voice``'s model calls are merged across the loops on the device (``TwoStageVoice.coalesced``)."""
-        return bool(getattr(self.ctx.bank.loaded().get(voice), "coalesced", False))
 
     def next_batch(self) -> list[Entry]:
         """One batch of what this loop carries, by the batching rules; the rest stays carried."""
