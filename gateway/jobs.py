@@ -152,7 +152,7 @@ async def job_events(job_id: str, request: Request, after_seq: int = Query(-1, g
     job = await farm.job(job_id)
     if last_event_id and last_event_id.strip().lstrip("-").isdigit():
         after_seq = max(after_seq, min(MAX_SEQ, int(last_event_id)))
-    return StreamingResponse(_sse(farm, job, after_seq, request), media_type="text/event-stream",
+    return streams.ClosingStreamingResponse(_sse(farm, job, after_seq, request), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from pipeline.audio import content_type, output_rate
 from pipeline.errors import BAD_OPTION, TEXT_TOO_LONG, UNSUPPORTED_FORMAT, InputError, TTSFarmError
@@ -84,11 +84,13 @@ async def create_speech(req: SpeechRequest, request: Request) -> Response:
     first = await _first_chunk(job, chunks, gw.first_chunk_timeout_s)
     headers["X-Sample-Rate"] = str(output_rate(fmt, first.sample_rate))
     if sse == "sse":
-        return StreamingResponse(_sse_body(job, first, chunks, fmt), media_type="text/event-stream", headers=headers)
+        return streams.ClosingStreamingResponse(_sse_body(job, first, chunks, fmt), media_type="text/event-stream",
+                                                headers=headers)
     media = content_type(fmt, first.sample_rate)
     if fmt in RAW:
-        return StreamingResponse(_audio_body(job, first, chunks, fmt), media_type=media, headers=headers)
-    return StreamingResponse(_encoded_body(job, first, chunks, fmt, req.bitrate), media_type=media, headers=headers)
+        return streams.ClosingStreamingResponse(_audio_body(job, first, chunks, fmt), media_type=media, headers=headers)
+    return streams.ClosingStreamingResponse(_encoded_body(job, first, chunks, fmt, req.bitrate), media_type=media,
+                                            headers=headers)
 
 
 async def _first_chunk(job: AsyncJob, chunks: AsyncIterator[Chunk], timeout_s: float) -> Chunk:

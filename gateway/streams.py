@@ -16,6 +16,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi.responses import StreamingResponse
+from starlette.types import Send
+
 from pipeline.errors import TTSFarmError
 from producer.aio import AsyncJob
 from producer.wire.errors import BrokerError, TransientError
@@ -38,6 +41,21 @@ class Failed:
 
 
 Event = Chunk | Finished | Failed | None
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A ``StreamingResponse`` that closes its body generator however the response ended. Starlette iterates the body
+    with ``async for`` and never closes it: a client that goes away while a chunk is being sent (its ``send`` raises,
+    or the disconnect cancels it there) leaves the generator suspended, and the ``finally`` that cancels a job or
+    stops a reader ran only when the generator was collected."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 async def follow(job: AsyncJob, *, after_seq: int = -1, timeout_s: float, keepalive_s: float) -> AsyncIterator[Event]:
