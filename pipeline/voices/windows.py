@@ -19,7 +19,7 @@ otherwise), which is why the window, not the segment, is the step here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,16 +115,18 @@ class WindowedItem:
         return np.concatenate(self.audio) if self.audio else np.zeros(0, dtype=np.float32)
 
 
-def vocode_next(vocoder: VocoderStage, items: Sequence[WindowedItem]) -> list[tuple[WindowedItem, Window, np.ndarray]]:
+def vocode_next(vocoder: VocoderStage, items: Sequence[WindowedItem],
+                run: Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None = None) -> list[tuple[WindowedItem, Window, np.ndarray]]:
     """Vocode the pending window of each item (batched up to the vocoder's ``max_batch``), keep each window's
-    own samples, advance the items. Returns (item, window, samples) in the order given."""
+    own samples, advance the items. Returns (item, window, samples) in the order given. ``run`` makes the vocoder's
+    calls (``vocoder.run`` unless given: a device batcher's, which shares them with other threads')."""
     todo = [item for item in items if not item.done]
     out: list[tuple[WindowedItem, Window, np.ndarray]] = []
     step = max(1, vocoder.max_batch)
     for part_start in range(0, len(todo), step):
         part = todo[part_start : part_start + step]
         windows = [item.pending() for item in part]
-        audio = vocoder.run([item.frames[w.lo : w.hi] for item, w in zip(part, windows)])
+        audio = (run or vocoder.run)([item.frames[w.lo : w.hi] for item, w in zip(part, windows)])
         for item, w, wave in zip(part, windows, audio):
             own = wave[(w.start - w.lo) * item.hop : (w.end - w.lo) * item.hop]
             item.audio.append(own)

@@ -30,7 +30,7 @@ from pipeline.voices.piper.split import DECODER_CONTEXT
 from pipeline.voices.piper.voice import PiperConfig
 from pipeline.voices.runtime import SessionFactory
 from pipeline.voices.stages import AcousticOutput
-from pipeline.voices.twostage import TwoStageVoice
+from pipeline.voices.twostage import TwoStageVoice, coalescing
 
 log = logging.getLogger(__name__)
 
@@ -93,4 +93,4 @@ def build_null_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageVo
     log.warning("voice %s is the null voice (silence, fake device %s): for benchmarks only", spec.name, profile)
     return TwoStageVoice(name=spec.name, languages=spec.languages, sample_rate=config.sample_rate, phonemizer=config,
                          acoustic=NullAcoustic(fake, max_batch), vocoder=NullVocoder(fake, max_batch), max_batch=max_batch,
-                         coalesce=lambda: factory.settings.coalesce_acoustic)  # its stages are on a (fake) device
+                         coalesce=lambda stage: coalescing(factory.settings, stage))  # its stages are on a (fake) device
