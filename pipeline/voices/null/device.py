@@ -1,7 +1,12 @@
 """A device made of sleeps, calibrated from measured stage times, so a CPU host can stand in for a GPU worker.
 
 One lock per stage, held for the call's time: a stage's calls run one at a time (as one session's kernels queue
-on one stream), while an acoustic call and a vocoder call may overlap. The time of a call is the profile's for
+on one stream), while an acoustic call and a vocoder call may overlap. Each process has its own device unless the
+voice names a ``device_lock`` folder: then a stage's calls also take a file lock there (``flock``), so the worker
+processes of a host share one device, a stage's calls one at a time across them (a GPU time-sliced between
+processes). Without it, several processes each with their own device stand for CUDA MPS with launch-bound stages:
+their calls overlap in full (joe's acoustic call is launch-bound: 11.70 ms at batch 1, 11.95 at 8). The two bracket
+what several worker processes on one GPU get (docs/SCALING.md). The time of a call is the profile's for
 its padded batch: rows rounded up to the next of the CUDA batch sizes and widths to their multiple, as the
 CUDA stages pad (``pipeline.voices.gpu.ShapePolicy``).
 
@@ -23,15 +28,22 @@ acoustic graph's nodes that run on the CPU) counted as device time.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
+import os
 import threading
 import time
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.voices.device_use import DEVICE_USE
 from pipeline.voices.gpu import ShapePolicy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,10 +89,15 @@ PROFILES: dict[str, Profile] = {
 class FakeDevice:
     """The process's fake device of one profile (``device(name)``): stage locks, and busy time counted."""
 
-    def __init__(self, profile: Profile, shapes: ShapePolicy | None = None) -> None:
+    def __init__(self, profile: Profile, shapes: ShapePolicy | None = None, lock_dir: Path | None = None) -> None:
         self.profile = profile
         self.shapes = shapes or ShapePolicy()
         self._locks = {"acoustic": threading.Lock(), "vocoder": threading.Lock()}
+        self.lock_dir = lock_dir  # shared with other processes: a file lock per stage there
+        self._files: dict[str, int] = {}
+        if lock_dir is not None:
+            lock_dir.mkdir(parents=True, exist_ok=True)
+            self._files = {stage: os.open(lock_dir / f"{stage}.lock", os.O_RDWR | os.O_CREAT, 0o644) for stage in self._locks}
         self._count = threading.Lock()
         self._active = 0
         self._since = 0.0
@@ -93,13 +110,27 @@ class FakeDevice:
         """One call of ``stage`` on ``rows`` items padded to ``width`` (ids or frames)."""
         rows, width = self.shapes.batch(rows), self.shapes.width(width)
         seconds = getattr(self.profile, stage)(rows, width) / 1000
-        with DEVICE_USE.running(), self._locks[stage]:  # waiting for the stage's lock counts: the device has work
+        with DEVICE_USE.running(), self._locks[stage], self._across(stage):  # waiting for the lock counts: the device has work
             self._enter()
             start = time.perf_counter()
             if seconds > 0:
                 time.sleep(seconds)
             took = time.perf_counter() - start
             self._leave(stage, took)
+
+    @contextmanager
+    def _across(self, stage: str) -> Iterator[None]:
+        """The stage's file lock, where the device is shared with other processes (taken under the thread lock: a
+        file lock is the process's, not a thread's)."""
+        fd = self._files.get(stage)
+        if fd is None:
+            yield
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _enter(self) -> None:
         with self._count:
@@ -129,23 +160,28 @@ class FakeDevice:
         def write() -> None:
             while True:
                 tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(self.snapshot()))
-                tmp.replace(path)
+                try:
+                    tmp.write_text(json.dumps(self.snapshot()))
+                    tmp.replace(path)
+                except OSError:  # its folder is gone (the bench's run ended): nobody reads it any more
+                    log.info("fake device stats: %s cannot be written; stopped", path)
+                    return
                 time.sleep(every_s)
 
         self._writer = threading.Thread(target=write, name="null-device-stats", daemon=True)
         self._writer.start()
 
 
-_DEVICES: dict[str, FakeDevice] = {}
+_DEVICES: dict[tuple[str, Path | None], FakeDevice] = {}
 _DEVICES_LOCK = threading.Lock()
 
 
-def device(name: str, shapes: ShapePolicy | None = None) -> FakeDevice:
-    """The process's one fake device of profile ``name`` (every voice and bank of the process shares it)."""
+def device(name: str, shapes: ShapePolicy | None = None, lock_dir: Path | None = None) -> FakeDevice:
+    """The process's one fake device of profile ``name`` and ``lock_dir`` (every voice and bank of the process naming
+    them shares it), shared with other processes through ``lock_dir`` where given."""
     if name not in PROFILES:
         raise KeyError(name)
     with _DEVICES_LOCK:
-        if name not in _DEVICES:
-            _DEVICES[name] = FakeDevice(PROFILES[name], shapes)
-        return _DEVICES[name]
+        if (name, lock_dir) not in _DEVICES:
+            _DEVICES[(name, lock_dir)] = FakeDevice(PROFILES[name], shapes, lock_dir)
+        return _DEVICES[(name, lock_dir)]

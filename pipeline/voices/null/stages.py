@@ -9,13 +9,16 @@ worker's path around them is the real one: phonemizing, windows, chunks, claims,
 
 Catalogue keys (``[voices.NAME]``): ``engine = "twostage"``, ``source = "null"``, ``config`` (a Piper voice's
 ``.onnx.json``: the phonemizer and its id map), ``device`` (a profile of ``device.PROFILES``; ``none`` by default),
-``device_stats`` (optional: a file the device's busy time is written to twice a second), and the usual
+``device_stats`` (optional: a file the device's busy time is written to ten times a second; ``{pid}`` in it is the
+process's id), ``device_lock`` (optional: a folder whose file locks make the worker processes of a host share one
+fake device, ``device.py``), and the usual
 ``languages``, ``sample_rate`` (the Piper voice's), ``max_batch``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -84,10 +87,11 @@ def build_null_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageVo
     if profile not in PROFILES:
         raise InputError(f"voice {spec.name}: unknown fake device {profile!r} (known: {', '.join(sorted(PROFILES))})",
                          code=BAD_OPTION)
-    fake = device(profile, ShapePolicy.from_settings(factory.settings))
+    lock_dir = spec.options.get("device_lock")
+    fake = device(profile, ShapePolicy.from_settings(factory.settings), Path(str(lock_dir)) if lock_dir else None)
     stats = spec.options.get("device_stats")
-    if stats:
-        fake.report_to(Path(str(stats)))
+    if stats:  # "{pid}" in the name: a file per process (several workers on one host)
+        fake.report_to(Path(str(stats).replace("{pid}", str(os.getpid()))))
     config = PiperConfig(spec)
     max_batch = max(1, spec.max_batch)
     log.warning("voice %s is the null voice (silence, fake device %s): for benchmarks only", spec.name, profile)
