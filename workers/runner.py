@@ -211,5 +211,3 @@ class BatchRunner:
     def close(self) -> None:
         if self._helper is not None:
             self._helper.shutdown(wait=True)
-
-

@@ -123,10 +123,11 @@ def vocode_next(vocoder: VocoderStage, items: Sequence[WindowedItem],
     todo = [item for item in items if not item.done]
     out: list[tuple[WindowedItem, Window, np.ndarray]] = []
     step = max(1, vocoder.max_batch)
+    call = run or vocoder.run
     for part_start in range(0, len(todo), step):
         part = todo[part_start : part_start + step]
         windows = [item.pending() for item in part]
-        audio = (run or vocoder.run)([item.frames[w.lo : w.hi] for item, w in zip(part, windows)])
+        audio = call([item.frames[w.lo : w.hi] for item, w in zip(part, windows)])
         for item, w, wave in zip(part, windows, audio):
             own = wave[(w.start - w.lo) * item.hop : (w.end - w.lo) * item.hop]
             item.audio.append(own)

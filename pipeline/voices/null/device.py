@@ -93,8 +93,7 @@ class FakeDevice:
         self.profile = profile
         self.shapes = shapes or ShapePolicy()
         self._locks = {"acoustic": threading.Lock(), "vocoder": threading.Lock()}
-        self.lock_dir = lock_dir  # shared with other processes: a file lock per stage there
-        self._files: dict[str, int] = {}
+        self._files: dict[str, int] = {}  # shared with other processes: a file lock per stage in ``lock_dir``
         if lock_dir is not None:
             lock_dir.mkdir(parents=True, exist_ok=True)
             self._files = {stage: os.open(lock_dir / f"{stage}.lock", os.O_RDWR | os.O_CREAT, 0o644) for stage in self._locks}
