@@ -43,6 +43,20 @@ def proc_cpu_s(pid: int) -> float | None:
         return None
 
 
+def family(pid: int) -> list[int]:
+    """``pid`` and the processes it started, and theirs (a worker's finisher processes), as they are now."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except (OSError, ValueError):
+                pass
+    return out
+
+
 class ProcSampler(threading.Thread):
     """RSS (MB) and CPU seconds of the given processes every ``every_s``."""
 

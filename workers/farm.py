@@ -17,7 +17,6 @@ from typing import Any
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.device_use import DEVICE_USE
-from producer.wire.admission import Admission
 from producer.wire.errors import BrokerError
 from producer.wire.keys import Keys
 from producer.wire.redis_broker import RedisBroker
@@ -70,10 +69,8 @@ class FarmWorker:
             from producer.wire.storage import storage_from_settings
 
             storage = storage_from_settings(settings.storage)
-        self.admission = Admission.of(settings.queue)
-        self.publisher = Publisher(self.broker, storage, chunk_ms=settings.queue.chunk_ms,
-                                   maxlen=settings.queue.results_maxlen, ttl_s=settings.queue.job_ttl_s,
-                                   admission=self.admission)
+        self.publisher = Publisher.of(settings, self.broker, storage)
+        self.admission = self.publisher.admission
         self.events = events or JobEvents(None, hostname, enabled=False)
         self.heap = HeapTrim.of(settings.runtime.malloc_trim_every_s)
         self.arenas_limited = limit_arenas(settings.runtime.malloc_arena_max, self.heap.libc)  # before the loops start
@@ -89,7 +86,7 @@ class FarmWorker:
         self.loops: list[InferenceLoop] = []
         self._device_max_batch: int | None = None
         self.chores = Chores()
-        self.finisher = Finisher(settings.queue.finisher_threads)
+        self.finisher = Finisher(settings.queue.finisher_threads, settings.queue.finisher_processes, settings)
 
     @property
     def device_max_batch(self) -> int:

@@ -209,7 +209,8 @@ class Outcomes:
     def _end(self, e: Entry, job: SegmentJob, output: Any, ack: Callable[[Sequence[Entry]], None]) -> None:
         """A finished job's storage and end (encoding, storage, status, final record, Flower), then the ack of the
         entry whose segment finished it: until then a reclaim of that entry would end the job again."""
-        url, cancelled = self.retry_transient(lambda: self.publisher.store_and_finish(job, output), f"storing job {job.job_id}")
+        url, cancelled = self.retry_transient(lambda: self.ctx.finisher.store(self.publisher, job, output),
+                                              f"storing job {job.job_id}")
         if url:
             self.ctx.events.succeeded(job.job_id, url)
         elif cancelled:

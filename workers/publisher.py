@@ -17,6 +17,7 @@ from producer.wire.admission import Admission, may_stage
 from producer.wire.broker import Broker, ClaimReply, FrameClaim, Piece, SegmentEnd, run_blocking
 from producer.wire.keys import STATES_FINAL
 from producer.wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
+from producer.wire.settings import Settings
 from producer.wire.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,13 @@ class PieceResult:
 
 class Publisher:
     """A worker's writes back, as the broker's results steps: chunks of each piece, the job's end."""
+
+    @classmethod
+    def of(cls, settings: Settings, broker: Broker, storage: Storage) -> Publisher:
+        """The publisher ``settings`` describe, writing through ``broker`` into ``storage``."""
+        q = settings.queue
+        return cls(broker, storage, chunk_ms=q.chunk_ms, maxlen=q.results_maxlen, ttl_s=q.job_ttl_s,
+                   admission=Admission.of(q))
 
     def __init__(self, broker: Broker, storage: Storage, *, chunk_ms: int, maxlen: int, ttl_s: int,
                  admission: Admission = Admission()) -> None:

@@ -119,6 +119,10 @@ class QueueSettings:
     finisher_threads: int = 1
     """Threads per worker process that end finished jobs (assembly, encoding, storage, final record) while the loops
     go on (workers/finisher.py); 0: each loop ends its jobs itself, before its next batch."""
+    finisher_processes: int = 0
+    """Processes per worker process that do the heavy part of those ends (assembly, encoding, storage, final record),
+    each with its own Redis connection and storage client, so the loops' interpreter (one GIL) does not run it
+    (workers/finisher.py). 0: the finisher threads (or with none, the loops) do it themselves."""
     interactive_loops: int = 1
     """Of those loops, how many take interactive work only: one keeps callers' first chunks from waiting behind
     long bulk (book) segments (docs/BENCHMARKS.md)."""
