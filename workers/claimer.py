@@ -17,7 +17,6 @@ from producer.wire.queue import Entry, Head
 from workers import schedule
 from workers.batcher import Candidate, LaneState, choose_head, select_batch
 from workers.context import LoopContext
-from workers.layout import awaited
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +136,7 @@ class Claimer:
         """One batch of what this loop carries, by the batching rules; the rest stays carried."""
         if not self.carry:
             return []
-        cands = [Candidate(e, e.arrived_ms, e.job.est_s, batch_key(e), awaited(e.job)) for e in self.carry if e.job]
+        cands = [Candidate(e, e.arrived_ms, e.job.est_s, batch_key(e)) for e in self.carry if e.job]
         batch, rest = select_batch(cands, now_ms(), self.limit(self.carry[0].job.voice if self.carry[0].job else ""), self.q)
         self.carry = [c.item for c in rest]
         return [c.item for c in batch]

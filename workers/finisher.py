@@ -32,6 +32,8 @@ from typing import Any
 
 from producer.wire.records import SegmentJob
 from producer.wire.settings import Settings
+from producer.wire.sharded import broker_from_settings
+from producer.wire.storage import storage_from_settings
 from workers.publisher import Publisher
 
 log = logging.getLogger(__name__)
@@ -132,7 +134,7 @@ class StoreProcesses:
 
     def _start(self) -> ProcessPoolExecutor:
         pool = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("spawn"), initializer=_start_process,
-                                   initargs=(self.settings, os.getpid(), logging.getLogger().level))
+                                   initargs=(self.settings, os.getpid()))
         self.pids = set()
         for _ in range(self.size):  # start them now, not under the first finished jobs
             pool.submit(os.getpid).add_done_callback(self._started)
@@ -166,14 +168,11 @@ class StoreProcesses:
 _publisher: Publisher | None = None  # in a finisher process: its own
 
 
-def _start_process(settings: Settings, parent: int, log_level: int) -> None:
-    """A finisher process's start: its logging, its publisher, and a watch on the worker that started it."""
+def _start_process(settings: Settings, parent: int) -> None:
+    """A finisher process's start: its publisher, and a watch on the worker that started it. Its logging is
+    Python's default (warnings and errors to stderr, which it shares with the worker): the worker's own is Celery's."""
     global _publisher
-    from producer.wire.sharded import broker_from_settings
-    from producer.wire.storage import storage_from_settings
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=log_level, format="[%(asctime)s: %(levelname)s/finisher-%(process)d] %(message)s")
     _publisher = Publisher.of(settings, broker_from_settings(settings.redis), storage_from_settings(settings.storage))
     threading.Thread(target=_exit_with, args=(parent,), name="ttsfarm-parent-watch", daemon=True).start()
 
