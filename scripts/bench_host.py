@@ -233,6 +233,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "TTSFARM_RUNTIME_DEVICE": "cpu",
                # the fake device has no CUDA session, so the worker would batch as on CPU: the GPU's batch cap here
                "TTSFARM_QUEUE_MAX_BATCH_CPU": str(args.max_batch), "TTSFARM_QUEUE_INFERENCE_THREADS": str(args.loops),
+               # ... and callers' first segments claimed together share a batch as on CUDA (queue.first_segments_join auto)
+               **({"TTSFARM_QUEUE_FIRST_SEGMENTS_JOIN": "any"} if args.device != "none" else {}),
                **{f"TTSFARM_{k.upper()}": v for k, v in (kv.split("=", 1) for kv in args.set)}}
         settings = load_settings(env=env)
         keys = Keys(PREFIX)

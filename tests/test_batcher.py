@@ -9,8 +9,8 @@ from workers.batcher import Candidate, LaneState, choose_head, padding_waste, se
 Q = QueueSettings(window_ms=200, tolerance=0.1, tolerance_max=0.35, bulk_aging_ms=3000, interactive_streak=4)
 
 
-def cand(t: int, est: float, key: tuple = ("joe",)) -> Candidate[str]:
-    return Candidate(item=f"{t}:{est}", arrived_ms=t, est_s=est, key=key)
+def cand(t: int, est: float, key: tuple = ("joe",), awaited: bool = False) -> Candidate[str]:
+    return Candidate(item=f"{t}:{est}", arrived_ms=t, est_s=est, key=key, awaited=awaited)
 
 
 def test_tolerance_widens_with_the_heads_wait_and_stops_at_the_max() -> None:
@@ -37,6 +37,20 @@ def test_other_voice_or_options_never_join_and_limit_holds() -> None:
     batch, rest = select_batch(cands, now_ms=5, limit=4, q=Q)
     assert len(batch) == 4 and all(c.key == ("joe",) for c in batch)
     assert len(rest) == 8
+
+
+def test_what_callers_wait_for_leads_and_joins_whatever_its_length() -> None:
+    """Claimed together, callers' first segments go in the first batch: the oldest of them is its head and the others
+    join it however far their lengths are (not another voice, not past the cap); the rest batch by fit as before."""
+    cands = [cand(0, 3.0), cand(1, 3.1), cand(2, 9.0, awaited=True), cand(3, 1.0, awaited=True),
+             cand(4, 2.0, key=("kumo",), awaited=True), cand(5, 8.8)]
+    batch, rest = select_batch(cands, now_ms=10, limit=8, q=Q)
+    assert [c.arrived_ms for c in batch] == [2, 3, 5]  # the awaited head, the awaited joiner, then a close fit
+    assert [c.arrived_ms for c in rest] == [4, 0, 1]  # still awaited first
+    assert [c.arrived_ms for c in select_batch(cands, now_ms=10, limit=2, q=Q)[0]] == [2, 3]
+    assert [c.arrived_ms for c in select_batch(rest, now_ms=10, limit=8, q=Q)[0]] == [4]  # awaited, another voice
+    plain = [cand(0, 3.0), cand(1, 9.0)]  # nobody waits: the oldest leads and lengths decide
+    assert [c.arrived_ms for c in select_batch(plain, now_ms=10, limit=8, q=Q)[0]] == [0]
 
 
 def test_interactive_first_bulk_after_a_streak_or_when_old_never_twice_while_interactive_waits() -> None:

@@ -11,6 +11,7 @@ second, so with the windows below a segment's first window is 10 frames when sma
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -139,7 +140,7 @@ def settings(**extra: str) -> Settings:
 def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
     loops: list[InferenceLoop] = []
 
-    def make(storage: Any = None, device_busy: Any = None, **extra: str) -> InferenceLoop:
+    def make(storage: Any = None, device_busy: Any = None, first_any: bool = False, **extra: str) -> InferenceLoop:
         s = settings(**extra)
         broker = StorelessBroker()
         publisher = Publisher(broker, storage=storage, chunk_ms=s.queue.chunk_ms,  # type: ignore[arg-type]
@@ -147,7 +148,7 @@ def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
         ctx = LoopContext(s, "rules", broker, bank, bank, publisher, JobEvents(None, "rules", enabled=False),  # type: ignore[arg-type]
                           WorkerMetrics(enabled=False), threading.Event(), LoopHooks(), device_max_batch=lambda: 8,
                           reserved_loop_free=lambda: False, shared_loop_serving_interactive=lambda: False,
-                          finisher=Finisher(s.queue.finisher_threads),
+                          finisher=Finisher(s.queue.finisher_threads), first_segments_any_length=lambda: first_any,
                           **({"device_busy": device_busy} if device_busy is not None else {}))
         loop = InferenceLoop(ctx, 0)
         assert isinstance(loop.scheduler, DeadlineScheduler)
@@ -198,6 +199,22 @@ def test_no_small_first_window_while_the_loop_has_other_work(make_loop: Any, sit
         loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
         assert len(loop.scheduler.held) == 1
     assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == LARGE
+
+
+@pytest.mark.parametrize("join", ["any", "fit"])
+def test_callers_first_segments_claimed_together_share_a_batch_where_the_setting_says(make_loop: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                                    join: str) -> None:
+    """``queue.first_segments_join`` any (auto on CUDA): two callers' first segments claimed together go in one batch
+    however far apart their lengths; fit: by length, so the longer one waits for the next batch."""
+    loop = make_loop(first_any=join == "any")
+    monkeypatch.setattr(loop.claimer, "limit", lambda voice: 8)
+    short, long_, later = (entry(loop, "interactive", CALLER)[1] for _ in range(3))
+    assert short.job and long_.job and later.job
+    long_.job = dataclasses.replace(long_.job, est_s=4.0)
+    later.job = dataclasses.replace(later.job, seg=1, total=2, est_s=4.0)  # not a first segment: joins by length only
+    loop.claimer.carry = [short, long_, later]
+    assert loop.claimer.next_batch() == ([short, long_] if join == "any" else [short])
+    assert loop.claimer.carry == ([later] if join == "any" else [long_, later])
 
 
 @pytest.mark.parametrize("replayable", [False, True])

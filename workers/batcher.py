@@ -27,6 +27,7 @@ class Candidate(Generic[T]):
     arrived_ms: int
     est_s: float
     key: tuple[object, ...]  # entries with equal keys may share a model call
+    awaited: bool = False  # a caller waits for its first audio (``workers.layout.awaited``)
 
 
 @dataclass
@@ -67,13 +68,16 @@ def fits(head: Candidate[T], other: Candidate[T], tol: float) -> bool:
 
 
 def select_batch(candidates: Sequence[Candidate[T]], now_ms: int, limit: int, q: QueueSettings) -> tuple[list[Candidate[T]], list[Candidate[T]]]:
-    """Split ``candidates`` into (this batch, the rest): the oldest is the head, the rest join by fit."""
+    """Split ``candidates`` into (this batch, the rest): the oldest is the head, the rest join by fit. What a caller
+    waits for goes first: the oldest awaited candidate is the head if there is one, and the other awaited ones join it
+    whatever their length (a caller's first segment does not wait out a batch of others' it was claimed with)."""
     if not candidates:
         return [], []
-    ordered = sorted(candidates, key=lambda c: c.arrived_ms)
+    ordered = sorted(candidates, key=lambda c: (not c.awaited, c.arrived_ms))
     head = ordered[0]
     tol = tolerance(now_ms - head.arrived_ms, q)
-    joiners = sorted((c for c in ordered[1:] if fits(head, c, tol)), key=lambda c: (abs(c.est_s - head.est_s), c.arrived_ms))
+    joiners = sorted((c for c in ordered[1:] if fits(head, c, tol) or (head.awaited and c.awaited and c.key == head.key)),
+                     key=lambda c: (not c.awaited, abs(c.est_s - head.est_s), c.arrived_ms))
     batch = [head, *joiners[: max(0, limit - 1)]]
     chosen = {id(c) for c in batch}
     return batch, [c for c in ordered if id(c) not in chosen]

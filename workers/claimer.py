@@ -17,6 +17,7 @@ from producer.wire.queue import Entry, Head
 from workers import schedule
 from workers.batcher import Candidate, LaneState, choose_head, select_batch
 from workers.context import LoopContext
+from workers.layout import awaited
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +134,12 @@ class Claimer:
         return claimed
 
     def next_batch(self) -> list[Entry]:
-        """One batch of what this loop carries, by the batching rules; the rest stays carried."""
+        """One batch of what this loop carries, by the batching rules (callers' first segments first, whatever their
+        lengths, where ``queue.first_segments_join`` says so); the rest stays carried."""
         if not self.carry:
             return []
-        cands = [Candidate(e, e.arrived_ms, e.job.est_s, batch_key(e)) for e in self.carry if e.job]
+        lead = self.ctx.first_segments_any_length()
+        cands = [Candidate(e, e.arrived_ms, e.job.est_s, batch_key(e), lead and awaited(e.job)) for e in self.carry if e.job]
         batch, rest = select_batch(cands, now_ms(), self.limit(self.carry[0].job.voice if self.carry[0].job else ""), self.q)
         self.carry = [c.item for c in rest]
         return [c.item for c in batch]

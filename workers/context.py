@@ -91,7 +91,9 @@ class LoopContext:
     loops (``FarmWorker``): the device's batch cap, and whether a reserved loop is free or a shared loop is
     running a caller's first segment. ``chores``: what the process's loops do once for all of them; ``finisher``: where
     they hand finished jobs' storage and ends (workers/finisher.py; by default none: a loop ends its jobs itself);
-    ``device_busy``: whether a stage call of the process is on the device now (by default always: a window is waited out)."""
+    ``device_busy``: whether a stage call of the process is on the device now (by default always: a window is waited out);
+    ``first_segments_any_length``: whether callers' first segments claimed together share a batch whatever their lengths
+    (``queue.first_segments_join``; by default not: by length like the rest)."""
 
     settings: Settings
     hostname: str
@@ -109,4 +111,5 @@ class LoopContext:
     chores: Chores = field(default_factory=Chores)
     finisher: Finisher = field(default_factory=lambda: Finisher(0))
     device_busy: Callable[[], bool] = field(default=lambda: True)
+    first_segments_any_length: Callable[[], bool] = field(default=lambda: False)
     gathering: Gathering = field(default_factory=Gathering)

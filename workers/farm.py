@@ -84,18 +84,27 @@ class FarmWorker:
         self.error: TTSFarmError | None = None
         self._threads: list[threading.Thread] = []
         self.loops: list[InferenceLoop] = []
-        self._device_max_batch: int | None = None
+        self._on_cuda: bool | None = None
         self.chores = Chores()
         self.finisher = Finisher(settings.queue.finisher_threads, settings.queue.finisher_processes, settings)
 
     @property
+    def on_cuda(self) -> bool:
+        """Whether the sessions really run on CUDA (known once the voices are loaded)."""
+        if self._on_cuda is None:
+            self._on_cuda = any("CUDA" in p for info in self.bank.factory.sessions() for p in info.providers[:1])
+        return self._on_cuda
+
+    @property
     def device_max_batch(self) -> int:
-        """The batch cap of the device the sessions really run on (known once the voices are loaded)."""
-        if self._device_max_batch is None:
-            q = self.settings.queue
-            on_cuda = any("CUDA" in p for info in self.bank.factory.sessions() for p in info.providers[:1])
-            self._device_max_batch = q.max_batch_cuda if on_cuda else q.max_batch_cpu
-        return self._device_max_batch
+        """The batch cap of the device the sessions really run on."""
+        return self.settings.queue.max_batch_cuda if self.on_cuda else self.settings.queue.max_batch_cpu
+
+    def first_segments_any_length(self) -> bool:
+        """Whether callers' first segments claimed together share a batch whatever their lengths
+        (``queue.first_segments_join``; auto: on CUDA)."""
+        join = self.settings.queue.first_segments_join
+        return join == "any" or (join == "auto" and self.on_cuda)
 
     def reserved_loop_free(self) -> bool:
         """Whether a loop reserved for the interactive lane is running, not inside a batch and holds no segment
@@ -119,7 +128,8 @@ class FarmWorker:
                            metrics=self.metrics, stopping=self.stopping, hooks=self.hooks,
                            device_max_batch=lambda: self.device_max_batch, reserved_loop_free=self.reserved_loop_free,
                            shared_loop_serving_interactive=self.shared_loop_serving_interactive, chores=self.chores,
-                           finisher=self.finisher, device_busy=self.device_busy)
+                           finisher=self.finisher, device_busy=self.device_busy,
+                           first_segments_any_length=self.first_segments_any_length)
 
     def banks(self) -> list[VoiceBank]:
         """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""

@@ -94,6 +94,11 @@ class QueueSettings:
     ``pipeline.voices.device_use``) goes at once with the joiners already queued, and one gathering while it is busy
     goes when it frees or the window closes. false: every batch waits out its window. Matters where batches hold more
     than one (CUDA)."""
+    first_segments_join: str = "auto"
+    """How callers' first segments (each interactive job's first) that a loop claimed together form its batches:
+    ``any``: they go first, in one batch whatever their lengths (same voice and options, up to the cap), so none
+    waits out a batch of others' it was claimed with; ``fit``: by length like the rest (``tolerance``); ``auto``:
+    ``any`` where the sessions run on CUDA (padded rows cost little there), ``fit`` elsewhere."""
     max_batch_cpu: int = 1
     """The largest batch on CPU (batching brings no speed there: docs/BENCHMARKS.md)."""
     max_batch_cuda: int = 8
@@ -161,6 +166,11 @@ class QueueSettings:
     def n_buckets(self) -> int:
         """Length buckets per lane: one more than the edges."""
         return len(self.bucket_edges_s) + 1
+
+    def __post_init__(self) -> None:
+        if self.first_segments_join not in ("auto", "any", "fit"):
+            raise InputError(f"setting queue.first_segments_join must be auto, any or fit, not {self.first_segments_join!r}",
+                             code=BAD_OPTION)
 
 
 @dataclass(frozen=True)
