@@ -10,6 +10,9 @@ heartbeats list.
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,18 +148,44 @@ def _redis_line(snap: Snapshot) -> str:
 
 
 def run(broker: Broker, n_buckets: int, *, watch: float = 0.0, iterations: int = 0) -> int:
-    """Print one screen; with ``watch`` seconds, redraw it until interrupted (or ``iterations`` times)."""
-    import sys
+    """Print one screen; with ``watch`` seconds, redraw it until interrupted (or ``iterations`` times). An interrupt
+    (Ctrl-C, SIGINT) while watching ends the loop at its next step with 130; a second one stops at once."""
+    interrupted = threading.Event()
+    previous = _on_interrupt(interrupted) if watch > 0 else None
+    try:
+        n = 0
+        while not interrupted.is_set():
+            screen = render(snapshot(broker, n_buckets))
+            if watch > 0 and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")
+            print(screen, flush=True)
+            n += 1
+            if watch <= 0 or (iterations and n >= iterations):
+                return 0
+            if interrupted.wait(watch):
+                break
+            if not sys.stdout.isatty():
+                print()
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
-    n = 0
-    while True:
-        screen = render(snapshot(broker, n_buckets))
-        if watch > 0 and sys.stdout.isatty():
-            sys.stdout.write("\x1b[H\x1b[2J")
-        print(screen, flush=True)
-        n += 1
-        if watch <= 0 or (iterations and n >= iterations):
-            return 0
-        time.sleep(watch)
-        if not sys.stdout.isatty():
-            print()
+
+def _on_interrupt(interrupted: threading.Event) -> Any:
+    """Let SIGINT set ``interrupted`` instead of raising KeyboardInterrupt wherever the main thread is: raised inside
+    a finalizer (a connection's ``__del__`` run by the collector) Python reports and drops it, and the watch would
+    go on. The second SIGINT gets the handler that was there before. None where signals cannot be set (not the
+    main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # a handler set from C: Python's own stands in for it
+        previous = signal.default_int_handler
+
+    def handler(signum: int, frame: object) -> None:
+        interrupted.set()
+        signal.signal(signal.SIGINT, previous)
+
+    signal.signal(signal.SIGINT, handler)
+    return previous
