@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from producer.wire.settings import QueueSettings
 from producer.wire.queue import Head
-from workers.batcher import Candidate, LaneState, choose_head, padding_waste, select_batch, tolerance
+from workers.batcher import Candidate, LaneState, choose_head, first_segments_any_length, padding_waste, select_batch, tolerance
 
 Q = QueueSettings(window_ms=200, tolerance=0.1, tolerance_max=0.35, bulk_aging_ms=3000, interactive_streak=4)
 
@@ -51,6 +51,11 @@ def test_what_callers_wait_for_leads_and_joins_whatever_its_length() -> None:
     assert [c.arrived_ms for c in select_batch(rest, now_ms=10, limit=8, q=Q)[0]] == [4]  # awaited, another voice
     plain = [cand(0, 3.0), cand(1, 9.0)]  # nobody waits: the oldest leads and lengths decide
     assert [c.arrived_ms for c in select_batch(plain, now_ms=10, limit=8, q=Q)[0]] == [0]
+
+
+def test_first_segments_join_any_length_on_cuda_by_default_and_where_set() -> None:
+    assert first_segments_any_length("auto", on_cuda=True) and not first_segments_any_length("auto", on_cuda=False)
+    assert first_segments_any_length("any", on_cuda=False) and not first_segments_any_length("fit", on_cuda=True)
 
 
 def test_interactive_first_bulk_after_a_streak_or_when_old_never_twice_while_interactive_waits() -> None:

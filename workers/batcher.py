@@ -67,6 +67,12 @@ def fits(head: Candidate[T], other: Candidate[T], tol: float) -> bool:
     return abs(other.est_s - head.est_s) <= tol * scale
 
 
+def first_segments_any_length(join: str, on_cuda: bool) -> bool:
+    """Whether callers' first segments claimed together share a batch whatever their lengths: ``queue.first_segments_join``
+    any, or auto on CUDA (padded rows cost little there); fit, or auto elsewhere, batches them by length."""
+    return join == "any" or (join == "auto" and on_cuda)
+
+
 def select_batch(candidates: Sequence[Candidate[T]], now_ms: int, limit: int, q: QueueSettings) -> tuple[list[Candidate[T]], list[Candidate[T]]]:
     """Split ``candidates`` into (this batch, the rest): the oldest is the head, the rest join by fit. What a caller
     waits for goes first: the oldest awaited candidate is the head if there is one, and the other awaited ones join it

@@ -23,6 +23,7 @@ from producer.wire.redis_broker import RedisBroker
 from producer.wire.sharded import broker_from_settings
 from producer.wire.settings import Settings
 from workers.allocator import HeapTrim, limit_arenas
+from workers.batcher import first_segments_any_length
 from workers.events import JobEvents
 from workers.finisher import Finisher
 from workers.layout import resolve_loops
@@ -103,8 +104,7 @@ class FarmWorker:
     def first_segments_any_length(self) -> bool:
         """Whether callers' first segments claimed together share a batch whatever their lengths
         (``queue.first_segments_join``; auto: on CUDA)."""
-        join = self.settings.queue.first_segments_join
-        return join == "any" or (join == "auto" and self.on_cuda)
+        return first_segments_any_length(self.settings.queue.first_segments_join, self.on_cuda)
 
     def reserved_loop_free(self) -> bool:
         """Whether a loop reserved for the interactive lane is running, not inside a batch and holds no segment
