@@ -261,6 +261,22 @@ def test_encoding_pcm16_as_is_matches_the_float_path(fmt: str, rate: int) -> Non
     assert err.value.code == "NOTHING_TO_SPEAK"
 
 
+@pytest.mark.parametrize("rate", [8000, 22050, 48000])
+@pytest.mark.parametrize("samples", [1, 3, 22050])
+def test_the_wav_header_is_the_one_libsndfile_writes(rate: int, samples: int) -> None:
+    """A finished job's WAV is its PCM behind ``wav_header``: the bytes soundfile (libsndfile) makes of it."""
+    import io
+
+    import soundfile as sf
+
+    from pipeline.audio import encode_pcm16, wav_header
+
+    pcm = (np.arange(samples, dtype=np.int64) * 977 % 65536 - 32768).astype("<i2").tobytes()
+    buf = io.BytesIO()
+    sf.write(buf, np.frombuffer(pcm, dtype="<i2"), rate, format="WAV", subtype="PCM_16")
+    assert wav_header(len(pcm), rate) + pcm == buf.getvalue() == encode_pcm16(pcm, rate, "wav")
+
+
 def test_pcm16_of_non_finite_samples() -> None:
     """NaN is silence and +-inf full scale, wherever they fall."""
     samples = np.array([np.nan, np.inf, -np.inf, 0.5, -1.5, 2.0, np.nan], dtype=np.float32)
