@@ -52,6 +52,12 @@ class Coalescer(Generic[Item, Out]):
         self.calls = 0  # calls made, and requests they served (merged: more requests than calls)
         self.requests = 0
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a call (not counting those in the call in flight)."""
+        with self._lock:
+            return len(self._waiting)
+
     def run(self, items: Sequence[Item], key: Any, seeds: Sequence[int] | None = None, *, urgent: bool = False) -> list[Out]:
         if not items:
             return []
