@@ -95,8 +95,12 @@ def test_close_lengths_share_a_batch_and_far_ones_do_not(make_farm: Callable[...
 def test_lone_job_waits_out_the_window_and_no_longer(make_farm: Callable[..., Farm], continuous: bool) -> None:
     """A fixed window (``queue.continuous_batching = false``) is waited out by a lone job; with continuous batching
     (the default) a lone job on an idle device starts at once."""
-    farm = make_farm(TTSFARM_QUEUE_MAX_BATCH_CPU="4", TTSFARM_QUEUE_CONTINUOUS_BATCHING=str(continuous).lower())
+    # A 1 s window rather than the shipped 200 ms: a slow CI machine's scheduling delay (tens of ms) stays small
+    # beside it, so "waits it out and no longer" and "starts at once" keep their meaning there.
+    farm = make_farm(TTSFARM_QUEUE_MAX_BATCH_CPU="4", TTSFARM_QUEUE_CONTINUOUS_BATCHING=str(continuous).lower(),
+                     TTSFARM_QUEUE_WINDOW_MS="1000")
     window = farm.settings.queue.window_ms / 1000
+    assert window == 1.0
     farm.start_worker()
     client = farm.client()
     assert client.submit("Warm up the worker first.", voice="joe").wait(timeout=60).state == "done"
@@ -110,7 +114,7 @@ def test_lone_job_waits_out_the_window_and_no_longer(make_farm: Callable[..., Fa
     if continuous:
         assert all(w < window / 2 for w in waits), waits
     else:
-        assert all(window * 0.9 <= w <= window + 0.05 for w in waits), waits
+        assert all(window * 0.9 <= w <= window * 1.25 for w in waits), waits
 
 
 def test_interactive_job_overtakes_a_bulk_backlog_and_bulk_still_finishes(make_farm: Callable[..., Farm]) -> None:
