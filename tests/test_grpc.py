@@ -210,8 +210,9 @@ def test_a_cancelled_stream_cancels_its_job(farm: Farm, tts: Any) -> None:
 
 def test_a_deadline_cancels_its_job(farm: Farm, server: BackgroundServer) -> None:
     stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel := grpc.insecure_channel(server.target))
-    # far more audio than 1.5 s makes (the worker runs ~16 x real time): the deadline comes mid-job
-    call = stub.SynthesizeOnline(iter([riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 40))]), timeout=1.5)
+    # far more audio than 3 s makes (~240 s of it; the worker runs ~16 x real time): the deadline comes mid-job, and
+    # long after the job's submit and first chunk, however slow the machine
+    call = stub.SynthesizeOnline(iter([riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 40))]), timeout=3)
     with pytest.raises(grpc.RpcError) as info:
         list(call)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -229,10 +230,10 @@ def test_a_deadline_cancels_the_job_of_a_reader_that_stopped_reading(farm: Farm,
     channel = grpc.insecure_channel(server.target, options=[("grpc.http2.bdp_probe", 0),
                                                             ("grpc.http2.lookahead_bytes", 16384)])
     stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
-    call = stub.SynthesizeOnline(iter([riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 40))]), timeout=2)
-    next(call)
+    call = stub.SynthesizeOnline(iter([riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 40))]), timeout=4)
+    next(call)  # the first audio: well inside the deadline, however slow the machine
     job = farm.client().job(_metadata(call, "initial_metadata")[JOB_KEY])
-    time.sleep(2.5)
+    time.sleep(4.5)
     deadline = time.monotonic() + 10
     while job.status().state != "cancelled" and time.monotonic() < deadline:
         time.sleep(0.05)
