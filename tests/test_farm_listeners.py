@@ -64,11 +64,13 @@ def test_long_listeners_all_start_before_any_gets_its_third_segment(redis_url: s
     farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_INFERENCE_THREADS="1", TTSFARM_QUEUE_INTERACTIVE_LOOPS="0",
                 TTSFARM_QUEUE_BULK_NICE="0", TTSFARM_QUEUE_ADMISSION_IDLE_AHEAD="2")
     try:
-        farm.start_worker()
         client = farm.client()
         keys = Keys(farm.prefix)
+        # submitted together: all four before the worker starts (a slow machine's submits would otherwise let the
+        # first job run its two segments ahead before the last one exists)
         jobs = [client.submit(long_text(i), voice="joe", options=NOISELESS) for i in range(4)]
         assert all(job.total >= 8 for job in jobs)
+        farm.start_worker()
         # the streams hold a few seconds of each job, never its whole backlog (a later job's first segment is a head)
         most_queued = 0
         while not all(job.status().state == "done" for job in jobs):
