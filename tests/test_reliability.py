@@ -86,8 +86,10 @@ def test_sigkill_mid_batch_twice_under_load(redis_url: str, tmp_path: Path) -> N
         kills = []
         for victim, after in ((first, 30), (second, 100)):
             wait_until(lambda: sum(s == "done" for s in states(client.redis, keys, ids).values()) >= after, 180, "progress")
-            wait_until(lambda: pending_of(client.redis, keys, victim.name) > 0, 60, "a batch in flight")
-            held = pending_of(client.redis, keys, victim.name)
+            seen: list[int] = []  # the count the wait saw (read again, the batch may have been acked meanwhile)
+            wait_until(lambda: seen.append(pending_of(client.redis, keys, victim.name)) or seen[-1] > 0, 60,
+                       "a batch in flight")
+            held = seen[-1]
             victim.kill()
             kills.append(held)
             farm.start_worker(wait=False)
