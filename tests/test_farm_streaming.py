@@ -150,8 +150,8 @@ def test_cancel_mid_segment_stops_vocoding(metered: tuple[Farm, int]) -> None:
     job = client.submit(LONG, voice="joe", lane="bulk", options=NOISELESS)
     stream = job.stream(timeout=120)
     next(stream)  # the first window is out
-    at_cancel = windows_made(port)
     job.cancel()
+    at_cancel = windows_made(port)  # read after the cancel: a stall of this process between the two counts nothing
     wait_until(lambda: client.redis.hget(Keys(farm.prefix).status(job.id), "final") is not None, 30, "the job to end")
     time.sleep(0.5)
     after = windows_made(port) - at_cancel
