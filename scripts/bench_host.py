@@ -53,6 +53,7 @@ from bench.load import LoadSpec, make_jobs, run_load  # noqa: E402
 from bench.local import ForeignLoad, family, proc_cpu_s  # noqa: E402
 from bench.report import PARTS, pct, summarize  # noqa: E402
 from pipeline.settings import CONFIG_DIR  # noqa: E402
+from pipeline.voices.null.device import PROFILES  # noqa: E402
 from producer.local import RedisServer, WorkerProcess  # noqa: E402
 from producer.wire.broker import run_blocking  # noqa: E402
 from producer.wire.keys import Keys  # noqa: E402
@@ -283,6 +284,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cpu = (cpu1 or 0.0) - (cpu0 or 0.0)
         rts = rt1["round_trips"] - rt0["round_trips"]
         busy, stage_busy = device_delta(dev0, dev1)
+        ceiling = PROFILES[args.device].ceiling(args.max_batch)  # the fake device's, as the GPU check measures a real one's
         pcm_per_s = 2 * 22050
         out: dict[str, Any] = {
             "config": {"device": args.device, "loops": args.loops, "max_batch": args.max_batch, "jobs": args.jobs, "set": args.set,
@@ -303,6 +305,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "redis_bytes_out_per_speech_s": per(drain["net_out"], speech, 0),
                 "bytes_in_vs_pcm16": per(drain["net_in"] / max(speech, 1e-9), pcm_per_s),
                 "device_busy": busy, "stage_busy": stage_busy,
+                "ceiling_speech_s_per_s": per(ceiling, 1, 1) if ceiling else None,
+                "vs_ceiling": per(speech / max(wall, 1e-9), ceiling) if ceiling else None,
             },
         }
         d = out["drain"]
@@ -407,6 +411,8 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
         f"| bytes out of Redis per speech second | {d['redis_bytes_out_per_speech_s']} |",
         f"| device busy (acoustic, vocoder{'' if d['device_busy'] is not None else '; summed over the processes'}) | "
         f"{d['device_busy'] if d['device_busy'] is not None else '–'} ({d['stage_busy'].get('acoustic')}, {d['stage_busy'].get('vocoder')}) |",
+        *([f"| drain against the device's raw batched ceiling ({d['ceiling_speech_s_per_s']} speech s/s: a batch of {c['max_batch']} "
+           f"reference items through both stages, one call after the other) | {d['vs_ceiling']} × |"] if d.get("vs_ceiling") else []),
         f"| idle worker: commands/s, round trips/s, Redis CPU ms/s | {i['commands_per_s']}, {i['round_trips_per_s']}, {i['redis_cpu_ms_per_s']} |",
     ]
     if "closed" in res:

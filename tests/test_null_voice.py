@@ -62,6 +62,13 @@ def test_h200_profile_gives_the_sweep_figures() -> None:
     assert h200.acoustic(16, 4 * 76) > 3.9 * h200.acoustic(16, 76)  # past 16 reference items it grows with the work
 
 
+def test_chained_profile_has_the_h200s_raw_batched_ceiling() -> None:
+    # the GPU check measured joe's stages chained in-process at batch 8: 24.25 ms a batch, 618 speech s/s
+    assert PROFILES["h200_chained"].ceiling(8) == pytest.approx(618, abs=1)
+    assert PROFILES["h200"].ceiling(8) == pytest.approx(8 * 1.873 / ((11.95 + 3.15) / 1000), rel=0.01)
+    assert PROFILES["none"].ceiling(8) is None
+
+
 def test_fake_device_serializes_a_stage_and_counts_busy_time() -> None:
     import threading
 

@@ -54,6 +54,8 @@ class Profile:
     acoustic_ref_ids: int = 76
     vocoder_base_ms: float = 0.0
     vocoder_ms_per_frame: float = 0.0
+    ref_frames: int = 161  # the sweep's reference item: ~76 ids, ~161 frames, ~1.87 s of speech
+    ref_speech_s: float = 1.873
 
     def acoustic(self, rows: int, width: int) -> float:
         if not self.acoustic_ms:
@@ -74,6 +76,13 @@ class Profile:
         if not self.vocoder_base_ms and not self.vocoder_ms_per_frame:
             return 0.0
         return self.vocoder_base_ms + self.vocoder_ms_per_frame * rows * width
+
+    def ceiling(self, batch: int) -> float | None:
+        """The raw batched ceiling in speech seconds per second: ``batch`` reference items through both stages,
+        one call after the other (as the GPU check's ``ceiling`` section measures a real device: 618 for joe on the
+        H200, which ``h200_chained`` is scaled to). None for a device without time."""
+        ms = self.acoustic(batch, self.acoustic_ref_ids) + self.vocoder(batch, self.ref_frames)
+        return batch * self.ref_speech_s / (ms / 1000) if ms > 0 else None
 
 
 CHAINED = 24.25 / (11.95 + 3.15)
