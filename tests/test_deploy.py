@@ -483,3 +483,28 @@ def test_shards_overlay_matches_the_schemas_and_scales_on_every_shard() -> None:
     merged["spec"]["triggers"] = patch["spec"]["triggers"]
     errors = list(_validator(DATA / "keda" / "scaledobject.schema.json").iter_errors(merged))
     assert not errors, "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+
+
+# -- several worker processes per GPU under MPS ------------------------------------------------------
+def test_gpu_mps_overlay_matches_the_schemas_and_sets_the_measured_layout() -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (test extra)")
+    folder = DEPLOY / "k8s" / "gpu-mps"
+    files = {p.name: _docs(p) for p in sorted(folder.glob("*.yaml"))}
+    (kust,) = files["kustomization.yaml"]
+    assert kust["resources"] == ["../"] and [p["path"] for p in kust["patches"]] == ["settings-patch.yaml"]
+    (patch,) = files["settings-patch.yaml"]
+    (plugin,) = files["device-plugin-mps.yaml"]
+    for doc in (patch, plugin):
+        kv.validate(doc, K8S_VERSION, strict=True)
+    base = _one("ConfigMap", "ttsfarm-settings")
+    assert patch["metadata"]["name"] == base["metadata"]["name"] and set(patch["data"]) <= set(base["data"]) | {"TTSFARM_QUEUE_INFERENCE_THREADS"}
+    # the worker reads the merged settings: two loops (one of them the reserved interactive loop), the 50 ms window
+    env = {k: v for k, v in {**base["data"], **patch["data"]}.items() if k.startswith("TTSFARM_")}
+    settings = load_settings(env=env)
+    assert settings.queue.inference_threads == 2 and settings.queue.window_ms == 50
+    assert settings.queue.inference_threads > settings.queue.interactive_loops
+    # the device plugin shares each GPU among as many pods as the comments say, through MPS
+    config = yaml.safe_load(plugin["data"]["config.yaml"])
+    (resource,) = config["sharing"]["mps"]["resources"]
+    assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] == 3
+    assert "three worker pods" in (folder / "kustomization.yaml").read_text()
