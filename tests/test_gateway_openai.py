@@ -18,6 +18,9 @@ from tests.test_gateway import farm, http, server  # noqa: F401  (the same farm,
 pytestmark = pytest.mark.slow
 
 LONG = ("The farm encodes this while it is still being made. " * 2 + "Each sentence is its own segment. ") * 2
+# streamed: long enough (24 segments, ~2 s of a CPU worker's time) that its first bytes reach the client before the
+# job ends however slow the test process is (six segments could all be made before a busy client read the first)
+STREAMED = LONG * 4
 OPUS_DECODE_RATE = 48000
 
 
@@ -55,7 +58,7 @@ def test_encoded_formats_stream_as_they_are_made_and_decode_to_the_job_duration(
         openai_client: Any, http: httpx.Client, fmt: str, ctype: str, rate: int) -> None:
     pieces, first_state = [], None
     with openai_client.audio.speech.with_streaming_response.create(
-            model="tts-1", voice="joe", input=LONG, response_format=fmt) as response:
+            model="tts-1", voice="joe", input=STREAMED, response_format=fmt) as response:
         assert response.headers["content-type"].startswith(ctype)
         assert response.headers.get("transfer-encoding") == "chunked"
         assert response.headers["x-sample-rate"] == str(rate)
