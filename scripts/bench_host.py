@@ -305,7 +305,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "redis_bytes_out_per_speech_s": per(drain["net_out"], speech, 0),
                 "bytes_in_vs_pcm16": per(drain["net_in"] / max(speech, 1e-9), pcm_per_s),
                 "device_busy": busy, "stage_busy": stage_busy,
-                "ceiling_speech_s_per_s": per(ceiling, 1, 1) if ceiling else None,
+                "ceiling_speech_s_per_s": round(ceiling, 1) if ceiling else None,
                 "vs_ceiling": per(speech / max(wall, 1e-9), ceiling) if ceiling else None,
             },
         }
