@@ -8,6 +8,9 @@ import logging
 import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -193,6 +196,58 @@ def wait_quiet(max_load: float = 0.8, *, idle_cores: float = 0.1, wait_max_s: fl
             return {"waited_s": round(time.monotonic() - start), "load_1m": round(load, 2), "busy_cores_10s": round(busy, 3), "quiet": False}
         log.info("machine busy (load %.2f, %.2f cores busy): waiting", load, busy)
         time.sleep(max(0.0, poll_s - 10))
+
+
+# -- an S3 server of our own ----------------------------------------------------------------------------
+@dataclass
+class MotoServer:
+    """A private moto S3 server on a free port, for benches that store as a deployment does (``stop`` ends it).
+    Its objects live in its memory. Its server (werkzeug's) closes every connection after one request, so a client
+    pays a TCP connect per object (0.1 ms of CPU measured), where S3 would keep it open but charge TLS."""
+
+    port: int = 0
+    proc: Any = None
+    bucket: str = "ttsfarm-bench"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The ``TTSFARM_*`` and AWS settings a worker stores into it with (create the bucket with ``start``)."""
+        return {"TTSFARM_STORAGE_BACKEND": "s3", "TTSFARM_STORAGE_S3_BUCKET": self.bucket,
+                "TTSFARM_STORAGE_S3_ENDPOINT_URL": self.url, "TTSFARM_STORAGE_S3_REGION": "us-east-1",
+                "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def start(self, timeout: float = 30.0) -> MotoServer:
+        from producer.local import free_port
+
+        self.port = self.port or free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"the moto S3 server did not start on port {self.port}") from None
+                time.sleep(0.1)
+        import boto3  # only a bench that stores into S3 loads it
+
+        boto3.session.Session(aws_access_key_id="bench", aws_secret_access_key="bench").client(
+            "s3", endpoint_url=self.url, region_name="us-east-1").create_bucket(Bucket=self.bucket)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - a server that will not end is killed
+                self.proc.kill()
 
 
 # -- a farm of our own ---------------------------------------------------------------------------------

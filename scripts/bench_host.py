@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 from bench.load import LoadSpec, make_jobs, run_load  # noqa: E402
-from bench.local import ForeignLoad, family, proc_cpu_s  # noqa: E402
+from bench.local import ForeignLoad, MotoServer, family, proc_cpu_s  # noqa: E402
 from bench.report import PARTS, pct, summarize  # noqa: E402
 from pipeline.settings import CONFIG_DIR  # noqa: E402
 from pipeline.voices.null.device import PROFILES  # noqa: E402
@@ -224,6 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="ttsfarm-bench-host-"))
     device_stats = work / "device.{pid}.json"
     server = RedisServer().start()
+    moto = MotoServer().start() if args.storage == "s3" else None
     workers: list[WorkerProcess] = []
     foreign = ForeignLoad()
     try:
@@ -231,6 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env = {"TTSFARM_CONFIG_DIR": str(config_dir(work, args.device, device_stats, args.max_batch, lock_dir)),
                "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX,
                "TTSFARM_STORAGE_BACKEND": "local", "TTSFARM_STORAGE_LOCAL_DIR": str(work / "storage"),
+               **(moto.env() if moto is not None else {}),
                "TTSFARM_RUNTIME_DEVICE": "cpu",
                # the fake device has no CUDA session, so the worker would batch as on CPU: the GPU's batch cap here
                "TTSFARM_QUEUE_MAX_BATCH_CPU": str(args.max_batch), "TTSFARM_QUEUE_INFERENCE_THREADS": str(args.loops),
@@ -238,6 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                **({"TTSFARM_QUEUE_FIRST_SEGMENTS_JOIN": "any"} if args.device != "none" else {}),
                **{f"TTSFARM_{k.upper()}": v for k, v in (kv.split("=", 1) for kv in args.set)}}
         settings = load_settings(env=env)
+        stored = work / "storage" / "ttsfarm" if moto is None else None  # outputs a streaming reader deletes when read
         keys = Keys(PREFIX)
         r = redis.Redis.from_url(server.url)
         broker = RedisBroker(r, keys)
@@ -289,7 +292,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out: dict[str, Any] = {
             "config": {"device": args.device, "loops": args.loops, "max_batch": args.max_batch, "jobs": args.jobs, "set": args.set,
                        "mix": MIX, "seed": args.seed, "processes": args.processes, "shared_device": args.shared_device, "rate": args.rate,
-                       "finisher_processes": settings.queue.finisher_processes},
+                       "finisher_processes": settings.queue.finisher_processes, "storage": args.storage},
             "submit": sub,
             "drain": {
                 "wall_s": round(wall, 2), "jobs_done": sum(1 for _, _, s in ends if s == "done"), "segments": segments,
@@ -332,7 +335,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raw = run_load(settings, LoadSpec(mix="en", concurrency=args.closed, duration_s=args.closed_s, seed=args.seed + 2,
                                               timeout_s=60, drain_s=60), pids=lambda: pids,
                            plans=[dataclasses.replace(p, voice=NULL_VOICE) for p in make_jobs(MIX, 100_000, seed=args.seed + 2)],
-                           storage_dir=work / "storage" / "ttsfarm")
+                           storage_dir=stored)
             s = summarize(raw)
             out["closed"] = {"concurrency": args.closed, "throughput": s["throughput"],
                              "mean_batch": s["mean_batch_size_per_segment"], "first_chunk_ms_all": s["first_chunk_ms"]["all"],
@@ -346,7 +349,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             l0 = redis_counters(r)
             raw = run_load(settings, LoadSpec(mix="en", rate=rate, duration_s=args.load_s, seed=args.seed + 1, timeout_s=60,
                                               drain_s=60), pids=lambda: pids, plans=load_plans,
-                           storage_dir=work / "storage" / "ttsfarm")
+                           storage_dir=stored)
             loaded = counters_delta(l0, redis_counters(r), Counter())  # every client's: the streaming readers' too
             s = summarize(raw)
             fc = s["first_chunk_ms"]
@@ -368,6 +371,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for w in workers:
             w.stop(timeout=30)
         server.stop()
+        if moto is not None:
+            moto.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
@@ -389,7 +394,7 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
     lines = [
         f"<!-- bench_host {label} start -->",
         f"**{label}** ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, fake device `{c['device']}`, {workers_of(c)}, "
-        f"batch cap {c['max_batch']}, {c['jobs']} jobs, load 1 min {res['machine']['load_1m']}, "
+        f"batch cap {c['max_batch']}, {c['jobs']} jobs, outputs stored {'in S3 (moto)' if c.get('storage') == 's3' else 'locally'}, load 1 min {res['machine']['load_1m']}, "
         f"foreign CPU {res['machine']['foreign']['foreign_cores']} cores):",
         "",
         "```bash",
@@ -454,6 +459,8 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=1, help="worker processes (each --loops loops)")
     ap.add_argument("--shared-device", action="store_true",
                     help="the processes share one fake device (file locks per stage); else each has its own")
+    ap.add_argument("--storage", choices=("local", "s3"), default="local",
+                    help="where the worker stores outputs: a local folder, or S3 (a private moto server, as a deployment stores)")
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=400)
     ap.add_argument("--idle-s", type=float, default=5.0)

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -160,6 +161,21 @@ def test_s3_multipart_above_threshold_only(s3: S3Storage) -> None:
     assert head_big["ETag"].strip('"').endswith("-3")
     assert head_big["ContentType"] == "audio/wav"
     assert s3.get("big.wav") == big
+
+
+def test_s3_one_request_per_object_below_the_threshold(s3: S3Storage) -> None:
+    """A job's output and words go up in one PutObject each, sent from the calling thread (not through boto3's
+    transfer manager, whose threads cost more CPU than the request: scripts/bench_storage.py); at the threshold and
+    above, in parts."""
+    calls: list[tuple[str, int]] = []
+    s3.client.meta.events.register("before-call.s3", lambda model, **_: calls.append((model.name, threading.get_ident())))
+    s3.put("a/audio.wav", os.urandom(5 * MIB - 1), "audio/wav")
+    s3.put("a/words.json", b"[]", "application/json")
+    assert calls == [("PutObject", threading.get_ident())] * 2
+    calls.clear()
+    s3.put("b/audio.wav", os.urandom(5 * MIB), "audio/wav")
+    assert calls[0][0] == "CreateMultipartUpload" and calls[-1][0] == "CompleteMultipartUpload", calls
+    assert s3.get("a/words.json") == b"[]"
 
 
 def test_s3_presigned_get_with_plain_http(s3: S3Storage) -> None:

@@ -150,15 +150,20 @@ class S3Storage:
             raise self._translate(exc, "create", None) from exc
 
     def put(self, key: str, data: bytes, content_type: str) -> str:
+        """One PUT below the multipart threshold (a job's output, its words: the transfer manager's threads and
+        futures cost 1.2 ms of CPU more per object, ``scripts/bench_storage.py``), the transfer manager above it."""
         full = self.object_key(key)
         try:
-            self.client.upload_fileobj(
-                io.BytesIO(data),
-                self.bucket,
-                full,
-                ExtraArgs={"ContentType": content_type},
-                Config=self.transfer_config,
-            )
+            if len(data) < self.transfer_config.multipart_threshold:
+                self.client.put_object(Bucket=self.bucket, Key=full, Body=data, ContentType=content_type)
+            else:
+                self.client.upload_fileobj(
+                    io.BytesIO(data),
+                    self.bucket,
+                    full,
+                    ExtraArgs={"ContentType": content_type},
+                    Config=self.transfer_config,
+                )
         except Exception as exc:
             raise self._translate(exc, "upload", key) from exc
         log.debug("stored %d bytes at s3://%s/%s", len(data), self.bucket, full)
@@ -212,9 +217,10 @@ class S3Storage:
         detail: dict[str, Any] = {"bucket": self.bucket}
         if key is not None:
             detail["key"] = key
-        # What reaches here from the calls above is botocore's own error: upload_fileobj re-raises its transfer's
-        # error as it was (only boto3's file-name upload_file wraps one, in S3UploadFailedError), and botocore
-        # wraps every failure of sending a request or reading a body, socket errors included, in its errors.
+        # What reaches here from the calls above is botocore's own error: put_object raises it, upload_fileobj
+        # re-raises its transfer's error as it was (only boto3's file-name upload_file wraps one, in
+        # S3UploadFailedError), and botocore wraps every failure of sending a request or reading a body, socket
+        # errors included, in its errors.
         if isinstance(exc, bce.ClientError):
             code, status = _code(exc), _status(exc)
             text = f"object storage refused to {op} {where}{via}: {code} (HTTP {status})"
