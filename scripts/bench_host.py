@@ -260,7 +260,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         own: Counter[str] = Counter()
         t_ready = time.time()
         rt0, dev0 = trips_sum(trips_files, t_ready), device_records(work, t_ready, args.processes)
-        c0, cpu0 = redis_counters(r), cpu_sum(pids)
+        c0, cpu0, main0 = redis_counters(r), cpu_sum(pids), sum(proc_cpu_s(p) or 0.0 for p in pids)
         done0 = segments_done(r, keys, jobs)  # what the worker finished before the window opened is not counted
         own["hget"] += len(jobs)
         backlogs = [keys.backlog("interactive"), keys.backlog("bulk")]
@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if any(w.proc is None or w.proc.poll() is not None for w in workers):
                 raise RuntimeError("a worker exited during the drain")
         t_drained = time.time()
-        c1, cpu1 = redis_counters(r), cpu_sum(pids)
+        c1, cpu1, main1 = redis_counters(r), cpu_sum(pids), sum(proc_cpu_s(p) or 0.0 for p in pids)
         rt1, dev1 = trips_sum(trips_files, t_drained), device_records(work, t_drained, args.processes)
         drain = counters_delta(c0, c1, own)
         ends = job_ends(r, keys, jobs)
@@ -300,6 +300,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "audio_s_per_s": per(audio, wall), "speech_s_per_s": per(speech, wall),
                 "worker_cpu_s": round(cpu, 2), "worker_cores": per(cpu, wall),
                 "host_cpu_ms_per_segment": per(1000 * cpu, segments), "segments_per_core_s": per(segments, cpu, 1),
+                # the loops' processes alone (without their finisher processes: ``queue.finisher_processes``)
+                "loops_process_cpu_ms_per_segment": per(1000 * (main1 - main0), segments),
                 "redis_commands_per_segment": per(drain["commands"], segments), "redis_commands_per_job": per(drain["commands"], len(jobs)),
                 "round_trips_per_segment": per(rts, segments), "round_trips_per_job": per(rts, len(jobs)),
                 "calls_per_segment": {k: round(v / segments, 2) for k, v in drain["calls"].items()},
@@ -408,6 +410,7 @@ def markdown(res: dict[str, Any], command: str, label: str) -> str:
         f"| drain: jobs/s | {d['jobs_per_s']} |",
         f"| worker CPU: cores used / ms per segment / segments per CPU-second | {d['worker_cores']} / {d['host_cpu_ms_per_segment']} / "
         f"{d['segments_per_core_s']} |",
+        f"| the loops' processes alone (without finisher processes): CPU ms per segment | {d['loops_process_cpu_ms_per_segment']} |",
         f"| Redis commands per segment / per job (worker side) | {d['redis_commands_per_segment']} / {d['redis_commands_per_job']} |",
         f"| round trips per segment / per job (worker side{unseen}) | {d['round_trips_per_segment']} / {d['round_trips_per_job']} |",
         f"| submit: commands / round trips per job | {s['commands_per_job']} / {s['round_trips_per_job']} |",

@@ -91,6 +91,11 @@ def test_compose_services_are_wired() -> None:
     gpu = services["worker-gpu"]
     assert gpu["build"]["dockerfile"] == "deploy/Dockerfile.gpu"
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    # the GPU worker stores into S3 from finisher processes, off its loops' process (docs/SCALING.md)
+    gpu_settings = load_settings(env={k: v for k, v in gpu["environment"].items() if k.startswith("TTSFARM_")})
+    assert gpu_settings.storage.s3_bucket and gpu_settings.queue.finisher_processes >= 1
+    assert gpu_settings.queue.finisher_threads >= gpu_settings.queue.finisher_processes
+    assert {k: v for k, v in gpu["environment"].items() if "FINISHER" not in k} == env
     flower_cmd = services["flower"]["command"]
     assert flower_cmd[:4] == ["celery", "-A", "workers.app", "flower"]
     assert "--persistent=True" in flower_cmd and "FLOWER_BASIC_AUTH" in services["flower"]["environment"]
@@ -259,6 +264,9 @@ def test_configmap_holds_real_settings_and_the_metrics_port() -> None:
     settings = load_settings(env={k: v for k, v in data.items() if k.startswith("TTSFARM_")})
     assert settings.worker.metrics_port == METRICS_PORT
     assert settings.runtime.device == "cuda"
+    # the GPU workers store into S3 from finisher processes, each fed by a finisher thread of its own
+    assert settings.storage.s3_bucket and settings.queue.finisher_processes >= 1
+    assert settings.queue.finisher_threads >= settings.queue.finisher_processes
 
 
 def test_scaled_object_covers_every_queue_stream() -> None:

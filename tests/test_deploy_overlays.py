@@ -178,7 +178,7 @@ def test_shards_overlay_matches_the_schemas_and_scales_on_every_shard() -> None:
 # -- several worker processes per GPU under MPS ------------------------------------------------------
 def test_gpu_mps_overlay_matches_the_schemas_and_sets_the_measured_layout() -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (test extra)")
-    files = _overlay("gpu-mps", {"settings-patch.yaml"})
+    files = _overlay("gpu-mps", {"settings-patch.yaml", "worker-patch.yaml"})
     assert files["kustomization.yaml"][0]["resources"] == ["../"]
     (patch,) = files["settings-patch.yaml"]
     (plugin,) = files["device-plugin-mps.yaml"]
@@ -186,11 +186,22 @@ def test_gpu_mps_overlay_matches_the_schemas_and_sets_the_measured_layout() -> N
         kv.validate(doc, K8S_VERSION, strict=True)
     base = _one("ConfigMap", "ttsfarm-settings")
     assert patch["metadata"]["name"] == base["metadata"]["name"] and set(patch["data"]) <= set(base["data"]) | {"TTSFARM_QUEUE_INFERENCE_THREADS"}
-    # the worker reads the merged settings: two loops (one of them the reserved interactive loop), the 50 ms window
+    # the worker reads the merged settings: two loops (one of them the reserved interactive loop), the 50 ms window,
+    # one finisher process (a third of the base's two: the pod makes a third of the GPU's audio)
     env = {k: v for k, v in {**base["data"], **patch["data"]}.items() if k.startswith("TTSFARM_")}
     settings = load_settings(env=env)
     assert settings.queue.inference_threads == 2 and settings.queue.window_ms == 50
     assert settings.queue.inference_threads > settings.queue.interactive_loops
+    assert settings.queue.finisher_processes == settings.queue.finisher_threads == 1
+    # the worker patch (a strategic merge: the container by name) asks for fewer cores than the base's pod
+    (worker,) = files["worker-patch.yaml"]
+    base_dep = _one("Deployment", "ttsfarm-worker")
+    assert (worker["kind"], worker["metadata"]["name"]) == (base_dep["kind"], base_dep["metadata"]["name"])
+    (container,) = worker["spec"]["template"]["spec"]["containers"]
+    (base_container,) = base_dep["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == base_container["name"]
+    assert int(container["resources"]["requests"]["cpu"]) < int(base_container["resources"]["requests"]["cpu"])
+    assert int(container["resources"]["requests"]["cpu"]) >= 1 + settings.queue.finisher_processes
     # the device plugin shares each GPU among as many pods as the comments say, through MPS
     config = yaml.safe_load(plugin["data"]["config.yaml"])
     (resource,) = config["sharing"]["mps"]["resources"]
