@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import redis.connection
+import redis.exceptions
 
 from pipeline.errors import BAD_OPTION, InputError
-from producer.wire.redis_connect import SentinelUrl, connect
+from producer.wire.redis_connect import WHOLE_PACKER, SentinelUrl, WholePacker, connect
 from producer.wire.settings import load_settings
 from producer.wire.tasks import celery_connection
 
@@ -53,3 +55,38 @@ def test_the_password_never_shows_in_an_error() -> None:
     with pytest.raises(InputError) as caught:
         connect("sentinel://:secret@h1:1;http://:secret@h2:2", master_name="m")
     assert "secret" not in str(caught.value)
+
+
+# -- how a blocking client packs its commands --------------------------------------------------------
+PACKED_ARGS = [
+    ("EVALSHA", "a" * 40, 2, "k:1", "k:2", 0, -7, 1.5, 1733500000.123456, 1e-7, 0.1 + 0.2, 10**20, "héllo ✓", b"\x00\xff" * 9000, ""),
+    ("CONFIG GET", "maxmemory"),  # a command of two words, split as redis-py splits it
+    (b"CLIENT SETNAME", b"x"),
+    ("SET", "k", memoryview(b"view")),  # what hiredis does not take: redis-py's own packer
+    ("SET", "k", bytearray(b"array")),
+]
+
+
+@pytest.mark.parametrize("args", PACKED_ARGS, ids=range(len(PACKED_ARGS)))
+def test_the_whole_packer_sends_what_redis_py_would(args: tuple[object, ...]) -> None:
+    own = redis.connection.Connection().pack_command(*args)
+    assert b"".join(bytes(x) for x in WholePacker().pack(*args)) == b"".join(bytes(x) for x in own)
+
+
+def test_the_whole_packer_refuses_a_bad_type_as_redis_py_does() -> None:
+    for bad in (True, None, {"a": 1}):
+        with pytest.raises(redis.exceptions.DataError):
+            WholePacker().pack("SET", "k", bad)
+
+
+def test_a_blocking_client_packs_with_it_and_talks_to_redis(redis_url: str) -> None:
+    client = connect(redis_url)
+    assert client.connection_pool.connection_kwargs["command_packer"] is WHOLE_PACKER is not None
+    pcm = bytes(range(256)) * 100
+    assert client.eval("return {ARGV[1], ARGV[2], ARGV[3], ARGV[4]}", 0, pcm, 7, 2.5, "é") == [pcm, b"7", b"2.5", "é".encode()]
+    pipe = client.pipeline(transaction=False)
+    pipe.set("packed:a", pcm).get("packed:a").delete("packed:a")
+    assert pipe.execute() == [True, pcm, 1]
+    client.close()
+    assert "command_packer" not in connect(redis_url, asyncio=True).connection_pool.connection_kwargs
+    assert "command_packer" not in connect(redis_url, encoding="latin-1").connection_pool.connection_kwargs
