@@ -203,7 +203,7 @@ def wait_quiet(max_load: float = 0.8, *, idle_cores: float = 0.1, wait_max_s: fl
 class MotoServer:
     """A private moto S3 server on a free port, for benches that store as a deployment does (``stop`` ends it).
     Its objects live in its memory. Its server (werkzeug's) closes every connection after one request, so a client
-    pays a TCP connect per object (0.1 ms of CPU measured), where S3 would keep it open but charge TLS."""
+    pays a TCP connect per object (~0.1 ms), where S3 would keep it open but charge TLS."""
 
     port: int = 0
     proc: Any = None

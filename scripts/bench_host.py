@@ -224,10 +224,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="ttsfarm-bench-host-"))
     device_stats = work / "device.{pid}.json"
     server = RedisServer().start()
-    moto = MotoServer().start() if args.storage == "s3" else None
+    moto: MotoServer | None = None
     workers: list[WorkerProcess] = []
     foreign = ForeignLoad()
     try:
+        moto = MotoServer().start() if args.storage == "s3" else None
         lock_dir = work / "device-locks" if args.shared_device else None
         env = {"TTSFARM_CONFIG_DIR": str(config_dir(work, args.device, device_stats, args.max_batch, lock_dir)),
                "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX,

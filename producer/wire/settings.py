@@ -127,7 +127,9 @@ class QueueSettings:
     finisher_processes: int = 0
     """Processes per worker process that do the heavy part of those ends (assembly, encoding, storage, final record),
     each with its own Redis connection and storage client, so the loops' interpreter (one GIL) does not run it
-    (workers/finisher.py). 0: the finisher threads (or with none, the loops) do it themselves."""
+    (workers/finisher.py). 0: the finisher threads (or with none, the loops) do it themselves. A GPU worker that stores
+    into S3 should run two, with as many finisher threads (deploy/ does): boto3's uploads cost its loops' process
+    ~3 ms of CPU a segment otherwise (docs/SCALING.md, "Per node")."""
     interactive_loops: int = 1
     """Of those loops, how many take interactive work only: one keeps callers' first chunks from waiting behind
     long bulk (book) segments (docs/BENCHMARKS.md)."""
