@@ -64,6 +64,9 @@ PACKED_ARGS = [
     (b"CLIENT SETNAME", b"x"),
     ("SET", "k", memoryview(b"view")),  # what hiredis does not take: redis-py's own packer
     ("SET", "k", bytearray(b"array")),
+    # a publish's shape: many arguments, its PCM as views (sent as they are), one at the end, two side by side
+    ("EVALSHA", "s" * 40, 1, "k", *range(20), memoryview(b"\x01\x02" * 5000), "x", 2.5, memoryview(b""), memoryview(b"pcm")),
+    ("EVALSHA", "s" * 40, 0, *range(20), memoryview(bytearray(b"ab")), memoryview(b"cd"), ""),
 ]
 
 
@@ -71,6 +74,14 @@ PACKED_ARGS = [
 def test_the_whole_packer_sends_what_redis_py_would(args: tuple[object, ...]) -> None:
     own = redis.connection.Connection().pack_command(*args)
     assert b"".join(bytes(x) for x in WholePacker().pack(*args)) == b"".join(bytes(x) for x in own)
+
+
+def test_the_whole_packer_sends_a_publishs_pcm_views_without_copying_them() -> None:
+    pcm = [memoryview(bytes([i]) * 100_000) for i in range(8)]
+    args = ("EVALSHA", "s" * 40, 0, *[x for i, view in enumerate(pcm) for x in (i, "pcm", view, 1.5)])
+    packed = WholePacker().pack(*args)
+    assert [x for x in packed if isinstance(x, memoryview)] == pcm and all(a is b for a, b in zip(packed[1::2], pcm))
+    assert sum(len(x) for x in packed if isinstance(x, bytes)) < 1000  # the rest: the small arguments, packed
 
 
 def test_the_whole_packer_refuses_a_bad_type_as_redis_py_does() -> None:
@@ -84,6 +95,10 @@ def test_a_blocking_client_packs_with_it_and_talks_to_redis(redis_url: str) -> N
     assert client.connection_pool.connection_kwargs["command_packer"] is WHOLE_PACKER is not None
     pcm = bytes(range(256)) * 100
     assert client.eval("return {ARGV[1], ARGV[2], ARGV[3], ARGV[4]}", 0, pcm, 7, 2.5, "é") == [pcm, b"7", b"2.5", "é".encode()]
+    views = [memoryview(bytes([i]) * 70_000) for i in range(3)]
+    echo = "local t = {} for i = 1, #ARGV do t[i] = ARGV[i] end return t"
+    assert client.eval(echo, 0, *range(20), views[0], "a", views[1], views[2]) == [
+        *[str(i).encode() for i in range(20)], bytes(views[0]), b"a", bytes(views[1]), bytes(views[2])]
     pipe = client.pipeline(transaction=False)
     pipe.set("packed:a", pcm).get("packed:a").delete("packed:a")
     assert pipe.execute() == [True, pcm, 1]

@@ -242,10 +242,11 @@ class RedisBroker:
         for p in todo:
             keys += [k.status(p.job_id), k.results(p.job_id), k.parts(p.job_id), k.frames(p.job_id)]
             claim = p.claim
+            # the PCM and frames as views: sent as they are, not copied into the packed command (redis_connect.WholePacker)
             argv += [p.seg, p.piece, p.seconds, len(p.chunks), f"{claim.attempt}|{claim.replay}" if claim else "",
-                     claim.frames if claim else ""]
+                     memoryview(claim.frames) if claim and claim.frames else ""]
             for fields in p.chunks:
-                argv += [2 * len(fields), *[x for kv in fields.items() for x in kv]]
+                argv += [2 * len(fields), *[x for k, v in fields.items() for x in (k, v)]]
             argv += ([1, p.end.words_json, p.end.batch_id, p.end.worker, p.total, int(p.end.frames)] if p.end is not None else
                      [0, "", "", "", 0, 0])
             argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
