@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -268,7 +269,7 @@ def farm_config_dir(settings: Any, work: Path) -> tuple[Path, bool]:
 
 
 def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_batch: int, work: Path,
-                 loops: int = 0, workers: int = 1) -> dict[str, Any]:
+                 loops: int = 0, workers: int = 1, finishers: int = 0) -> dict[str, Any]:
     from bench.run import BenchConfig, LoadSpec, run_bench
 
     config_dir, speaks_zh = farm_config_dir(settings, work)
@@ -276,6 +277,8 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
            "TTSFARM_QUEUE_MAX_BATCH_CUDA": str(max_batch), "TTSFARM_CONFIG_DIR": str(config_dir)}
     if loops:  # loops sharing the worker's sessions (0: the default, one on CUDA)
         env["TTSFARM_QUEUE_INFERENCE_THREADS"] = str(loops)
+    if finishers:  # finished jobs stored from processes of their own, each fed by a thread (as deploy/ runs GPU workers)
+        env["TTSFARM_QUEUE_FINISHER_PROCESSES"] = env["TTSFARM_QUEUE_FINISHER_THREADS"] = str(finishers)
     sat_s = max(5.0, farm_s * 0.4)
     mix: Any = "mixed" if speaks_zh else {"en_short": 0.75, "en_paragraph": 0.25}
     load = LoadSpec(mix=mix, duration_s=max(5.0, farm_s - sat_s), seed=5, timeout_s=120)
@@ -311,6 +314,21 @@ def farm_section(check: Check, settings: Any, device: str, farm_s: float, max_ba
         out["worker_device_memory_mb"] = {"samples": len(w), "first": w[0], "max": max(w), "settled_min": min(settled),
                                           "settled_max": max(settled), "flat": max(settled) <= 1.05 * min(settled)}
     return out
+
+
+def farm_spec(spec: str) -> tuple[int, int, int]:
+    """One ``--farm-loops`` value: loops per worker (0: the default), worker processes, finisher processes each."""
+    m = re.fullmatch(r"(\d+)(?:x(\d+))?(?:f(\d+))?", spec.strip())
+    if m is None or int(m.group(2) or 1) < 1:
+        raise ValueError(f"a farm run is LOOPS[xWORKERS][fFINISHERS] (6, 6x2, 0f2), not {spec!r}")
+    return int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 0)
+
+
+def farm_specs(text: str) -> str:
+    """``--farm-loops`` checked whole before any section runs (argparse turns a ValueError into a usage error)."""
+    for spec in text.split(","):
+        farm_spec(spec)
+    return text
 
 
 def phase_busy(busy: list[tuple[float, float]], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -424,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--voices", default="", help="comma-separated voices (default: every served voice with a stage model)")
     ap.add_argument("--min-time-s", type=float, default=0.4, help="time each cell at least this long")
     ap.add_argument("--sections", default="sweep,transfer,ceiling,farm", help="which measurements to make")
-    ap.add_argument("--farm-loops", default="0", help="farm runs, one per value: inference loops per worker (0 = default), "
-                    "LxW for W worker processes on the device (6x2: two workers of six loops)")
+    ap.add_argument("--farm-loops", default="0", type=farm_specs,
+                    help="farm runs, one per value: inference loops per worker (0 = default), LxW for W worker processes "
+                         "on the device (6x2: two workers of six loops), a suffix fN for N finisher processes each (0f2)")
     ap.add_argument("--quick", action="store_true", help="batches 1,2, FP32+INT8, a short farm run: the CPU test")
     args = ap.parse_args(argv)
     if args.quick:
@@ -462,15 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     for n, spec in enumerate(args.farm_loops.split(",")):
         if args.farm_s <= 0 or "farm" not in sections:
             break
-        loops_text, _, workers_text = spec.partition("x")
-        loops, workers = int(loops_text), int(workers_text or 1)
-        name = "farm" if n == 0 else f"farm_loops{loops}" + (f"_w{workers}" if workers > 1 else "")
+        loops, workers, finishers = farm_spec(spec)
+        name = "farm" if n == 0 else (f"farm_loops{loops}" + (f"_w{workers}" if workers > 1 else "")
+                                      + (f"_f{finishers}" if finishers else ""))
         if check.left_s() < args.farm_s + 30:
             check.skip(f"{name}: {check.left_s():.0f} s left of the budget, {args.farm_s + 30:.0f} s needed")
             continue
         try:
-            check.section(name, {"loops": loops or "default", "workers": workers}
-                          | farm_section(check, settings, args.device, args.farm_s, args.max_batch, work, loops, workers))
+            check.section(name, {"loops": loops or "default", "workers": workers, "finisher_processes": finishers}
+                          | farm_section(check, settings, args.device, args.farm_s, args.max_batch, work, loops, workers,
+                                         finishers))
         except Exception as exc:  # noqa: BLE001
             check.error(name, exc)
     check.save()

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh"), "--device", "cpu", "--quick", "--voices", "joe",
-                           "--out", str(out), "--budget-s", "400"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           "--out", str(out), "--budget-s", "400", "--farm-loops", "0f1"],  # as deploy/ runs GPU workers
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((out / "gpu_check.json").read_text())
     assert (out / "gpu_check.txt").read_text().startswith("gpu_check ")
@@ -50,6 +51,19 @@ def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
     assert farm["saturation"]["throughput"]["speech_s_per_s"] > 0
     host = farm["saturation"]["host"]  # the worker's CPU per segment made (on a GPU: the host path's cost)
     assert host["cores"] > 0 and host["cpu_ms_per_segment"] > 0, host
+    assert farm["finisher_processes"] == 1 and farm["worker_env"]["TTSFARM_QUEUE_FINISHER_PROCESSES"] == "1"
+
+
+def test_a_farm_run_is_loops_workers_and_finishers() -> None:
+    from scripts.gpu_check import farm_spec
+
+    assert [farm_spec(x) for x in ("0", "6x2", "0f2", "2x3f1")] == [(0, 1, 0), (6, 2, 0), (0, 1, 2), (2, 3, 1)]
+    for bad in ("", "x2", "6x0", "6f", "six", "6x2x3"):
+        with pytest.raises(ValueError, match="LOOPS"):
+            farm_spec(bad)
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu",
+                           "--farm-loops", "0,6y2"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "--farm-loops" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_device_busy_counts_only_the_phase() -> None:
