@@ -444,3 +444,31 @@ def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
         stored = broker.job_output(job)
         assert stored[0] == {0: b"".join(bytes([i + 1, 0]) * 4 for i in range(n))}
         assert replies[-1].output == (stored if n == 1 else None)
+
+
+def test_a_publish_hands_its_pcm_and_frames_to_the_packer_as_views(redis_url: str) -> None:
+    """The pieces' PCM and a claim's frames travel as ``memoryview``s, which the wire's packer sends without copying
+    them (``redis_connect.WholePacker``); what lands in Redis is the same bytes."""
+    from producer.wire.broker import FrameClaim
+    from producer.wire.redis_connect import WholePacker
+
+    seen: list[list[type]] = []
+
+    class Recording(WholePacker):
+        def pack(self, *args: Any) -> list[bytes]:
+            seen.append([type(a) for a in args])
+            return super().pack(*args)
+
+    client = redis.Redis.from_url(redis_url, command_packer=Recording())
+    broker = RedisBroker(client, Keys("views"))
+    client.hset(broker.keys.status("vj"), mapping={"state": "running", "total": 1})
+    pcm = [bytes([i]) * 3000 for i in range(3)]
+    pieces = [_piece("vj", "w1/1", 0, pcm[0], claim=FrameClaim("w1/1", "7,93,250", b"npz-frames")),
+              _piece("vj", "w1/1", 1, pcm[1]), _piece("vj", "w1/1", 2, pcm[2], end=True, frames=True)]
+    seen.clear()
+    assert all(x.written for x in broker.publish_pieces(pieces, maxlen=100, ttl_s=60))
+    publish = max(seen, key=len)
+    assert publish.count(memoryview) == 4  # three pieces' PCM and the frames
+    assert broker.job_output("vj")[0] == {0: b"".join(pcm)}
+    assert [bytes(f[b"pcm"]) for _, f in client.xrange(broker.keys.results("vj"))] == pcm
+    client.close()

@@ -246,7 +246,7 @@ class RedisBroker:
             argv += [p.seg, p.piece, p.seconds, len(p.chunks), f"{claim.attempt}|{claim.replay}" if claim else "",
                      memoryview(claim.frames) if claim and claim.frames else ""]
             for fields in p.chunks:
-                argv += [2 * len(fields), *[x for k, v in fields.items() for x in (k, v)]]
+                argv += [2 * len(fields), *[x for k, v in fields.items() for x in (k, memoryview(v) if k == "pcm" else v)]]
             argv += ([1, p.end.words_json, p.end.batch_id, p.end.worker, p.total, int(p.end.frames)] if p.end is not None else
                      [0, "", "", "", 0, 0])
             argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
