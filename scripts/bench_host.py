@@ -123,9 +123,9 @@ def trips_sum(paths: list[Path], after: float) -> dict[str, Any]:
     return {"round_trips": sum(rec["round_trips"] for rec in records), "wall": max(rec["wall"] for rec in records)}
 
 
-def cpu_sum(pids: list[int]) -> float:
-    """CPU seconds of the workers, their finisher processes with them."""
-    return sum(proc_cpu_s(p) or 0.0 for pid in pids for p in family(pid))
+def cpu_sum(pids: list[int], *, family_too: bool = True) -> float:
+    """CPU seconds of the workers, their finisher processes with them unless ``family_too`` is False."""
+    return sum(proc_cpu_s(p) or 0.0 for pid in pids for p in (family(pid) if family_too else [pid]))
 
 
 def fresh_record(path: Path, after: float) -> dict[str, Any]:
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         own: Counter[str] = Counter()
         t_ready = time.time()
         rt0, dev0 = trips_sum(trips_files, t_ready), device_records(work, t_ready, args.processes)
-        c0, cpu0, main0 = redis_counters(r), cpu_sum(pids), sum(proc_cpu_s(p) or 0.0 for p in pids)
+        c0, cpu0, main0 = redis_counters(r), cpu_sum(pids), cpu_sum(pids, family_too=False)
         done0 = segments_done(r, keys, jobs)  # what the worker finished before the window opened is not counted
         own["hget"] += len(jobs)
         backlogs = [keys.backlog("interactive"), keys.backlog("bulk")]
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if any(w.proc is None or w.proc.poll() is not None for w in workers):
                 raise RuntimeError("a worker exited during the drain")
         t_drained = time.time()
-        c1, cpu1, main1 = redis_counters(r), cpu_sum(pids), sum(proc_cpu_s(p) or 0.0 for p in pids)
+        c1, cpu1, main1 = redis_counters(r), cpu_sum(pids), cpu_sum(pids, family_too=False)
         rt1, dev1 = trips_sum(trips_files, t_drained), device_records(work, t_drained, args.processes)
         drain = counters_delta(c0, c1, own)
         ends = job_ends(r, keys, jobs)

@@ -324,11 +324,9 @@ def farm_spec(spec: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 0)
 
 
-def farm_specs(text: str) -> str:
-    """``--farm-loops`` checked whole before any section runs (argparse turns a ValueError into a usage error)."""
-    for spec in text.split(","):
-        farm_spec(spec)
-    return text
+def farm_specs(text: str) -> list[tuple[int, int, int]]:
+    """``--farm-loops`` read whole before any section runs (argparse turns a ValueError into a usage error)."""
+    return [farm_spec(spec) for spec in text.split(",")]
 
 
 def phase_busy(busy: list[tuple[float, float]], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -478,10 +476,9 @@ def main(argv: list[str] | None = None) -> int:
             check.section("ceiling", ceiling_section(models, args.device, args.max_batch, args.min_time_s))
         except Exception as exc:  # noqa: BLE001
             check.error("ceiling", exc)
-    for n, spec in enumerate(args.farm_loops.split(",")):
+    for n, (loops, workers, finishers) in enumerate(args.farm_loops):
         if args.farm_s <= 0 or "farm" not in sections:
             break
-        loops, workers, finishers = farm_spec(spec)
         name = "farm" if n == 0 else (f"farm_loops{loops}" + (f"_w{workers}" if workers > 1 else "")
                                       + (f"_f{finishers}" if finishers else ""))
         if check.left_s() < args.farm_s + 30:
