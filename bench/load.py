@@ -30,11 +30,11 @@ import redis
 from pipeline.errors import TTSFarmError
 from bench.local import ProcSampler
 from producer.reader import ResultsReader
-from producer.wire.errors import OverloadedError
-from producer.wire.keys import Keys
-from producer.wire.records import text_of
-from producer.wire.settings import Settings
-from producer.wire.status import JobStatus
+from wire.errors import OverloadedError
+from wire.keys import Keys
+from wire.records import text_of
+from wire.settings import Settings
+from wire.status import JobStatus
 
 log = logging.getLogger(__name__)
 

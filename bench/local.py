@@ -21,9 +21,9 @@ from typing import Any
 
 import redis
 
-from producer.wire.broker import run_blocking
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
+from wire.broker import run_blocking
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ class MotoServer:
                 "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_EC2_METADATA_DISABLED": "true"}
 
     def start(self, timeout: float = 30.0) -> MotoServer:
-        from producer.local import free_port
+        from bench.processes import free_port
 
         self.port = self.port or free_port()
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
@@ -269,7 +269,7 @@ class LocalFarm:
         return self.root / "storage" / "ttsfarm"
 
     def start(self, timeout: float = 180.0) -> LocalFarm:
-        from producer.local import RedisServer, WorkerProcess
+        from bench.processes import RedisServer, WorkerProcess
 
         self.server = RedisServer().start()
         full_env = {"TTSFARM_REDIS_URL": self.server.url, "TTSFARM_REDIS_KEY_PREFIX": self.prefix,

@@ -7,7 +7,7 @@ stream with a single multi-key XREAD, so the first chunk of each job is timed as
 After a job ends its status record gives the queue time (``started - created``) and the batch of each
 segment (``batch:{seg}``); a sampler reads the workers' RSS and CPU time from /proc.
 
-The bench can start its own redis-server and N workers (``producer.local``) or use a running farm
+The bench can start its own redis-server and N workers (``bench.processes``) or use a running farm
 (``--redis URL``). Summaries, JSON and plots are made by ``bench.report``.
 
 Latency is measured from each job's *scheduled* arrival, not from when the submitter got round to it,
@@ -53,8 +53,8 @@ from bench.local import (
     wait_quiet,
     worker_env,
 )
-from producer.wire.keys import Keys
-from producer.wire.settings import Settings, settings_from_environment
+from wire.keys import Keys
+from wire.settings import Settings, settings_from_environment
 
 __all__ = [
     "KINDS", "MIXES", "PARAGRAPHS_EN", "SHORT_EN", "SHORT_ZH", "BenchConfig", "ForeignLoad", "JobKind", "JobRecord",
@@ -171,7 +171,7 @@ def add_padding_waste(summary: dict[str, Any], settings: Settings) -> None:
 
 
 def main(args: Any) -> int:
-    """Entry of ``ttsfarm bench`` (``producer.cli.frontends`` builds ``args``)."""
+    """Entry of ``ttsfarm bench`` (``cli.frontends`` builds ``args``)."""
     from bench.report import markdown_summary, write_results
 
     env = dict(kv.split("=", 1) for kv in args.set or [])

@@ -10,11 +10,11 @@
    jobs resume at the finest grain (a killed worker loses one segment), an edit re-makes only the
    sentences it touched (segments never span a sentence), and a sentence repeated in the book is made
    once. The chapter index is deliberately not in the id: inserting a chapter re-makes nothing else.
-3. Submitting is the broker's ``admit_book_segments`` (``producer.wire.broker``), atomic per job: a job that
+3. Submitting is the broker's ``admit_book_segments`` (``wire.broker``), atomic per job: a job that
    is queued, running or done is left alone (a rerun waits for it: a killed worker's entry is reclaimed by
    XAUTOCLAIM), anything else (absent, failed, cancelled, expired) is reset and queued again, so reruns and
    concurrent runners never duplicate it. Each segment is admitted against the bulk lane's backlog limit
-   (``producer.wire.backlog``): while the lane is full, the rest of the book waits in the runner and trickles
+   (``wire.backlog``): while the lane is full, the rest of the book waits in the runner and trickles
    in as workers ack.
 4. As each chapter's segments are done, ``ttsfarm.measure_chapter`` runs on a worker (are all stored
    outputs there? loudness histogram, peak); when all are measured one gain is chosen for the book,

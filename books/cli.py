@@ -20,7 +20,7 @@ from books.plan import (
     plan_book,
 )
 from producer.checks import read_lexicon, timeout_arg
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 
 def run_book(settings: Settings, path: str | Path, voice: str | None, out: str, *, book_id: str | None = None,
@@ -82,7 +82,7 @@ def summary(result: BookResult) -> str:
 
 
 def add_arguments(p: Any) -> None:
-    """The ``ttsfarm book`` arguments (``producer.cli`` adds them to its subparser)."""
+    """The ``ttsfarm book`` arguments (``cli`` adds them to its subparser)."""
     p.add_argument("book", help="a .txt, .md or .epub file (UTF-8)")
     p.add_argument("--out", required=True, help="s3://bucket/prefix, or a folder the workers can write")
     p.add_argument("--voice", default=None, help="a catalogue voice or blend (default: the catalogue's default)")
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m books``: the same as ``ttsfarm book``."""
     import argparse
 
-    from producer.wire.settings import load_settings
+    from wire.settings import load_settings
 
     ap = argparse.ArgumentParser(prog="ttsfarm book", description="Make an audiobook on the farm")
     ap.add_argument("--redis", default=None)

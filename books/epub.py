@@ -18,7 +18,7 @@ from urllib.parse import unquote, urldefrag
 
 from pipeline.errors import InputError
 from books.model import Book, Chapter, make_chapter, one_line
-from producer.wire.errors import BAD_BOOK
+from wire.errors import BAD_BOOK
 
 MAX_MEMBER_BYTES = 64 * 1024 * 1024  # one file inside an EPUB, decompressed: a zip bomb stops here
 

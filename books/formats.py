@@ -30,7 +30,7 @@ from typing import Any
 from pipeline.errors import BAD_OPTION, InputError
 from books.model import Book, Chapter, make_chapter, one_line
 from books.epub import MAX_MEMBER_BYTES, parse_epub
-from producer.wire.errors import BAD_BOOK
+from wire.errors import BAD_BOOK
 
 __all__ = [
     "BAD_BOOK", "MAX_BOOK_BYTES", "MAX_MEMBER_BYTES", "Book", "Chapter", "apply_manifest", "is_text_heading",

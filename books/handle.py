@@ -1,7 +1,7 @@
 """A book running on the farm: ``submit_book`` queues its segment jobs, ``BookHandle`` follows them,
 sends the assembly tasks (``workers.assembly``) and collects their replies.
 
-Everything the runner asks of the farm's store is a step of the client's broker (``producer.wire.broker``,
+Everything the runner asks of the farm's store is a step of the client's broker (``wire.broker``,
 its books steps): the handle holds no connection of its own."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from books.plan import (
     segment_key,
 )
 from producer.checks import timeout_arg
-from producer.wire.errors import (
+from wire.errors import (
     BOOK_NOT_FINISHED,
     SEGMENT_MISSING,
     JobError,
@@ -43,9 +43,9 @@ from producer.wire.errors import (
     error_class_for,
     error_from_dict,
 )
-from producer.wire.keys import bucket_of
-from producer.wire.records import SegmentJob, Submission
-from producer.wire.tasks import (
+from wire.keys import bucket_of
+from wire.records import SegmentJob, Submission
+from wire.tasks import (
     ASSEMBLE_BOOK_FILE,
     ASSEMBLE_CHAPTER,
     MEASURE_CHAPTER,

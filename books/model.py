@@ -8,7 +8,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from producer.wire.errors import BAD_BOOK
+from wire.errors import BAD_BOOK
 
 
 

@@ -27,12 +27,12 @@ import gateway.errors as errors
 import gateway.jobs as jobs
 import gateway.openai_compat as openai_compat
 import gateway.speech as speech
-import gateway.textin as textin
+import gateway.text_socket as text_socket
 from gateway.auth import require_key
 from gateway.schemas import Health, VoiceList, error_responses
 from gateway.state import GatewayState, state_of
-from producer.wire.errors import BrokerError
-from producer.wire.settings import GatewaySettings, Settings, load_settings
+from wire.errors import BrokerError
+from wire.settings import GatewaySettings, Settings, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     app.include_router(speech.router)
     app.include_router(openai_compat.router)
     app.include_router(jobs.router)
-    app.include_router(textin.textin)  # before jobs.live: /v1/jobs/text is not a job id
+    app.include_router(text_socket.router)  # before jobs.live: /v1/jobs/text is not a job id
     app.include_router(jobs.live)
 
     @app.get("/v1/voices", response_model=VoiceList, tags=["voices"], dependencies=[Depends(require_key)],

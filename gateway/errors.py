@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline.errors import BAD_INPUT, BAD_OPTION, INTERNAL_ERROR, MALFORMED_JOB, InputError, TTSFarmError
-from producer.wire.errors import (
+from wire.errors import (
     JOB_CANCELLED,
     JOB_EXPIRED,
     JOB_ID_CONFLICT,

@@ -31,7 +31,7 @@ from gateway.schemas import (
     error_responses,
 )
 from gateway.state import state_of
-from producer.wire.errors import JOB_NOT_DONE
+from wire.errors import JOB_NOT_DONE
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ async def job_stream(websocket: WebSocket, job_id: str, after_seq: int = -1, bin
 
 
 async def send_stream(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary: bool) -> None:
-    """The job's stream as WebSocket messages (``job_stream``, and ``gateway.textin``'s jobs)."""
+    """The job's stream as WebSocket messages (``job_stream``, and ``gateway.text_socket``'s jobs)."""
     gw = farm.gateway
     async for event in streams.follow(job, after_seq=after_seq, timeout_s=gw.job_timeout_s, keepalive_s=gw.keepalive_s):
         if event is None:

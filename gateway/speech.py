@@ -30,9 +30,9 @@ from gateway.jobs import stored_output
 from gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
 from gateway.schemas import SpeechRequest, VoiceRef, error_responses
 from gateway.state import state_of
-from producer.wire.errors import BrokerError, JobTimeoutError
-from producer.wire.keys import STATES_FINAL
-from producer.wire.records import Chunk
+from wire.errors import BrokerError, JobTimeoutError
+from wire.keys import STATES_FINAL
+from wire.records import Chunk
 
 log = logging.getLogger(__name__)
 

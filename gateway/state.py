@@ -14,9 +14,9 @@ from pipeline.errors import UNKNOWN_VOICE, InputError
 from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
 from gateway.errors import no_workers
-from producer.wire.heartbeats import serving
-from producer.wire.errors import JobNotFoundError
-from producer.wire.settings import GatewaySettings, Settings
+from wire.heartbeats import serving
+from wire.errors import JobNotFoundError
+from wire.settings import GatewaySettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class GatewayState:
     async def fresh_workers(self) -> int:
         """How many worker processes have a heartbeat that says ``serving`` from the last few seconds.
 
-        The heartbeats are the wire's (``producer.wire.heartbeats``), read through the SDK; the answer is cached
+        The heartbeats are the wire's (``wire.heartbeats``), read through the SDK; the answer is cached
         for a second so a burst of requests costs one read.
         """
         now = time.time()
@@ -99,7 +99,7 @@ class GatewayState:
     def storage(self) -> Any:
         """The farm's output storage (S3 or a local folder), built on first use: boto3 loads only then."""
         if self._storage is None:
-            from producer.wire.storage import storage_from_settings
+            from wire.storage import storage_from_settings
 
             self._storage = storage_from_settings(self.settings.storage)
         return self._storage
@@ -111,7 +111,7 @@ class GatewayState:
         if path_of is not None:
             path = path_of(key)
             if not path.is_file():
-                from producer.wire.storage import ObjectNotFoundError
+                from wire.storage import ObjectNotFoundError
 
                 raise ObjectNotFoundError(f"no stored object {key!r}")
             return path

@@ -21,8 +21,8 @@ from starlette.types import Send
 
 from pipeline.errors import TTSFarmError
 from producer.aio import AsyncJob
-from producer.wire.errors import BrokerError, TransientError
-from producer.wire.records import Chunk, JobResult
+from wire.errors import BrokerError, TransientError
+from wire.records import Chunk, JobResult
 
 log = logging.getLogger(__name__)
 

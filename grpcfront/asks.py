@@ -38,7 +38,7 @@ from pipeline.errors import (
     InputError,
     TTSFarmError,
 )
-from producer.wire.settings import GrpcSettings, Settings
+from wire.settings import GrpcSettings, Settings
 
 ENCODINGS = {riva_audio_pb2.ENCODING_UNSPECIFIED: "pcm", riva_audio_pb2.LINEAR_PCM: "pcm",
              riva_audio_pb2.OGGOPUS: "ogg", riva_audio_pb2.FLAC: "flac"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import grpc
 
 from pipeline.errors import InputError, TTSFarmError
-from producer.wire.errors import (
+from wire.errors import (
     JOB_CANCELLED,
     JOB_EXPIRED,
     JOB_ID_CONFLICT,

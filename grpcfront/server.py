@@ -24,8 +24,8 @@ from grpc_reflection.v1alpha import reflection
 from riva.client.proto import riva_tts_pb2
 
 from pipeline.errors import TTSFarmError
-from producer.wire.errors import BrokerError
-from producer.wire.settings import GrpcSettings, Settings, settings_from_environment
+from wire.errors import BrokerError
+from wire.settings import GrpcSettings, Settings, settings_from_environment
 from grpcfront.metrics import FrontMetrics
 from grpcfront.service import SpeechSynthesis, add_to_server
 from grpcfront.state import FrontState

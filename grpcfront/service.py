@@ -5,7 +5,7 @@
 - ``SynthesizeOnline``: one response per farm chunk as it is published (PCM16 as it is; Ogg Opus through one
   streaming encoder, a response per encoded page batch), each with the words that end inside it. A stream of one
   message (the Riva client's ``synthesize_online(text)``) is one whole text; a stream of several (text in pieces, an
-  LLM's output as it is generated) is a job whose text is appended (``producer.textin``): each finished sentence is
+  LLM's output as it is generated) is a job whose text is appended (``producer.appending``): each finished sentence is
   queued while the rest is still being written, and the job is closed when the client half-closes.
 - ``GetRivaSynthesisConfig``: ``grpcfront.voices``.
 
@@ -29,8 +29,8 @@ from riva.client.proto import riva_tts_pb2, riva_tts_pb2_grpc
 from pipeline.errors import INTERNAL_ERROR, TEXT_TOO_LONG, InputError, TTSFarmError
 from producer.aio import AsyncJob, AsyncOpenJob
 from producer.encoded import aencode_chunks
-from producer.wire.errors import BACKEND_UNAVAILABLE, BrokerError, JobTimeoutError, TransientError
-from producer.wire.records import Chunk, Word
+from wire.errors import BACKEND_UNAVAILABLE, BrokerError, JobTimeoutError, TransientError
+from wire.records import Chunk, Word
 from grpcfront.asks import Asked, lenient, parsed, read_request, same_config, submit_error
 from grpcfront.errors import CODE_KEY, FrontError, details, status_for, unauthenticated
 from grpcfront.state import FrontState

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from producer.aio import AsyncClient
-from producer.wire.heartbeats import serving
-from producer.wire.settings import GrpcSettings, Settings
+from wire.heartbeats import serving
+from wire.settings import GrpcSettings, Settings
 from grpcfront.errors import no_workers
 from grpcfront.metrics import FrontMetrics
 

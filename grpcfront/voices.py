@@ -16,7 +16,7 @@ from riva.client.proto import riva_tts_pb2
 
 from pipeline.errors import UNKNOWN_VOICE, InputError
 from grpcfront.asks import LANGUAGE_TAGS, RIVA_PREFIXES
-from producer.wire.settings import GrpcSettings, Settings
+from wire.settings import GrpcSettings, Settings
 
 
 def model_configs(settings: Settings, front: GrpcSettings, model_name: str = "") -> Any:

@@ -5,7 +5,7 @@ retrying could help. Input problems are ``ValueError`` subclasses, model and run
 ``RuntimeError`` subclasses, so code that only knows the builtin families still does the right thing.
 
 The farm's own errors (a job that failed on a worker, an overloaded lane, a backend that is down) and
-the registry of every code the farm answers with live on the wire: ``producer.wire.errors``.
+the registry of every code the farm answers with live on the wire: ``wire.errors``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ MODEL_NOT_PREPARED = "MODEL_NOT_PREPARED"  # a voice needs `ttsfarm voices prepa
 MODEL_PREPARE_FAILED = "MODEL_PREPARE_FAILED"  # `ttsfarm voices prepare` failed for a reason other than its input
 DEVICE_UNAVAILABLE = "DEVICE_UNAVAILABLE"  # device = cuda asked for, and this onnxruntime has no CUDA provider
 
-# The codes this package owns, by the class that carries them (``producer.wire.errors`` adds the farm's).
+# The codes this package owns, by the class that carries them (``wire.errors`` adds the farm's).
 INPUT_CODES = (BAD_INPUT, EMPTY_TEXT, TEXT_TOO_LONG, INVALID_UTF8, CONTROL_CHARACTERS, NOTHING_TO_SPEAK, UNKNOWN_VOICE,
                UNSUPPORTED_LANGUAGE, UNSUPPORTED_FORMAT, UNSUPPORTED_SAMPLE_RATE, BAD_OPTION, MALFORMED_JOB,
                VOICE_UNAVAILABLE, BAD_SSML, BAD_LEXICON, UNKNOWN_MODEL)

@@ -1,7 +1,7 @@
 """The compute package's typed settings: text processing, the model runtime, the quality gate and the voice
 catalogue.
 
-They are read with the farm's other sections by the one loader, ``producer.wire.settings.load_settings``
+They are read with the farm's other sections by the one loader, ``wire.settings.load_settings``
 (``configs/settings.toml``, ``configs/voices.toml``, ``TTSFARM_<SECTION>_<KEY>`` overrides), once, in an
 entry point, and passed down. Code here takes a ``PipelineSettings`` (or one of its parts) as an argument
 and never reads the environment.
@@ -216,7 +216,7 @@ def parse_catalogue(data: Mapping[str, Any]) -> Catalogue:
 @dataclass(frozen=True)
 class PipelineSettings:
     """The compute package's sections: what text processing and the voices need. The farm's settings
-    (``producer.wire.settings.Settings``) extend these with Redis, queues, storage, the workers' streaming and
+    (``wire.settings.Settings``) extend these with Redis, queues, storage, the workers' streaming and
     scheduling policy, and front ends."""
 
     frontend: FrontendSettings = field(default_factory=FrontendSettings)

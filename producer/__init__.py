@@ -5,7 +5,7 @@ Light on purpose: importing it loads no model runtime (onnxruntime, torch).
 
 from pipeline.errors import InputError, TTSFarmError
 from producer.client import Client, Job
-from producer.wire.errors import JobError, OverloadedError
-from producer.wire.records import Chunk, JobResult, Word
+from wire.errors import JobError, OverloadedError
+from wire.records import Chunk, JobResult, Word
 
 __all__ = ["Chunk", "Client", "InputError", "Job", "JobError", "JobResult", "OverloadedError", "TTSFarmError", "Word"]

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, OpenJobCore, Pause, PcmJoin, Step, Stream, advance
-from producer.wire.status import JobStatus
-from producer.wire.records import Chunk, JobResult
+from wire.status import JobStatus
+from wire.records import Chunk, JobResult
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 from producer.checks import stream_args, wait_args
 from producer.core import Call, ClientCore, Compute, JobCore, OpenJobCore, Pause, PcmJoin, Step, Stream, advance
-from producer.wire.status import JobStatus
-from producer.wire.records import Chunk, JobResult
+from wire.status import JobStatus
+from wire.records import Chunk, JobResult
 
 T = TypeVar("T")
 
@@ -83,7 +83,7 @@ class Client(ClientCore):
         return Job(self, sub.job_id, sub.total)
 
     def open(self, **request: Any) -> OpenJob:
-        """A job whose text you append while it plays (``producer.textin``): ``append(text)`` as it is written,
+        """A job whose text you append while it plays (``producer.appending``): ``append(text)`` as it is written,
         ``close()`` at its end; ``with client.open(...) as job`` closes it (cancels it on an error). Keywords as
         ``submit``'s (not ``ssml``); each is checked here, before anything is written."""
         return OpenJob(self, self._run(self._open(request)))
@@ -94,7 +94,7 @@ class Client(ClientCore):
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """The workers' heartbeat records by ``host:pid``: state (``serving``, ...), ``ts``, voices and their
-        versions, batches, the last reload (``producer.wire.heartbeats``)."""
+        versions, batches, the last reload (``wire.heartbeats``)."""
         return self._run(self._workers())
 
 

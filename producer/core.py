@@ -3,7 +3,7 @@
 Like httpx's shared base under ``Client`` and ``AsyncClient``, everything a call decides lives here:
 argument checks (``producer.checks``), building the records (``producer.submit``), reading the replies
 (``producer.reader``; a job's status is the wire's ``JobStatus``), error mapping and the retry policy. What it asks of the farm's
-store goes through the broker (``producer.wire.broker``; ``RedisBroker`` unless one is handed in), whose
+store goes through the broker (``wire.broker``; ``RedisBroker`` unless one is handed in), whose
 producing steps are sans-IO. A call is a generator that yields the steps it needs done and is sent each
 step's reply (or has its error thrown in at the ``yield``):
 
@@ -44,16 +44,16 @@ from pipeline.errors import EMPTY_TEXT, InputError, TTSFarmError
 from producer.checks import job_id_arg
 from producer.reader import READ_COUNT, ResultsReader
 from producer.submit import Terms, job_status, plan_segments, prepare_submission, request_terms
-from producer.textin import OpenedJob, check_open_terms
-from producer.wire.broker import Broker, advance  # noqa: F401 (advance: the faces drive their calls with it)
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.sharded import ShardedBroker, broker_from_settings
-from producer.wire.errors import (BACKEND_AUTH_FAILED, JOB_CLOSED, JobError, JobNotFoundError, JobTimeoutError,
+from producer.appending import OpenedJob, check_open_terms
+from wire.broker import Broker, advance  # noqa: F401 (advance: the faces drive their calls with it)
+from wire.redis.broker import RedisBroker
+from wire.shards import ShardedBroker, broker_from_settings
+from wire.errors import (BACKEND_AUTH_FAILED, JOB_CLOSED, JobError, JobNotFoundError, JobTimeoutError,
                                   TransientError)
-from producer.wire.keys import Keys, bucket_of, new_job_id
-from producer.wire.records import Chunk, JobResult, SegmentJob, Submission
-from producer.wire.status import JobStatus
-from producer.wire.settings import Settings, settings_from_environment
+from wire.keys import Keys, bucket_of, new_job_id
+from wire.records import Chunk, JobResult, SegmentJob, Submission
+from wire.status import JobStatus
+from wire.settings import Settings, settings_from_environment
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class ClientCore:
         return sub
 
     def _open(self, request: dict[str, Any]) -> Call[OpenedJob]:
-        """Open a job whose text is appended (see ``producer.textin``): its request checked, its status written."""
+        """Open a job whose text is appended (see ``producer.appending``): its request checked, its status written."""
         terms: Terms = yield Compute(functools.partial(request_terms, self.settings, request))
         check_open_terms(terms)
         now = time.time()
@@ -161,7 +161,7 @@ class ClientCore:
         return opened
 
     def _workers(self) -> Call[dict[str, dict[str, Any]]]:
-        """The workers' heartbeat records by ``host:pid`` (``producer.wire.heartbeats``)."""
+        """The workers' heartbeat records by ``host:pid`` (``wire.heartbeats``)."""
         return (yield from self.broker.read_heartbeats())
 
     def _total(self, job_id: Any) -> Call[int]:
@@ -250,7 +250,7 @@ class JobCore:
 
 
 class OpenJobCore(JobCore):
-    """A job whose text is appended (``producer.textin``); ``total`` is 0 until it is closed."""
+    """A job whose text is appended (``producer.appending``); ``total`` is 0 until it is closed."""
 
     def __init__(self, client: ClientCore, opened: OpenedJob) -> None:
         super().__init__(client, opened.job_id, 0)

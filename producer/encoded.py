@@ -19,7 +19,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from pipeline.audio import check_format, from_pcm16
 from pipeline.encoders import CODECS, AudioEncoder, check_bitrate
 from pipeline.errors import UNSUPPORTED_FORMAT, InputError
-from producer.wire.records import Chunk
+from wire.records import Chunk
 
 
 def _checked(fmt: str, bitrate: int | None) -> str:

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.wire.errors import STREAM_TRIMMED, JobError
-from producer.wire.keys import STATES_FINAL
-from producer.wire.records import CHUNK, FINAL, Chunk, Word, chunk_parts, parse_final, record_type, text_of, words_from_wire
+from wire.errors import STREAM_TRIMMED, JobError
+from wire.keys import STATES_FINAL
+from wire.records import CHUNK, FINAL, Chunk, Word, chunk_parts, parse_final, record_type, text_of, words_from_wire
 
 READ_COUNT = 256  # entries per read
 

@@ -1,8 +1,8 @@
 """What submitting a job means, apart from any Redis client: validation and the records to write.
 
 ``producer.core`` (both SDK faces) calls ``prepare_submission`` for the job's ``Submission``
-(``producer.wire.records``) and admits it with the broker's one step (``Broker.admit``: for Redis the Lua script
-``lua.ADMIT``, its arguments built by ``producer.wire.backlog``), so the two faces cannot drift apart.
+(``wire.records``) and admits it with the broker's one step (``Broker.admit``: for Redis the Lua script
+``lua.ADMIT``, its arguments built by ``wire.backlog``), so the two faces cannot drift apart.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from producer.checks import (
     options_arg,
     text_arg,
 )
-from producer.wire.keys import JOB_ID, LANES, Keys, bucket_of, new_job_id
-from producer.wire.records import CHUNK_MS_RANGE, SegmentJob, Submission
-from producer.wire.settings import Settings
+from wire.keys import JOB_ID, LANES, Keys, bucket_of, new_job_id
+from wire.records import CHUNK_MS_RANGE, SegmentJob, Submission
+from wire.settings import Settings
 
 
 REQUEST_KEYS = ("voice", "format", "sample_rate", "lane", "options", "deadline_s", "chunk_ms", "job_id", "bitrate",
@@ -105,7 +105,7 @@ def request_terms(settings: Settings, request: dict[str, Any]) -> Terms:
 
 def plan_segments(settings: Settings, terms: Terms, text: str, job_id: str, created: float, deadline: float, *,
                   first_seg: int = 0, first_char: int = 0, total: int | None = None) -> list[SegmentJob]:
-    """``text`` as the job's segment records. A piece of a job whose text is appended (``producer.textin``) starts at
+    """``text`` as the job's segment records. A piece of a job whose text is appended (``producer.appending``) starts at
     segment ``first_seg`` and character ``first_char`` of the job's text, and has ``total`` 0 (open)."""
     from pipeline.synth import plan
     from pipeline.text.sources import words_after

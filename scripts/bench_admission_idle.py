@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
 
 import bench_listeners as bl  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
 
 SETTINGS = (("deadline", bl.MODES["deadline"]), ("jit, idle_ahead 3", {"TTSFARM_QUEUE_ADMISSION_IDLE_AHEAD": "3"}),
             ("jit, idle_ahead 6", {"TTSFARM_QUEUE_ADMISSION_IDLE_AHEAD": "6"}))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.run import LoadSpec, LocalFarm, run_load, wait_quiet, worker_env
 from bench.report import summarize
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 
 PARAGRAPH = (
     "The farm reads long books in the bulk lane while callers wait for short answers in the interactive lane. "
@@ -70,7 +70,7 @@ def phase(farm: LocalFarm, spec: LoadSpec, book: Path | None, out: Path) -> dict
 def farm_backlog(settings) -> dict:  # type: ignore[no-untyped-def]
     import redis
 
-    from producer.wire.keys import Keys
+    from wire.keys import Keys
 
     r = redis.Redis.from_url(settings.redis.url)
     raw = r.hgetall(Keys(settings.redis.key_prefix).backlog("bulk"))

@@ -14,7 +14,7 @@ import numpy as np
 from pipeline.encoders import AudioEncoder, encode_lossy
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 
 TEXT = ("The farm reads every book to its listeners by morning. She opened the window and looked at the quiet "
         "street. A strong wind blew the leaves across the garden. ")

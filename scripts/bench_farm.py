@@ -51,7 +51,7 @@ from bench.run import (
     worker_env,
 )
 from bench.report import summarize, write_results
-from producer.wire.settings import Settings, load_settings
+from wire.settings import Settings, load_settings
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_scheduling import add_arguments as scheduling_arguments  # noqa: E402

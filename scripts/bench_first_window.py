@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from pipeline.voices.bank import VoiceBank  # noqa: E402
 from pipeline.voices.base import SynthesisOptions  # noqa: E402
 from pipeline.voices.windows import WindowedItem, WindowPlan, vocode_next  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
 
 s = load_settings(env=dict(os.environ))
 plan_ms = (s.streaming.first_window_ms, s.streaming.window_ms)

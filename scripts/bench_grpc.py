@@ -46,15 +46,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from bench.load import PARAGRAPHS_EN, SHORT_EN  # noqa: E402
 from bench.local import LocalFarm, worker_env  # noqa: E402
 from producer.client import Client  # noqa: E402
-from producer.local import free_port  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
+from bench.processes import free_port  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
 
 RATE = 22050  # joe's own rate: no resampling on any path
 Sample = tuple[float, float]  # (first audio s, audio s received)
 
 
 def serve(cmd: list[str], env: dict[str, str], ready: Callable[[], bool], log: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "producer.cli", *cmd], env=env, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *cmd], env=env, cwd=ROOT,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while not ready():

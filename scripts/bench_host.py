@@ -54,11 +54,11 @@ from bench.local import ForeignLoad, MotoServer, family, proc_cpu_s  # noqa: E40
 from bench.report import PARTS, pct, summarize  # noqa: E402
 from pipeline.settings import CONFIG_DIR  # noqa: E402
 from pipeline.voices.null.device import PROFILES  # noqa: E402
-from producer.local import RedisServer, WorkerProcess  # noqa: E402
-from producer.wire.broker import run_blocking  # noqa: E402
-from producer.wire.keys import Keys  # noqa: E402
-from producer.wire.redis_broker import RedisBroker  # noqa: E402
-from producer.wire.settings import Settings, load_settings  # noqa: E402
+from bench.processes import RedisServer, WorkerProcess  # noqa: E402
+from wire.broker import run_blocking  # noqa: E402
+from wire.keys import Keys  # noqa: E402
+from wire.redis.broker import RedisBroker  # noqa: E402
+from wire.settings import Settings, load_settings  # noqa: E402
 from scripts.round_trips import RoundTrips  # noqa: E402
 
 log = logging.getLogger("bench_host")

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.run import LocalFarm, worker_env  # noqa: E402
 from producer.client import Client  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
 
 TEXTS = ("Are you there?", "Please hold the line.", "Your order has shipped.", "Good morning, how can I help?",
          "Thank you for calling.")

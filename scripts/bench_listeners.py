@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from bench.load import PARAGRAPHS_EN, SHORT_EN, SHORT_ZH, LoadSpec, PlannedJob, run_load  # noqa: E402
 from bench.local import LocalFarm, worker_env  # noqa: E402
 from bench.report import pct, summarize  # noqa: E402
-from producer.wire.settings import Settings, load_settings  # noqa: E402
+from wire.settings import Settings, load_settings  # noqa: E402
 
 log = logging.getLogger("bench_listeners")
 MODES = {

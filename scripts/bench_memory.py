@@ -67,7 +67,7 @@ def _arena_one(variant: str, runs: int) -> str:
     import onnxruntime as ort
 
     from pipeline.voices.prepared import voice_root
-    from producer.wire.settings import load_settings
+    from wire.settings import load_settings
 
     runtime = load_settings().runtime
     found = sorted(voice_root(runtime.cache_dir, "joe").glob("*/acoustic.int8.onnx"), key=lambda p: p.stat().st_mtime)

@@ -22,10 +22,10 @@ from typing import Any
 import redis
 
 from producer.client import Client
-from producer.local import RedisServer
-from producer.wire.keys import Keys
-from producer.wire.records import chunk_fields, final_fields
-from producer.wire.settings import load_settings
+from bench.processes import RedisServer
+from wire.keys import Keys
+from wire.records import chunk_fields, final_fields
+from wire.settings import load_settings
 
 INNER = {"xrange", "xlen", "hget", "exists", "xinfo|stream"}  # the reader sends these only in a MULTI or a script
 WRITER = {"xadd", "hincrby", "hset", "config|resetstat", "info", "client|setinfo", "client|setname", "hello"}

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.voices.bank import VoiceBank  # noqa: E402
 from pipeline.voices.base import SynthesisOptions  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
 
 SENTENCE = "The farm reads this sentence again after a worker died."
 OTHERS = ("A shorter one.", "And a third sentence, of another length entirely.")

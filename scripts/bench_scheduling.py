@@ -36,12 +36,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from producer.wire.settings import Settings  # noqa: E402
+from wire.settings import Settings  # noqa: E402
 from bench.run import LoadSpec, LocalFarm, run_load, worker_env  # noqa: E402
 from bench.report import PARTS, summarize  # noqa: E402
-from producer.wire.broker import run_blocking  # noqa: E402
-from producer.wire.keys import Keys  # noqa: E402
-from producer.wire.redis_broker import RedisBroker  # noqa: E402
+from wire.broker import run_blocking  # noqa: E402
+from wire.keys import Keys  # noqa: E402
+from wire.redis.broker import RedisBroker  # noqa: E402
 
 log = logging.getLogger("bench_scheduling")
 MODES = ("fifo", "deadline")

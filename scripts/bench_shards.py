@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from producer.client import Client  # noqa: E402
-from producer.local import RedisServer, WorkerProcess  # noqa: E402
-from producer.wire.broker import Command  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
-from producer.wire.sharded import Routed, ShardedBroker  # noqa: E402
+from bench.processes import RedisServer, WorkerProcess  # noqa: E402
+from wire.broker import Command  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
+from wire.shards import Routed, ShardedBroker  # noqa: E402
 
 SENTENCES = ["The morning train left the station on time.", "Please bring the blue folder to the meeting.",
              "Rain is expected later in the afternoon.", "She read the letter twice before answering.",

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.local import MotoServer  # noqa: E402
-from producer.wire.settings import StorageSettings  # noqa: E402
-from producer.wire.storage import LocalStorage  # noqa: E402
-from producer.wire.storage_s3 import S3Storage  # noqa: E402
+from wire.settings import StorageSettings  # noqa: E402
+from wire.storage import LocalStorage  # noqa: E402
+from wire.storage.s3 import S3Storage  # noqa: E402
 
 def job_objects(audio_s: float, rate: int = 22050) -> tuple[bytes, bytes]:
     """A job's WAV (PCM16 mono, its header) and its words JSON, of the sizes a job of ``audio_s`` seconds makes."""

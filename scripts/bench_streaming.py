@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_idle_first_chunk import idle_first_chunk  # noqa: E402
 
 from bench.run import KINDS, BenchConfig, LoadSpec, run_bench  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
 
 MODES = {"whole": "false", "windowed": "true"}
 DIFF_TEXTS = {

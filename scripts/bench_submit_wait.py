@@ -1,5 +1,5 @@
 """What ``redis.wait_replicas`` costs a submit: the same submits to a local Sentinel group (a master, a replica,
-three Sentinels: ``producer.local.SentinelGroup``) with no wait and with WAIT 1.
+three Sentinels: ``bench.processes.SentinelGroup``) with no wait and with WAIT 1.
 
     python scripts/bench_submit_wait.py [--jobs 300]
 
@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from producer.client import Client  # noqa: E402
-from producer.local import SentinelGroup  # noqa: E402
-from producer.wire.broker import Command  # noqa: E402
-from producer.wire.settings import load_settings  # noqa: E402
+from bench.processes import SentinelGroup  # noqa: E402
+from wire.broker import Command  # noqa: E402
+from wire.settings import load_settings  # noqa: E402
 
 
 def commands(client: Client) -> int:

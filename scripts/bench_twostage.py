@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.prepare.quantize_eval import EVAL_SENTENCES_EN
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 
 
 def main() -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.settings import Settings, load_settings
+from wire.settings import Settings, load_settings
 
 log = logging.getLogger("bench_voices")
 

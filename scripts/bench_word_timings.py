@@ -22,7 +22,7 @@ from pipeline.synth import finish_segment, plan
 from pipeline.timing import synthesize_timed, word_times
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 
 HELD_OUT = [
     "The birch canoe slid on the smooth planks.",

@@ -23,7 +23,7 @@ from pipeline.prepare.listening import heldout_sentences, listen
 from pipeline.text.zh import normalize_zh
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

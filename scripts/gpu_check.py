@@ -351,7 +351,7 @@ def agreement(farm: Any, device: str, speaks_zh: bool) -> dict[str, Any]:
     from bench.agreement import CASES, farm_agreement
     from pipeline.synth import Synthesizer
     from producer.client import Client
-    from producer.wire.settings import load_settings
+    from wire.settings import load_settings
 
     reference = load_settings(env={**os.environ, "TTSFARM_RUNTIME_DEVICE": device, "TTSFARM_RUNTIME_CUDA_IO_BINDING": "false"})
     cases = [(None, text) for lang, text in CASES if lang == "en" or speaks_zh]
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: asked for CUDA but onnxruntime has only {env['providers']} ({env['distributions']}): "
               "install onnxruntime-gpu alone (docs/GPU.md, Install)", file=sys.stderr)
         return 2
-    from producer.wire.settings import load_settings
+    from wire.settings import load_settings
 
     settings = load_settings(env=dict(os.environ))
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))

@@ -219,7 +219,7 @@ if __name__ == "__main__":
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from producer.wire.settings import load_settings
+    from wire.settings import load_settings
 
     if sys.argv[1:] == ["--list-cache"]:
         print("\n".join(cache_files_to_carry(load_settings(env=dict(os.environ)))))

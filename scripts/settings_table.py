@@ -3,9 +3,9 @@
     .venv/bin/python scripts/settings_table.py           # rewrite the table between the markers in README.md
     .venv/bin/python scripts/settings_table.py --check   # exit 1 when README.md's table is not what this makes
 
-One row per key of every section the loader reads (``producer.wire.settings.SECTIONS``): its TOML name, its
+One row per key of every section the loader reads (``wire.settings.SECTIONS``): its TOML name, its
 default as TOML writes it, and its meaning: the string under the field in the class (an attribute docstring,
-the convention ``pipeline/settings.py`` and ``producer/wire/settings.py`` follow). A field without one is an
+the convention ``pipeline/settings.py`` and ``wire/settings.py`` follow). A field without one is an
 error, and tests/test_settings_loader.py fails on it and on a README that differs.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from producer.wire.settings import SECTIONS  # noqa: E402
+from wire.settings import SECTIONS  # noqa: E402
 from scripts.readme_block import main, replace_block  # noqa: E402
 
 BEGIN = "<!-- settings table: made by scripts/settings_table.py from the settings classes; edit them, not this -->"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_quiet
 from bench.report import write_results
-from producer.wire.settings import Settings, load_settings
+from wire.settings import Settings, load_settings
 
 log = logging.getLogger("tune_cpu")
 # workers, intra-op threads, inference loops (0, 0: the "auto" layout, workers.layout.resolve_loops)

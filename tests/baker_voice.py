@@ -9,7 +9,7 @@ import pytest
 from pipeline.errors import MODEL_PREPARE_FAILED, ModelError
 from pipeline.prepare.registry import prepare_voice
 from pipeline.voices.prepared import PrepareResult
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 
 def prepared_baker(settings: Settings) -> PrepareResult:

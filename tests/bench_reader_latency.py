@@ -14,11 +14,11 @@ import time
 import redis
 
 from producer.client import Client
-from producer.local import RedisServer
+from bench.processes import RedisServer
 from producer.reader import ResultsReader
-from producer.wire.keys import Keys
-from producer.wire.records import chunk_fields, final_fields
-from producer.wire.settings import load_settings
+from wire.keys import Keys
+from wire.records import chunk_fields, final_fields
+from wire.settings import load_settings
 
 SEGMENTS = 300
 GAP_S = 0.02

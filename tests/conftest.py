@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.local import RedisServer
-from producer.wire.settings import Settings, load_settings
+from bench.processes import RedisServer
+from wire.settings import Settings, load_settings
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +66,7 @@ class Farm:
 
     def start_worker(self, name: str | None = None, wait: bool = True, app: str = "workers.app"):  # type: ignore[no-untyped-def]
         """``app``: the Celery app module (``tests.faults.FAULT_APP`` for a worker that injects faults)."""
-        from producer.local import WorkerProcess
+        from bench.processes import WorkerProcess
 
         name = name or f"w{len(self.workers)}-{self.prefix}@test"
         w = WorkerProcess(name, self.env, log_path=self.root / f"{name}.log", app=app).start()

@@ -15,7 +15,7 @@ import socket
 import threading
 from typing import Any
 
-from producer.local import free_port
+from bench.processes import free_port
 
 FAULT_ENV = "TTSFARM_TEST_FAULT"
 FAULT_APP = "tests.fault_worker"  # the Celery app module of a worker that injects faults

@@ -1,4 +1,4 @@
-"""Just-in-time admission (producer/wire/admission.py): the rules as pure functions, the Lua that applies them held
+"""Just-in-time admission (wire/admission.py): the rules as pure functions, the Lua that applies them held
 against those functions on real Redis, and what a submit, a publish, a sweep and a cancel do to a job's segments."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 import redis
 
 from producer.client import Client
-from producer.wire.admission import Admission, admit_another, admitted_at_submit
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.records import SegmentJob
-from producer.wire.settings import Settings
+from wire.admission import Admission, admit_another, admitted_at_submit
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.records import SegmentJob
+from wire.settings import Settings
 from workers.publisher import Publisher, SegmentProgress
 
 LONG = " ".join(f"This is sentence number {i} of a long story that a listener is waiting to hear." for i in range(12))
@@ -70,8 +70,8 @@ def test_the_lua_admits_as_many_as_the_rules_say(r: redis.Redis, played: float, 
                              ending=bool(ending)):
             break
         expect, a_s, in_flight, q = expect + 1, a_s + 1.5, in_flight + 1, q + 1
-    from producer.wire.broker import Script
-    from producer.wire.lua_admission import ADMISSION_FUNCTIONS
+    from wire.broker import Script
+    from wire.redis.lua_admission import ADMISSION_FUNCTIONS
 
     # ``admit_next`` alone, as PUBLISH_PIECES runs it after a job's audio (ARGV: prefix, job, now, idle_ahead, ending)
     admit_next = ADMISSION_FUNCTIONS + "return admit_next(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))"

@@ -6,11 +6,11 @@ import redis
 import pytest
 
 from producer.client import Client
-from producer.wire.errors import OverloadedError
-from producer.wire.keys import GROUP, Keys
-from producer.wire.records import SegmentJob
-from producer.wire.settings import Settings
-from producer.wire.redis_broker import RedisBroker
+from wire.errors import OverloadedError
+from wire.keys import GROUP, Keys
+from wire.records import SegmentJob
+from wire.settings import Settings
+from wire.redis.broker import RedisBroker
 
 
 def test_submit_beyond_the_lane_limit_is_refused_and_ack_drains(settings: Settings, r: redis.Redis) -> None:

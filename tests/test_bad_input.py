@@ -8,8 +8,8 @@ from pipeline import errors
 from pipeline.errors import InputError
 from pipeline.synth import plan
 from producer.submit import prepare_submission
-from producer.wire.errors import error_from_dict
-from producer.wire.settings import Settings
+from wire.errors import error_from_dict
+from wire.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_a_job_record_whose_text_is_not_unicode_is_malformed() -> None:
     import dataclasses
     import json
 
-    from producer.wire.records import SegmentJob
+    from wire.records import SegmentJob
 
     job = SegmentJob(job_id="bad-text-0001", seg=0, total=1, text="abc\ud800def", lang="en", voice="joe",
                      request_voice="joe", format="wav", sample_rate=22050)

@@ -33,13 +33,13 @@ from pipeline.errors import (
 )
 from producer.aio import AsyncClient, AsyncJob
 from books import BookOptions, submit_book
-from producer.cli import main as cli
+from cli import main as cli
 from producer.client import Client, Job
 from gateway import create_app
 from gateway.serve import BackgroundServer
-from producer.wire.errors import JOB_ID_CONFLICT
-from producer.wire.keys import Keys
-from producer.wire.settings import Settings
+from wire.errors import JOB_ID_CONFLICT
+from wire.keys import Keys
+from wire.settings import Settings
 from tests.conftest import Farm
 
 BOOK = Path(__file__).parent / "data" / "book" / "small_farm.md"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from producer.wire.settings import QueueSettings
-from producer.wire.queue import Head
+from wire.settings import QueueSettings
+from wire.queue import Head
 from workers.batcher import Candidate, LaneState, choose_head, first_segments_any_length, padding_waste, select_batch, tolerance
 
 Q = QueueSettings(window_ms=200, tolerance=0.1, tolerance_max=0.35, bulk_aging_ms=3000, interactive_streak=4)

@@ -11,7 +11,7 @@ import pytest
 
 from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
 from bench.report import batch_sizes, markdown_summary, pct, summarize, write_results
-from producer.cli import build_parser
+from cli import build_parser
 from scripts.bench_lua_bytes import SCRIPTS as LUA_SCRIPTS
 from scripts.bench_lua_bytes import main as lua_bytes
 from scripts.bench_read_cost import main as read_cost

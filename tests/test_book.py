@@ -90,7 +90,7 @@ def md_run(farm: Farm, tmp_path_factory: pytest.TempPathFactory) -> tuple[BookRe
 
 def _check_chapters(farm: Farm, plan: BookPlan, result: BookResult, read: Any) -> dict[str, float]:
     """Every chapter: its length is its segments plus the planned pauses; no join clicks; one gain."""
-    from producer.wire.storage import storage_from_settings
+    from wire.storage import storage_from_settings
 
     store = storage_from_settings(farm.settings.storage)
     opts = BookOptions()
@@ -154,8 +154,8 @@ def test_markdown_book_into_a_folder(farm: Farm, md_run: tuple[BookResult, Path,
 @pytest.mark.slow
 def test_epub_of_the_same_book_into_s3_reuses_every_segment(farm: Farm, md_run: tuple[BookResult, Path, str],
                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from producer.wire.settings import StorageSettings
-    from producer.wire.storage_s3 import S3Storage
+    from wire.settings import StorageSettings
+    from wire.storage.s3 import S3Storage
 
     for k, v in AWS.items():
         monkeypatch.setenv(k, v)

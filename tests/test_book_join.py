@@ -84,7 +84,7 @@ def test_stream_encoder_writes_each_format_with_tags() -> None:
 
 def test_workers_write_only_into_marked_folders(tmp_path: Path) -> None:
     from books import OUTPUT_MARKER, normalize_out
-    from producer.wire.settings import StorageSettings
+    from wire.settings import StorageSettings
     from workers.assembly import output_storage
 
     with pytest.raises(InputError) as err:

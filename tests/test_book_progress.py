@@ -14,7 +14,7 @@ from books.cli import ProgressBar
 from books.handle import BookHandle
 from books.model import Book
 from books.plan import BookOptions, BookPlan, ChapterPlan, PlannedSegment
-from producer.wire.keys import Keys
+from wire.keys import Keys
 
 SECONDS = {"a": 60.0, "b": 30.0, "c": 45.0, "d": 20.0}  # each segment's audio, as its job's status says
 PAUSE = {"a": 0.6, "b": 0.3, "c": 0.6, "d": 0.0}

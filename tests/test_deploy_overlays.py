@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 from tests.test_deploy import DATA, DEPLOY, K8S_VERSION, _compose, _docs, _k8s, _one, _validator
 
 
@@ -53,7 +53,7 @@ def test_sentinel_overlay_matches_the_schemas_and_builds_on_the_base() -> None:
 
 
 def test_sentinel_overlay_points_workers_and_keda_at_the_group() -> None:
-    from producer.wire.redis_connect import SentinelUrl
+    from wire.redis.connect import SentinelUrl
 
     files = _overlay("sentinel", {"settings-patch.yaml", "keda-patch.yaml"})
     (settings_patch,) = files["settings-patch.yaml"]
@@ -92,7 +92,7 @@ def _compose_sentinel() -> dict[str, Any]:
 
 
 def test_compose_sentinel_file_matches_the_spec_and_wires_the_group() -> None:
-    from producer.wire.redis_connect import SentinelUrl
+    from wire.redis.connect import SentinelUrl
 
     over = _compose_sentinel()
     errors = sorted(_validator(DATA / "compose-spec" / "compose-spec.json").iter_errors(over), key=str)
@@ -118,7 +118,7 @@ def _farm_services() -> list[str]:
 
 
 def test_compose_shards_file_matches_the_spec_and_gives_every_farm_service_the_nodes() -> None:
-    from producer.wire.sharded import ShardedBroker, broker_from_settings
+    from wire.shards import ShardedBroker, broker_from_settings
 
     over = yaml.safe_load((DEPLOY / "docker-compose.shards.yml").read_text())
     errors = sorted(_validator(DATA / "compose-spec" / "compose-spec.json").iter_errors(over), key=str)

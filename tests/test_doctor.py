@@ -30,7 +30,7 @@ cpu_build_only = pytest.mark.skipif(HAS_CUDA, reason="this host's onnxruntime ha
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("TTSFARM_")}
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "producer", "doctor", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", "doctor", *args], capture_output=True, text=True,
                           cwd=ROOT, env=full, timeout=120)
 
 

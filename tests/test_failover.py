@@ -1,4 +1,4 @@
-"""Failover with real processes: a master, a replica and three Sentinels (``producer.local.SentinelGroup``), a
+"""Failover with real processes: a master, a replica and three Sentinels (``bench.processes.SentinelGroup``), a
 real Celery worker, jobs streaming through it while nodes die.
 
 - ``test_failover_under_load``: a Sentinel SIGKILLed, then the master SIGKILLed, then the replica (the old master,
@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from producer.client import Client
-from producer.local import SentinelGroup, free_port
-from producer.wire.errors import TransientError
-from producer.wire.settings import load_settings
+from bench.processes import SentinelGroup, free_port
+from wire.errors import TransientError
+from wire.settings import load_settings
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow
@@ -158,7 +158,7 @@ def test_failover_under_load(tmp_path: Path) -> None:
         (worker,) = farm.workers
         beat = next(info for name, info in client.workers().items() if info.get("pid") == worker.proc.pid)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        status = subprocess.run([sys.executable, "-m", "producer", "status"], capture_output=True, text=True,
+        status = subprocess.run([sys.executable, "-m", "cli", "status"], capture_output=True, text=True,
                                 timeout=60, cwd=ROOT, env={**os.environ, **farm.env})
         assert status.returncode == 0, status.stderr
         master = f"127.0.0.1:{group.master.port}"

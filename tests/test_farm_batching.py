@@ -15,7 +15,7 @@ import pytest
 
 from producer.client import Job
 from producer.submit import prepare_submission
-from producer.wire.keys import bucket_of
+from wire.keys import bucket_of
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

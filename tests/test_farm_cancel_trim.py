@@ -25,9 +25,9 @@ from websockets.sync.client import connect
 from producer.aio import AsyncClient
 from gateway import create_app
 from gateway.serve import BackgroundServer
-from producer.local import free_port
-from producer.wire.errors import STREAM_TRIMMED, JobError
-from producer.wire.keys import Keys
+from bench.processes import free_port
+from wire.errors import STREAM_TRIMMED, JobError
+from wire.keys import Keys
 from tests.conftest import Farm
 from tests.test_metrics import scrape, value_or_zero
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.wire.keys import Keys
+from wire.keys import Keys
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -13,11 +13,11 @@ from pipeline.audio import from_pcm16, to_pcm16
 from pipeline.errors import NOTHING_TO_SPEAK, UNKNOWN_VOICE, UNSUPPORTED_FORMAT, InputError
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.broker import run_blocking
-from producer.wire.errors import JobNotFoundError
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.records import SegmentJob
+from wire.broker import run_blocking
+from wire.errors import JobNotFoundError
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.records import SegmentJob
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

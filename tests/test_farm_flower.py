@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from pipeline.errors import NOTHING_TO_SPEAK
-from producer.local import free_port
-from producer.wire.keys import Keys
-from producer.wire.records import SegmentJob
+from bench.processes import free_port
+from wire.keys import Keys
+from wire.records import SegmentJob
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

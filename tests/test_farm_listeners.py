@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.wire.keys import Keys
-from producer.wire.records import SegmentJob
+from wire.keys import Keys
+from wire.records import SegmentJob
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ import pytest
 import soundfile as sf
 
 from pipeline.audio import from_pcm16
-from producer.local import free_port
+from bench.processes import free_port
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

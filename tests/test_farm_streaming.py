@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.local import free_port
-from producer.wire.keys import Keys
+from bench.processes import free_port
+from wire.keys import Keys
 from tests.conftest import Farm
 from tests.faults import FAULT_APP, worker_faults
 

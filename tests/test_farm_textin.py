@@ -1,4 +1,4 @@
-"""Text-in streaming end to end: a job whose text is appended while it plays (``producer.textin``), on a real
+"""Text-in streaming end to end: a job whose text is appended while it plays (``producer.appending``), on a real
 redis-server and a real worker, through both SDK faces."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.errors import BAD_OPTION, EMPTY_TEXT, MALFORMED_JOB, InputError
 from producer.aio import AsyncClient
-from producer.wire.errors import JobError
-from producer.wire.records import Chunk
+from wire.errors import JobError
+from wire.records import Chunk
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -9,11 +9,11 @@ import time
 
 import redis
 
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.records import SegmentJob
-from producer.wire.settings import Settings
-from producer.wire.storage import storage_from_settings
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.records import SegmentJob
+from wire.settings import Settings
+from wire.storage import storage_from_settings
 from workers.finisher import Finisher
 from workers.publisher import Publisher
 

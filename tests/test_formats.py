@@ -13,7 +13,7 @@ from pipeline import audio
 from pipeline.encoders import MP3_PRIMING, AudioEncoder, check_bitrate, encode_lossy, mp3_frame_samples
 from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError
 from producer.submit import prepare_submission
-from producer.wire.settings import Settings
+from wire.settings import Settings
 from tests.decode import decode_av
 
 OPUS_DECODE_RATE = 48000  # FFmpeg decodes Opus at 48 kHz whatever it was made at
@@ -152,7 +152,7 @@ def test_encoder_refuses_what_it_cannot_make() -> None:
 
 def test_chunks_encode_as_they_come_and_bad_requests_fail_before_any() -> None:
     from producer.encoded import encode_chunks
-    from producer.wire.records import Chunk
+    from wire.records import Chunk
 
     rate = 24000
     x = voice_like(rate, 2.0)

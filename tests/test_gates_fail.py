@@ -21,7 +21,7 @@ from pipeline.settings import Catalogue
 from pipeline.voices.piper.stages import SPLIT_CHECK_TEXTS, piper_two_stage
 from pipeline.voices.prepared import gate_failure
 from pipeline.voices.runtime import SessionFactory
-from producer.wire.settings import Settings
+from wire.settings import Settings
 from tests.gates import damage, unmeasured_figures
 
 STAGES = ("acoustic", "vocoder")

@@ -22,9 +22,9 @@ from websockets.sync.client import connect
 
 from gateway import GatewaySettings, create_app
 from gateway.serve import BackgroundServer
-from producer.wire.errors import OverloadedError
-from producer.wire.keys import Keys
-from producer.wire.settings import load_settings
+from wire.errors import OverloadedError
+from wire.keys import Keys
+from wire.settings import load_settings
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

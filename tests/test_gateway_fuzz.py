@@ -16,7 +16,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from gateway import GatewaySettings, create_app
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -145,6 +145,6 @@ def test_sdk_encodes_a_jobs_chunks_as_they_stream(farm: Any) -> None:
 
 
 def _stored(farm: Any, job_id: str) -> bytes:
-    from producer.wire.storage import storage_from_settings
+    from wire.storage import storage_from_settings
 
     return storage_from_settings(farm.settings.storage).get(f"{job_id}/audio.ogg")

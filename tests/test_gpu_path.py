@@ -19,7 +19,7 @@ from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.gpu import HostBufferPool, ShapePolicy, wants_io_binding
 from pipeline.voices.piper.iobinding import IoBindingRunner
 from pipeline.voices.runtime import SessionFactory
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 TEXTS = [
     "Good morning.",

@@ -20,7 +20,7 @@ from pipeline.settings import Catalogue, RuntimeSettings, VoiceSpec
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.runtime import StageState
-from producer.wire.keys import Keys
+from wire.keys import Keys
 from tests.conftest import Farm
 from tests.test_metrics import joe_only_config
 from workers.control import VoiceReloader, ttsfarm_reload_voices
@@ -129,7 +129,7 @@ def test_control_command_starts_one_reload_at_a_time() -> None:
 def test_the_cli_broadcasts_on_the_workers_broker() -> None:
     from celery.worker.control import Panel
 
-    from producer.wire.control import RELOAD_COMMAND, control_app
+    from wire.control import RELOAD_COMMAND, control_app
     from workers.app import app
 
     assert RELOAD_COMMAND in Panel.data
@@ -147,7 +147,7 @@ def _joe(farm: Farm) -> dict[str, Any]:
 @pytest.mark.slow
 def test_reload_under_load_loses_and_fails_nothing(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from producer.cli import main
+    from cli import main
 
     configs = joe_only_config(tmp_path / "configs")
     farm = Farm(redis_url, tmp_path, TTSFARM_CONFIG_DIR=str(configs), TTSFARM_QUEUE_MAX_BATCH_CPU="2")

@@ -8,7 +8,7 @@ import pytest
 from pipeline.prepare.intelligibility import char_error_rate, transcribe, word_error_rate
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 from workers.layout import lower_thread_priority, resolve_loops
 
 
@@ -114,9 +114,9 @@ def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp
 
 
 def test_only_a_callers_first_segment_is_urgent() -> None:
-    from producer.wire.records import SegmentJob
+    from wire.records import SegmentJob
     from workers.layout import urgency
-    from producer.wire.queue import Entry
+    from wire.queue import Entry
 
     def entry(lane: str, seg: int) -> Entry:
         job = SegmentJob(job_id="abcdefgh12", seg=seg, total=3, text="Hello.", lang="en", voice="joe", request_voice="joe",

@@ -29,11 +29,11 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.device_use import DEVICE_USE
 from pipeline.voices.null.device import device as null_device
 from pipeline.voices.runtime import SessionFactory, StageSession
-from producer.wire.broker import FrameClaim, Piece, PieceReply
-from producer.wire.keys import Keys
-from producer.wire.queue import Entry, Head
-from producer.wire.records import SegmentJob
-from producer.wire.settings import Settings, load_settings
+from wire.broker import FrameClaim, Piece, PieceReply
+from wire.keys import Keys
+from wire.queue import Entry, Head
+from wire.records import SegmentJob
+from wire.settings import Settings, load_settings
 from workers.context import LoopContext, LoopHooks
 from workers.events import JobEvents
 from workers.finisher import Finisher
@@ -287,7 +287,7 @@ class GatedStorage:
     """Local storage whose puts wait until the test opens the gate: an encoder or an S3 round trip that takes long."""
 
     def __init__(self, root: Path) -> None:
-        from producer.wire.storage import LocalStorage
+        from wire.storage import LocalStorage
 
         self.local, self.gate, self.waiting = LocalStorage(root), threading.Event(), threading.Event()
 

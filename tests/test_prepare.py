@@ -23,7 +23,7 @@ from pipeline.voices.piper.graph import FRAME_LENGTHS
 from pipeline.voices.prepared import MANIFEST, PreparedVoice, Preparer, verdict_name
 from pipeline.voices.runtime import resolve_resource
 from pipeline.voices.twostage import TwoStageVoice
-from producer.wire.settings import Settings
+from wire.settings import Settings
 from tests.gates import unmeasured_figures
 
 SENTENCES = [
@@ -233,7 +233,7 @@ def test_cli_prepares_then_lists_what_is_served(base_settings: Settings, fp32_ca
     cache = tmp_path / "cache"
     shutil.copytree(fp32_cache / "prepared", cache / "prepared")
     env = {**os.environ, "TTSFARM_RUNTIME_MODEL_CACHE_DIR": str(cache)}
-    cli = [sys.executable, "-m", "producer.cli"]
+    cli = [sys.executable, "-m", "cli"]
     done = subprocess.run([*cli, "voices", "prepare", "joe", "--no-int8"], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "joe: already prepared" in done.stdout and "acoustic  fp32: built, passed" in done.stdout

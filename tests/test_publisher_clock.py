@@ -9,9 +9,9 @@ import time
 import pytest
 import redis
 
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.records import SegmentJob
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.records import SegmentJob
 from workers.publisher import Publisher, SegmentProgress
 
 RATE = 16000
@@ -58,8 +58,8 @@ def test_a_redo_of_a_published_window_does_not_count_twice(r: redis.Redis) -> No
 def test_touching_held_entries_keeps_them_ours_and_never_takes_one_back(r: redis.Redis) -> None:
     """A segment held between its windows (deadline scheduling) is touched so that it does not look idle; one another
     consumer reclaimed meanwhile stays with that consumer."""
-    from producer.wire.keys import GROUP
-    from producer.wire.redis_broker import RedisBroker
+    from wire.keys import GROUP
+    from wire.redis.broker import RedisBroker
 
     keys = Keys("touch")
     mine = RedisBroker(r, keys).consumer("mine", keys.queues(1, ("interactive",)))

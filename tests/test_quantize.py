@@ -17,7 +17,7 @@ from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.piper.graph import INT8_EXCLUDE, int8_paths, prepare_piper_graph
 from pipeline.voices.piper.voice import choose_model
 from pipeline.voices.runtime import resolve_resource
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 RATE = 22050
 EVAL = [EVAL_SENTENCES_EN[0], EVAL_SENTENCES_EN[3], EVAL_SENTENCES_EN[9]]

@@ -17,10 +17,10 @@ import redis
 
 from producer.aio import AsyncClient
 from producer.client import Client
-from producer.wire.errors import STREAM_TRIMMED, JobError
-from producer.wire.keys import Keys
-from producer.wire.records import chunk_fields, final_fields
-from producer.wire.settings import Settings
+from wire.errors import STREAM_TRIMMED, JobError
+from wire.keys import Keys
+from wire.records import chunk_fields, final_fields
+from wire.settings import Settings
 
 MAXLEN = 5
 PARTS = 4  # chunks per segment: two segments overflow the stream
@@ -147,7 +147,7 @@ def test_an_expired_stream_of_a_finished_job(client: Client, r: redis.Redis) -> 
 
 
 def test_a_job_still_queued_waits_for_its_stream(client: Client) -> None:
-    from producer.wire.errors import JobTimeoutError
+    from wire.errors import JobTimeoutError
 
     with pytest.raises(JobTimeoutError):  # no stream yet and still running: wait (until the timeout)
         list(client.job(JOB).stream(timeout=0.3, block_ms=50))

@@ -34,8 +34,8 @@ import pytest
 import redis
 import soundfile as sf
 
-from producer.cli import parse_args
-from producer.local import free_port
+from cli import parse_args
+from bench.processes import free_port
 from tests.readme_blocks import SHARD_PORTS, kind, readme_commands, words
 from tests.test_make_recipes import make_dry_run
 

@@ -7,9 +7,9 @@ import redis.connection
 import redis.exceptions
 
 from pipeline.errors import BAD_OPTION, InputError
-from producer.wire.redis_connect import WHOLE_PACKER, SentinelUrl, WholePacker, connect
-from producer.wire.settings import load_settings
-from producer.wire.tasks import celery_connection
+from wire.redis.connect import WHOLE_PACKER, SentinelUrl, WholePacker, connect
+from wire.settings import load_settings
+from wire.tasks import celery_connection
 
 URL = "sentinel://:p%40ss@h1:26379;sentinel://h2:26380;sentinel://h3/2"
 

@@ -1,4 +1,4 @@
-"""How a worker's consumer reads the queue streams (``producer/wire/redis_consumer.py``) on a real redis-server,
+"""How a worker's consumer reads the queue streams (``wire/redis/consumer.py``) on a real redis-server,
 counted by Redis itself: a peek asks only the streams that moved, and a process's idle consumers of the same streams
 wait with one blocking read at a time (``IdleGate``)."""
 
@@ -11,10 +11,10 @@ from typing import Any
 import redis
 
 from producer.client import Client
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.redis_consumer import RedisConsumer
-from producer.wire.settings import Settings
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.redis.consumer import RedisConsumer
+from wire.settings import Settings
 
 
 def calls(r: redis.Redis, name: str) -> int:

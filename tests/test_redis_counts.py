@@ -23,9 +23,9 @@ import pytest
 import redis
 
 from bench.load import PARAGRAPHS_EN, SHORT_EN
-from producer.local import RedisServer, WorkerProcess
-from producer.wire.keys import Keys
-from producer.wire.settings import load_settings
+from bench.processes import RedisServer, WorkerProcess
+from wire.keys import Keys
+from wire.settings import load_settings
 from scripts.bench_host import NULL_VOICE, config_dir, counters_delta, fresh_record, redis_counters
 
 pytestmark = pytest.mark.slow

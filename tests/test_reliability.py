@@ -16,9 +16,9 @@ import pytest
 import redis
 
 from pipeline.errors import TTSFarmError
-from producer.local import RedisServer
-from producer.wire.errors import TransientError
-from producer.wire.keys import Keys
+from bench.processes import RedisServer
+from wire.errors import TransientError
+from wire.keys import Keys
 from tests.conftest import Farm
 from tests.faults import FAULT_APP, worker_faults
 
@@ -146,7 +146,7 @@ def test_s3_down_for_30_seconds_mid_load(redis_url: str, tmp_path: Path, monkeyp
 
     import boto3
 
-    from producer.local import free_port
+    from bench.processes import free_port
     from tests.faults import TcpProxy
 
     port = free_port()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import InputError
-from producer.wire.settings import SchedulingSettings, load_settings
+from wire.settings import SchedulingSettings, load_settings
 from workers.schedule import (
     ACOUSTIC,
     CARRIED,

@@ -14,7 +14,7 @@ from tests.test_structure import _imports as structure_imports
 ROOT = Path(__file__).resolve().parent.parent
 FACES = ("producer/client.py", "producer/aio.py")
 # What a face may take from the rest of producer/: the core, argument checks, the record types it returns.
-FACE_IMPORTS = {"producer.core", "producer.checks", "producer.wire.records", "producer.wire.status"}
+FACE_IMPORTS = {"producer.core", "producer.checks", "wire.records", "wire.status"}
 RECORD_TYPES = {"Chunk", "JobResult"}
 
 
@@ -35,7 +35,7 @@ def test_the_faces_only_perform_steps() -> None:
         for module, names in _imports(path):
             if module.startswith(("producer", "books")):
                 assert module in FACE_IMPORTS, f"{face} imports {module}: calls belong in producer.core"
-            if module == "producer.wire.records":
+            if module == "wire.records":
                 assert set(names) <= RECORD_TYPES, f"{face} takes {set(names) - RECORD_TYPES} from the wire"
         tree = ast.parse(path.read_text(encoding="utf-8"))
         redis_calls = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
@@ -54,7 +54,7 @@ def test_the_sdk_and_book_modules_import_one_way() -> None:
         graph[name] = {d for d in deps if d and d != name}
     assert "books" in graph and "producer.client" in graph["books.cli"]
     sdk_to_books = {m: sorted(d for d in graph[m] if d.split(".")[0] == "books")  # the CLI dispatches to it
-                    for m in graph if m.split(".")[0] == "producer" and not m.startswith("producer.cli")}
+                    for m in graph if m.split(".")[0] == "producer" and not m.startswith("cli")}
     assert not any(sdk_to_books.values()), f"the SDK imports books (a front end on it): {sdk_to_books}"
     through_sdk = [c for c in _cycles(graph) if any(m.startswith(SDK) for m in c)]
     assert through_sdk == [], f"import circles through the SDK (lazy imports counted): {through_sdk}"

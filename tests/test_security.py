@@ -12,8 +12,8 @@ import redis
 from pipeline.errors import TEXT_TOO_LONG, InputError, TTSFarmError
 from pipeline.synth import plan
 from producer.client import Client
-from producer.local import RedisServer, free_port
-from producer.wire.settings import Settings
+from bench.processes import RedisServer, free_port
+from wire.settings import Settings
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipeline.synth import plan
 from pipeline.text.segment import Segmenter, language_runs
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 
 def test_mixed_text_is_split_into_language_runs_routed_to_voices(settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""One loader for every section (producer/wire/settings.py): the farm's sections, the compute package's and the
+"""One loader for every section (wire/settings.py): the farm's sections, the compute package's and the
 gateway's, from configs/ and TTSFARM_* overrides; the SDK's from_url honours the same overrides as the CLI."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pipeline.errors import InputError
 from pipeline.settings import PipelineSettings
 from producer.aio import AsyncClient
 from producer.client import Client
-from producer.wire.settings import SECTIONS, GatewaySettings, SchedulingSettings, Settings, load_settings
+from wire.settings import SECTIONS, GatewaySettings, SchedulingSettings, Settings, load_settings
 
 
 def test_from_url_honours_the_environment_like_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:

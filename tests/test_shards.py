@@ -21,12 +21,12 @@ import pytest
 import redis
 
 from producer.client import Client
-from producer.local import RedisServer
-from producer.wire.broker import Broker, Consumer
-from producer.wire.keys import LANES, Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.settings import load_settings
-from producer.wire.sharded import ShardedBroker, broker_from_settings, shard_of
+from bench.processes import RedisServer
+from wire.broker import Broker, Consumer
+from wire.keys import LANES, Keys
+from wire.redis.broker import RedisBroker
+from wire.settings import load_settings
+from wire.shards import ShardedBroker, broker_from_settings, shard_of
 from tests.conftest import Farm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +148,7 @@ def test_cancel_status_and_the_status_screen_across_shards(farm: Farm, nodes: li
     assert _conns(nodes)[2].hget(Keys(farm.prefix).status(far), "state") == b"cancelled"
     topology = client.broker.topology()
     assert [s["master"] for s in topology["shards"]] == [u.split("@")[-1].split("//")[-1].removesuffix("/0") for u in nodes]
-    screen = subprocess.run([sys.executable, "-m", "producer", "status"], env={**farm.env, "PATH": ""}, cwd=ROOT,
+    screen = subprocess.run([sys.executable, "-m", "cli", "status"], env={**farm.env, "PATH": ""}, cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert screen.returncode == 0, screen.stderr
     assert "shards 3:" in screen.stdout and "1 up" in screen.stdout, screen.stdout
@@ -209,7 +209,7 @@ def test_a_job_whose_text_is_appended_lives_on_its_shard(farm: Farm, nodes: list
 def test_a_lost_shard_stops_only_its_own_jobs(farm: Farm, nodes: list[str]) -> None:
     """Shard 2's node shut down (last in this module: it stays down): jobs on shards 0 and 1 still finish on the same
     worker, a submit to shard 2 is refused as transient, naming the job."""
-    from producer.wire.errors import TransientError
+    from wire.errors import TransientError
 
     client = farm.client()
     client.ensure_groups()

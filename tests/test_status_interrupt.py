@@ -17,7 +17,7 @@ from pathlib import Path
 
 CHILD = """
 import sys, time
-import producer.cli.status as status
+import cli.status as status
 
 class Slow:
     def __del__(self):
@@ -30,7 +30,7 @@ def slow_render(snap):
     return render(snap)
 
 status.render = slow_render
-from producer.cli import main
+from cli import main
 sys.exit(main(["status", "--watch", "0.05"]))
 """
 

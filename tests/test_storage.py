@@ -1,4 +1,4 @@
-"""Tests for producer.wire.storage against a real S3 endpoint (moto's standalone server), and choosing a backend.
+"""Tests for wire.storage against a real S3 endpoint (moto's standalone server), and choosing a backend.
 Key checking and the local folder backend: tests/test_storage_local.py.
 
 The S3 endpoint is a ``moto_server`` process started on a free port for the session, or the one named
@@ -24,12 +24,12 @@ import pytest
 from botocore.stub import Stubber
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from producer.wire import errors as codes
-from producer.wire import storage as st
-from producer.wire.errors import BAD_KEY, TransientError
-from producer.wire.settings import StorageSettings
-from producer.wire.storage import LocalStorage, ObjectNotFoundError, StorageError
-from producer.wire.storage_s3 import S3Storage
+from wire import errors as codes
+from wire import storage as st
+from wire.errors import BAD_KEY, TransientError
+from wire.settings import StorageSettings
+from wire.storage import LocalStorage, ObjectNotFoundError, StorageError
+from wire.storage.s3 import S3Storage
 from tests.bad_keys import BAD_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -357,7 +357,7 @@ def test_storage_from_settings(tmp_path: Path) -> None:
 
 
 def test_importing_storage_does_not_import_celery() -> None:
-    code = ("import sys, producer.wire.storage; assert 'celery' not in sys.modules, 'celery imported'; "
+    code = ("import sys, wire.storage; assert 'celery' not in sys.modules, 'celery imported'; "
             "assert 'boto3' not in sys.modules, 'boto3 imported'")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(

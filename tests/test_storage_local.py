@@ -1,4 +1,4 @@
-"""Tests for producer.wire.storage: key checking, and the local folder backend on a real folder."""
+"""Tests for wire.storage: key checking, and the local folder backend on a real folder."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from urllib.request import url2pathname
 import pytest
 
 from pipeline.errors import InputError
-from producer.wire import errors as codes
-from producer.wire import storage as st
-from producer.wire.errors import BAD_KEY, TransientError
-from producer.wire.storage import LocalStorage, ObjectNotFoundError, safe_key
+from wire import errors as codes
+from wire import storage as st
+from wire.errors import BAD_KEY, TransientError
+from wire.storage import LocalStorage, ObjectNotFoundError, safe_key
 from tests.bad_keys import BAD_KEYS
 
 # -- safe_key --------------------------------------------------------------------------------------

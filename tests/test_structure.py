@@ -1,15 +1,19 @@
-"""Who may import whom, checked over the source (ast, nothing imported): docs STYLE "Who may import whom".
+"""The rooms of the house and who may import whom, checked over the source (ast, nothing imported): docs STYLE
+"The layout shows the data flow" and "Who may import whom".
 
-- no module of producer/ (the wire, the SDK, the CLI) or of a front end (gateway/, books/) imports workers/;
-- a front end takes from producer/ only the wire and the SDK (``FRONT_END_MAY_IMPORT``), and has no import
-  circle even counting lazy imports and the package ``__init__`` that ``from gateway import x`` runs;
-- the CLI is a thin dispatcher (a package of command groups): no Redis connection, key or command of its own;
-- pipeline/ imports none of redis, celery, boto3, kombu, and defines no farm settings;
+- wire/ is top level: what both sides agree on, its Redis and storage backends below it; it imports no other
+  room of the farm but pipeline/ (errors, text limits);
+- producer/ is the SDK alone: small, and it imports neither workers/, the CLI, a front end nor the bench;
+- no module of a front end (gateway/, grpcfront/, books/) imports workers/; a front end takes from producer/ only the
+  SDK (``FRONT_END_MAY_IMPORT``), and has no import circle even counting lazy imports and package ``__init__``s;
+- the CLI (cli/) is a thin dispatcher over the SDK and the front ends: no Redis connection, key or command of its own,
+  and a front end is imported inside the command that starts it;
+- pipeline/ imports none of redis, celery, boto3, kombu, nor the farm, and defines no farm settings;
 - no import circles among the project's modules (module-level imports, as they run; and every import counted);
-- only producer/wire imports redis (bench/ aside; tests and scripts/ are not scanned);
+- only wire/ imports redis (bench/ aside; tests and scripts/ are not scanned);
 - os.environ appears only in entry points and the settings loader;
 - logging is configured (level, format, handlers) only in an entry point's ``main``;
-- each error code string is defined once (producer/wire/errors.py or pipeline/errors.py);
+- each error code string is defined once (wire/errors.py or pipeline/errors.py);
 - no file cites a file outside the repository (a reader has only the repository): a measured fact names the
   command here that measures it, or says that none does.
 """
@@ -24,8 +28,8 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("producer", "books", "bench", "gateway", "workers", "pipeline")
-FRONT_ENDS = ("gateway", "books")  # packages that serve the farm to clients: they depend on the wire and the SDK only
+PACKAGES = ("wire", "producer", "cli", "books", "bench", "gateway", "grpcfront", "workers", "pipeline")
+FRONT_ENDS = ("gateway", "grpcfront", "books")  # serve the farm to clients: they depend on the wire and the SDK only
 
 
 def _modules() -> dict[str, Path]:
@@ -89,52 +93,76 @@ def _project_module(imported: str) -> str | None:
     return imported or None
 
 
-def test_no_module_of_producer_or_a_front_end_imports_workers() -> None:
+def _imports_of(top: str, *, everywhere: bool = True) -> Iterator[tuple[str, Path, str, int]]:
+    """(module, path, imported, line) for every import in the modules of package ``top``."""
+    for name, path in MODULES.items():
+        if name.split(".")[0] == top:
+            for mod, line in _imports(name, _tree(path), everywhere=everywhere):
+                yield name, path, mod, line
+
+
+def test_the_rooms_are_where_the_layout_says() -> None:
+    for room in ("wire", "wire/redis", "wire/storage", "producer", "cli", "pipeline"):
+        assert (ROOT / room / "__init__.py").is_file(), f"{room}/ is a package"
+    assert (ROOT / "workers" / "app.py").is_file()  # the Celery app: `celery -A workers.app worker`
+    assert not (ROOT / "producer" / "wire").exists() and not (ROOT / "producer" / "cli").exists()
+
+
+WIRE_MAY_IMPORT = ("wire", "pipeline")  # pipeline: its error base classes and codes, the text limits
+
+
+def test_the_wire_stands_alone() -> None:
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}" for _, path, mod, line in _imports_of("wire")
+           if mod.split(".")[0] in PACKAGES and mod.split(".")[0] not in WIRE_MAY_IMPORT]
+    assert not bad, "wire/ imports only itself and pipeline/ among the farm's rooms:\n" + "\n".join(bad)
+
+
+PRODUCER_MAX_LINES = 1500
+
+
+def test_producer_is_the_sdk_alone() -> None:
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for n, p in MODULES.items() if n.split(".")[0] == "producer")
+    assert lines <= PRODUCER_MAX_LINES, f"producer/ is {lines} lines: the SDK alone, at most {PRODUCER_MAX_LINES}"
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}" for _, path, mod, line in _imports_of("producer")
+           if mod.split(".")[0] in ("workers", "cli", "bench", *FRONT_ENDS)]
+    assert not bad, "producer/ (the SDK) imports no worker, CLI, bench or front end, even lazily:\n" + "\n".join(bad)
+
+
+def test_no_front_end_imports_workers() -> None:
     bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
-           for name, path in MODULES.items() if name.split(".")[0] in ("producer", *FRONT_ENDS)
-           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "workers"]
-    assert not bad, "producer/ (the wire, the SDK) and front ends must not import workers/:\n" + "\n".join(bad)
+           for top in (*FRONT_ENDS, "cli", "bench") for _, path, mod, line in _imports_of(top) if mod.split(".")[0] == "workers"]
+    assert not bad, "front ends, the CLI and the bench must not import workers/:\n" + "\n".join(bad)
 
 
-# What a front end may take from producer/: the wire (every module of producer.wire) and the SDK: the client faces,
-# the argument checks, encoding a chunk stream, and planning a submission (the gateway warms the text frontend with
-# it). Not the CLI, the book runner, the local farm launcher or the bench: what a front end needs from those belongs
-# in the wire or the SDK.
+# What a front end may take from producer/: the SDK: the client faces, the argument checks, encoding a chunk stream,
+# and planning a submission (the gateway warms the text frontend with it).
 FRONT_END_MAY_IMPORT = {"producer", "producer.client", "producer.aio", "producer.checks", "producer.encoded",
                         "producer.submit"}
 
 
-def test_front_ends_take_only_the_wire_and_the_sdk_from_producer() -> None:
-    assert FRONT_ENDS and all((ROOT / pkg / "__init__.py").is_file() for pkg in FRONT_ENDS)
+def test_front_ends_take_only_the_sdk_from_producer() -> None:
+    assert all((ROOT / pkg / "__init__.py").is_file() for pkg in FRONT_ENDS)
     bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
-           for name, path in MODULES.items() if name.split(".")[0] in FRONT_ENDS
-           for mod, line in _imports(name, _tree(path), everywhere=True)
-           if mod.split(".")[0] == "producer" and not mod.startswith("producer.wire")
-           and _project_module(mod) not in FRONT_END_MAY_IMPORT]
-    assert not bad, "a front end uses the wire and the SDK only (FRONT_END_MAY_IMPORT):\n" + "\n".join(bad)
+           for top in FRONT_ENDS for _, path, mod, line in _imports_of(top)
+           if mod.split(".")[0] == "producer" and _project_module(mod) not in FRONT_END_MAY_IMPORT]
+    assert not bad, "a front end uses the SDK only (FRONT_END_MAY_IMPORT):\n" + "\n".join(bad)
     for pkg in FRONT_ENDS:  # nor the broker's client library: the wire names what it raises (BrokerError)
-        found = [f"{path.relative_to(ROOT)}:{line}" for name, path in MODULES.items() if name.split(".")[0] == pkg
-                 for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "redis"]
+        found = [f"{path.relative_to(ROOT)}:{line}" for _, path, mod, line in _imports_of(pkg) if mod.split(".")[0] == "redis"]
         assert not found, f"{pkg}/ imports redis; go through the wire or the SDK: {found}"
 
 
 def _in_cli(name: str) -> bool:
-    return name == "producer.cli" or name.startswith("producer.cli.")
+    return name.split(".")[0] == "cli"
 
 
-# What the CLI starts without being it: front ends (the gateway, books, the bench), each imported inside its command.
-CLI_DISPATCHES = (*FRONT_ENDS, "books", "bench")
+# What the CLI starts without being it: front ends (the gateway, gRPC, books) and the bench, each imported inside its
+# command.
+CLI_DISPATCHES = (*FRONT_ENDS, "bench")
 
 
-def test_producer_imports_a_front_end_only_where_the_cli_dispatches_to_it() -> None:
-    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
-           for name, path in MODULES.items() if name.split(".")[0] == "producer"
-           for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] in FRONT_ENDS
-           and (not _in_cli(name) or (mod, line) in set(_imports(name, _tree(path), everywhere=False)))]
-    assert not bad, "producer/ imports front ends only lazily, in the CLI command that starts one:\n" + "\n".join(bad)
+def test_the_cli_imports_a_front_end_only_inside_its_command() -> None:
     eager = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
-             for name, path in MODULES.items() if _in_cli(name)
-             for mod, line in _imports(name, _tree(path), everywhere=False) if mod.split(".")[0] in CLI_DISPATCHES]
+             for _, path, mod, line in _imports_of("cli", everywhere=False) if mod.split(".")[0] in CLI_DISPATCHES]
     assert not eager, "the CLI imports a front end inside the command that starts it, never at import:\n" + "\n".join(eager)
 
 
@@ -168,22 +196,22 @@ CLI_MAX_LINES = 350
 
 
 def test_the_cli_is_a_thin_dispatcher() -> None:
-    """producer/cli/ parses and dispatches: its ``__init__`` only builds the parser from the command groups and
+    """cli/ parses and dispatches: its ``__init__`` only builds the parser from the command groups and
     runs the command; a command's behaviour lives in its group's module, and Redis is reached through the SDK
     client (``Client.from_url``) and its broker's steps, never a connection, a key or a Redis command of its own."""
     cli = {name: path for name, path in MODULES.items() if _in_cli(name)}
-    assert len(cli) > 1, "producer/cli/ is a package: a module per command group"
+    assert len(cli) > 1, "cli/ is a package: a module per command group"
     for name, path in cli.items():
         lines = len(path.read_text(encoding="utf-8").splitlines())
         assert lines <= CLI_MAX_LINES, f"{path.relative_to(ROOT)} is {lines} lines: split the command group"
         own = [f"{mod} (line {line})" for mod, line in _imports(name, _tree(path), everywhere=True)
                if mod.split(".")[0] in ("redis", "celery", "workers")
-               or mod in ("producer.wire.keys", "producer.wire.redis_broker", "producer.wire.lua", "producer.wire.lua_admission")]
+               or mod == "wire.keys" or mod.startswith("wire.redis")]
         assert not own, f"{path.relative_to(ROOT)} reaches the broker itself: {own}"
-    dispatcher = MODULES["producer.cli"]
-    own = [f"{mod} (line {line})" for mod, line in _imports("producer.cli", _tree(dispatcher), everywhere=True)
-           if mod.startswith("producer") and not _in_cli(mod)]
-    assert not own, f"producer/cli/__init__.py only dispatches to the command groups: {own}"
+    dispatcher = MODULES["cli"]
+    own = [f"{mod} (line {line})" for mod, line in _imports("cli", _tree(dispatcher), everywhere=True)
+           if mod.split(".")[0] in PACKAGES and not _in_cli(mod) and mod.rpartition(".")[2] != "errors"]
+    assert not own, f"cli/__init__.py only dispatches to the command groups: {own}"
 
 
 def test_pipeline_imports_no_broker_or_storage_client() -> None:
@@ -191,7 +219,7 @@ def test_pipeline_imports_no_broker_or_storage_client() -> None:
     bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
            for name, path in MODULES.items() if name.split(".")[0] == "pipeline"
            for mod, line in _imports(name, _tree(path), everywhere=True)
-           if mod.split(".")[0] in banned | {"producer", "workers"}]
+           if mod.split(".")[0] in banned | {"wire", "producer", "cli", "workers", *FRONT_ENDS, "bench"}]
     assert not bad, "pipeline/ is pure compute:\n" + "\n".join(bad)
 
 
@@ -201,12 +229,12 @@ def test_pipeline_defines_no_farm_settings() -> None:
     found = [f"{path.relative_to(ROOT)}: {node.name}"
              for name, path in MODULES.items() if name.split(".")[0] == "pipeline"
              for node in ast.walk(_tree(path)) if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in farm]
-    assert not found, "farm settings belong to producer/wire/settings.py:\n" + "\n".join(found)
+    assert not found, "farm settings belong to wire/settings.py:\n" + "\n".join(found)
     farm_errors = {"JobError", "OverloadedError", "TransientError", "JobNotFoundError", "JobTimeoutError"}
     found = [f"{path.relative_to(ROOT)}: {node.name}"
              for name, path in MODULES.items() if name.split(".")[0] == "pipeline"
              for node in ast.walk(_tree(path)) if isinstance(node, ast.ClassDef) and node.name in farm_errors]
-    assert not found, "farm errors belong to producer/wire/errors.py:\n" + "\n".join(found)
+    assert not found, "farm errors belong to wire/errors.py:\n" + "\n".join(found)
 
 
 def _graph(*, type_checking: bool) -> dict[str, set[str]]:
@@ -282,19 +310,19 @@ REDIS_OUTSIDE_THE_WIRE_EXEMPT = ("bench",)
 def test_only_the_wire_imports_redis() -> None:
     bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
            for name, path in MODULES.items()
-           if not name.startswith("producer.wire") and name.split(".")[0] not in REDIS_OUTSIDE_THE_WIRE_EXEMPT
+           if not name.startswith("wire") and name.split(".")[0] not in REDIS_OUTSIDE_THE_WIRE_EXEMPT
            for mod, line in _imports(name, _tree(path), everywhere=True) if mod.split(".")[0] == "redis"]
-    assert not bad, "only producer/wire imports redis; go through the Broker or another wire module:\n" + "\n".join(bad)
+    assert not bad, "only wire imports redis; go through the Broker or another wire module:\n" + "\n".join(bad)
 
 
 # Entry points (a command's main, the Celery app module, the gateway's app factory) and the settings loader.
 ENVIRON_ALLOWED = {
-    "producer.wire.settings": "the settings loader (settings_from_environment)",
-    "producer.cli.common": "`ttsfarm`'s settings: configs/ plus the environment and --redis",
+    "wire.settings": "the settings loader (settings_from_environment)",
+    "cli.common": "`ttsfarm`'s settings: configs/ plus the environment and --redis",
     "books.cli": "`ttsfarm book` main",
     "gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
     "workers.app": "the Celery app module (`celery -A workers.app worker`)",
-    "producer.local": "starts worker processes: their environment is this one's plus the farm's overrides",
+    "bench.processes": "starts worker processes: their environment is this one's plus the farm's overrides",
 }
 
 
@@ -332,7 +360,7 @@ def test_logging_is_configured_only_in_an_entry_points_main() -> None:
 
 def _code_registry() -> set[str]:
     from pipeline import errors as pe
-    from producer.wire import errors as we
+    from wire import errors as we
 
     codes = {v for m in (pe, we) for k, v in vars(m).items() if k.isupper() and isinstance(v, str)}
     codes |= {cls.code for m in (pe, we) for cls in vars(m).values() if isinstance(cls, type) and hasattr(cls, "code")}
@@ -369,9 +397,9 @@ def test_each_error_code_is_defined_once() -> None:
     where = _code_literals(MODULES)
     twice = {code: places for code, places in where.items() if len(places) > 1}
     assert not twice, f"error codes spelled out more than once (use the constant): {twice}"
-    homes = {"pipeline/errors.py", "producer/wire/errors.py"}
+    homes = {"pipeline/errors.py", "wire/errors.py"}
     elsewhere = {code: places for code, places in where.items() if not any(p.split(":")[0] in homes for p in places)}
-    assert not elsewhere, f"error codes defined outside pipeline/errors.py and producer/wire/errors.py: {elsewhere}"
+    assert not elsewhere, f"error codes defined outside pipeline/errors.py and wire/errors.py: {elsewhere}"
     missing = codes - set(where)
     assert not missing, f"codes the registry names but no module defines as a literal: {missing}"
 

@@ -11,7 +11,7 @@ import pytest
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, UNSUPPORTED_LANGUAGE, InputError, ModelError
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 SENTENCES = [
     "Hello.",

@@ -14,7 +14,7 @@ from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.windows import WindowedItem, WindowPlan, plan_windows, vocode_next, vocode_windowed
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 LONG = ("windowed vocoding lets a long sentence start to play before its last window is made, "
         "and the stitched windows must equal the whole")

@@ -1,13 +1,13 @@
-"""The workers' heartbeat records as the wire reads them (``producer.wire.heartbeats``): what the status screen,
+"""The workers' heartbeat records as the wire reads them (``wire.heartbeats``): what the status screen,
 ``voices reload`` and the gateway's NO_WORKERS check see."""
 
 from __future__ import annotations
 
 import json
 
-from producer.wire import heartbeats
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
+from wire import heartbeats
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
 
 
 def test_decode_keeps_json_objects_by_worker_and_skips_the_rest() -> None:

@@ -1,4 +1,4 @@
-"""The wire's records are built and parsed in one place (producer/wire/records.py): the final record that the
+"""The wire's records are built and parsed in one place (wire/records.py): the final record that the
 FINALIZE script appends is ``final_fields``'s, and the reader's ``parse_final`` reads it back; the dead-letter
 record round-trips through ``dead_letter_fields`` / ``parse_dead_letter``. Real Redis."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import redis
 
-from producer.wire.errors import JOB_CANCELLED
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.records import FINAL, dead_letter_fields, final_fields, parse_dead_letter, parse_final, record_type
+from wire.errors import JOB_CANCELLED
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.records import FINAL, dead_letter_fields, final_fields, parse_dead_letter, parse_final, record_type
 from workers.publisher import Publisher
 
 

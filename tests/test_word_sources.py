@@ -11,8 +11,8 @@ from pipeline.text.sources import align_spans, clean_origin
 from pipeline.timing import word_times
 from pipeline.voices.base import Phonemized
 from pipeline.captions import cues, to_srt, to_vtt
-from producer.wire.records import Word, job_words, merge_words, words_in
-from producer.wire.settings import load_settings
+from wire.records import Word, job_words, merge_words, words_in
+from wire.settings import load_settings
 
 SETTINGS = load_settings()
 
@@ -140,7 +140,7 @@ def test_a_job_with_malformed_words_is_refused(words: object) -> None:
     import json
 
     from pipeline.errors import MALFORMED_JOB, InputError
-    from producer.wire.records import SegmentJob
+    from wire.records import SegmentJob
 
     job = SegmentJob(job_id="abcdefgh12", seg=0, total=1, text="one two", lang="en", voice="joe", request_voice="joe",
                      format="wav", sample_rate=24000, words=[[0, 3, 0, 3, "one"]])

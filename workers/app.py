@@ -12,8 +12,8 @@ import os
 
 from celery import Celery
 
-from producer.wire.settings import load_settings
-from producer.wire.tasks import PING, celery_connection
+from wire.settings import load_settings
+from wire.tasks import PING, celery_connection
 from workers.step import StreamConsumerStep
 
 settings = load_settings(env=os.environ)

@@ -35,12 +35,12 @@ import numpy.typing as npt
 from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, INTERNAL_ERROR, UNSUPPORTED_FORMAT, InputError, TTSFarmError
-from producer.wire.errors import BOOK_OUTPUT_REFUSED, BOOK_SUPERSEDED, SEGMENT_MISSING
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.settings import Settings, StorageSettings
-from producer.wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, storage_from_settings
-from producer.wire.storage_s3 import S3Storage
-from producer.wire.tasks import (
+from wire.errors import BOOK_OUTPUT_REFUSED, BOOK_SUPERSEDED, SEGMENT_MISSING
+from wire.redis.broker import RedisBroker
+from wire.settings import Settings, StorageSettings
+from wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, storage_from_settings
+from wire.storage.s3 import S3Storage
+from wire.tasks import (
     ASSEMBLE_CHAPTER,
     LOUDNESS_FLOOR_DB,
     LOUDNESS_STEP_DB,
@@ -282,7 +282,7 @@ def chapter_captions(storage: Storage, seen: list[tuple[str, int, float]], rate:
     """WebVTT of a chapter: each stored job's words (``records.words_key``) moved to where ``join_chapter``
     put its audio (head silence, then each segment and its pause). A job stored without words adds none."""
     from pipeline.captions import to_vtt
-    from producer.wire.records import Word, words_key
+    from wire.records import Word, words_key
 
     words: list[Word] = []
     offset = round(head_s * rate)

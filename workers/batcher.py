@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from producer.wire.queue import Head
-from producer.wire.settings import QueueSettings
+from wire.queue import Head
+from wire.settings import QueueSettings
 
 T = TypeVar("T")
 

@@ -14,10 +14,10 @@ from typing import Any
 from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
-from producer.wire.errors import SEGMENT_MISSING
-from producer.wire.settings import Settings
-from producer.wire.storage import Storage, safe_key
-from producer.wire.tasks import ASSEMBLE_BOOK_FILE
+from wire.errors import SEGMENT_MISSING
+from wire.settings import Settings
+from wire.storage import Storage, safe_key
+from wire.tasks import ASSEMBLE_BOOK_FILE
 from workers.assembly import CONTENT_TYPES, join_chapter, output_storage, run_task, stored_pieces
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import time
 
-from producer.wire.broker import Consumer
-from producer.wire.errors import BrokerError
-from producer.wire.queue import Entry, Head
+from wire.broker import Consumer
+from wire.errors import BrokerError
+from wire.queue import Entry, Head
 from workers import schedule
 from workers.batcher import Candidate, LaneState, choose_head, select_batch
 from workers.context import LoopContext

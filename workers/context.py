@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.voices.bank import VoiceBank
-from producer.wire.broker import Broker
-from producer.wire.records import SegmentJob
-from producer.wire.settings import Settings
+from wire.broker import Broker
+from wire.records import SegmentJob
+from wire.settings import Settings
 from workers.events import JobEvents
 from workers.finisher import Finisher
 from workers.metrics import WorkerMetrics

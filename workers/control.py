@@ -1,5 +1,5 @@
 """Hot voice reload, the worker's side: ``ttsfarm voices reload [VOICE]`` reaches every worker through a Celery
-broadcast (sent by ``producer.wire.control``).
+broadcast (sent by ``wire.control``).
 
 Each worker re-reads the voice catalogue (``configs/voices.toml``, or ``TTSFARM_CONFIG_DIR``), builds the
 named voices again beside the ones serving, each with a fresh model session, warms them up, and swaps
@@ -29,8 +29,8 @@ from typing import Any
 
 from celery.worker.control import control_command
 
-from producer.wire.control import RELOAD_COMMAND
-from producer.wire.settings import Settings, load_settings
+from wire.control import RELOAD_COMMAND
+from wire.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 

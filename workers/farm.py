@@ -17,11 +17,11 @@ from typing import Any
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.device_use import DEVICE_USE
-from producer.wire.errors import BrokerError
-from producer.wire.keys import Keys
-from producer.wire.redis_broker import RedisBroker
-from producer.wire.sharded import broker_from_settings
-from producer.wire.settings import Settings
+from wire.errors import BrokerError
+from wire.keys import Keys
+from wire.redis.broker import RedisBroker
+from wire.shards import broker_from_settings
+from wire.settings import Settings
 from workers.allocator import HeapTrim, limit_arenas
 from workers.batcher import first_segments_any_length
 from workers.events import JobEvents
@@ -67,7 +67,7 @@ class FarmWorker:
         else:
             self.interactive_bank = self.bank
         if storage is None:
-            from producer.wire.storage import storage_from_settings
+            from wire.storage import storage_from_settings
 
             storage = storage_from_settings(settings.storage)
         self.publisher = Publisher.of(settings, self.broker, storage)
@@ -185,7 +185,7 @@ class FarmWorker:
             loop.queue.leave()
 
     def _admit_until_stopped(self) -> None:
-        """Admit staged segments that fell due between publishes (``producer.wire.admission``), every
+        """Admit staged segments that fell due between publishes (``wire.admission``), every
         ``queue.admission_sweep_ms``, or every ``IDLE_SWEEP_S`` while no job has staged segments (a job's own
         publishes admit its next segments too); one script call a sweep."""
         interval = wait = self.settings.queue.admission_sweep_ms / 1000

@@ -30,10 +30,10 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from producer.wire.records import SegmentJob
-from producer.wire.settings import Settings
-from producer.wire.sharded import broker_from_settings
-from producer.wire.storage import storage_from_settings
+from wire.records import SegmentJob
+from wire.settings import Settings
+from wire.shards import broker_from_settings
+from wire.storage import storage_from_settings
 from workers.publisher import Publisher
 
 log = logging.getLogger(__name__)

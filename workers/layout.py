@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.voices.runtime import cuda_wanted
-from producer.wire.settings import Settings
+from wire.settings import Settings
 
 if TYPE_CHECKING:
-    from producer.wire.queue import Entry
-    from producer.wire.records import SegmentJob
+    from wire.queue import Entry
+    from wire.records import SegmentJob
 
 log = logging.getLogger(__name__)
 

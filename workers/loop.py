@@ -20,8 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from producer.wire.errors import BrokerError
-from producer.wire.keys import LANES
+from wire.errors import BrokerError
+from wire.keys import LANES
 from workers.claimer import Claimer
 from workers.context import LoopContext
 from workers.outcomes import Outcomes

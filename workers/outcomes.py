@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from pipeline.errors import MALFORMED_JOB, InputError
-from producer.wire.broker import Consumer
-from producer.wire.errors import (DEADLINE_EXCEEDED, SEGMENT_FAILED, TOO_MANY_DELIVERIES, TOO_MANY_FAILURES,
+from wire.broker import Consumer
+from wire.errors import (DEADLINE_EXCEEDED, SEGMENT_FAILED, TOO_MANY_DELIVERIES, TOO_MANY_FAILURES,
                                   TransientError)
-from producer.wire.queue import Entry
-from producer.wire.records import CANCELLED_INFO, SegmentJob, dead_letter_fields
+from wire.queue import Entry
+from wire.records import CANCELLED_INFO, SegmentJob, dead_letter_fields
 from workers import schedule
 from workers.context import LoopContext
 from workers.publisher import SegmentOutcome
@@ -101,7 +101,7 @@ class Outcomes:
                                                                                [x.claimed for x in entries])):
             if self.ended(e, state):
                 continue
-            if job.closing:  # every segment is done: only the job's end is left (producer.wire.textin)
+            if job.closing:  # every segment is done: only the job's end is left (wire.appends)
                 self.already_published(e)
                 continue
             if not ok:

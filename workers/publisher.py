@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.wire.admission import Admission, may_stage
-from producer.wire.broker import Broker, ClaimReply, FrameClaim, Piece, SegmentEnd, run_blocking
-from producer.wire.keys import STATES_FINAL
-from producer.wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
-from producer.wire.settings import Settings
-from producer.wire.storage import Storage
+from wire.admission import Admission, may_stage
+from wire.broker import Broker, ClaimReply, FrameClaim, Piece, SegmentEnd, run_blocking
+from wire.keys import STATES_FINAL
+from wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
+from wire.settings import Settings
+from wire.storage import Storage
 
 log = logging.getLogger(__name__)
 

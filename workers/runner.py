@@ -27,8 +27,8 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowPlan
-from producer.wire.errors import BrokerError, TransientError
-from producer.wire.queue import Entry
+from wire.errors import BrokerError, TransientError
+from wire.queue import Entry
 from workers.batcher import padding_waste
 from workers.claimer import Claimer
 from workers.context import LoopContext

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from producer.wire.records import text_of
-from producer.wire.settings import SchedulingSettings
+from wire.records import text_of
+from wire.settings import SchedulingSettings
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ import logging
 import time
 from typing import Any, Protocol
 
-from producer.wire.errors import BrokerError, TransientError
-from producer.wire.queue import Entry, Head
+from wire.errors import BrokerError, TransientError
+from wire.queue import Entry, Head
 from workers import schedule
 from workers.claimer import IDLE_BLOCK_MS, Claimer
 from workers.context import LoopContext

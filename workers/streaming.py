@@ -40,9 +40,9 @@ from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan
-from producer.wire.broker import ClaimReply, FrameClaim
-from producer.wire.queue import Entry
-from producer.wire.records import SegmentJob
+from wire.broker import ClaimReply, FrameClaim
+from wire.queue import Entry
+from wire.records import SegmentJob
 from workers.layout import awaited
 from workers.outcomes import Outcomes
 from workers.publisher import PieceOut, SegmentProgress

@@ -14,7 +14,7 @@ import numpy as np
 
 from pipeline.timing import word_times
 from pipeline.voices.base import Phonemized
-from producer.wire.records import SegmentJob
+from wire.records import SegmentJob
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,0 @@
-import sys
-
-from producer.cli import main
-
-sys.exit(main())

@@ -1,0 +1,179 @@
+"""A worker's queue reading over every shard: one consumer per shard under one name, read as one ``Consumer``.
+
+The shards' bucket streams have the same names (``Keys.queue``), so the streams this consumer reports carry their
+shard, ``<shard>@<stream>`` (``tag``): a head's stream, a claimed entry's. A claim, an ack, a touch, a requeue and a
+dead letter (``ShardedBroker.dead_letter``) go to the shard the name says, with the name Redis knows. The tag is
+written in front so what a worker reads off a stream's name (its lane, its bucket: the name's last parts) is
+unchanged; Redis never sees it.
+
+Peeking asks every shard without waiting (each shard's own peek: ``RedisConsumer.heads``); only when all are empty
+does it wait, on every shard at once, each shard's blocking peek on a thread of its own, and peeks all shards again
+when one of them wakes. A shard's wait left running when another woke is reused by the next wait, so each shard has
+at most one blocking read in flight per consumer.
+
+A shard that does not answer is left out of peeks, reclaiming and pruning for a while (0.5 s, doubling to 5 s, logged
+when it goes and when it answers again), so the other shards' jobs are served meanwhile; only when no shard answers
+does the error reach the loop. Acks, touches and requeues go to every shard they name before an error is raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+from wire.broker import Consumer
+from wire.queue import Entry, Head
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RETRY_S = (0.5, 5.0)  # how long a shard that failed is left out: the first time, and at most
+
+
+def tag(shard: int, stream: str) -> str:
+    """A queue stream's name as a sharded consumer reports it."""
+    return f"{shard}@{stream}"
+
+
+def untag(name: str) -> tuple[int, str]:
+    """The shard and the stream of a name ``tag`` made."""
+    shard, sep, stream = name.partition("@")
+    if not sep or not shard.isdigit():
+        raise ValueError(f"{name!r} is not a sharded stream name (<shard>@<stream>)")
+    return int(shard), stream
+
+
+class ShardedConsumer:
+    """``Consumer`` (``wire.broker``) over the consumers of one name on every shard, in shard order."""
+
+    def __init__(self, consumers: Sequence[Consumer]) -> None:
+        self.shards = list(consumers)
+        self.name = self.shards[0].name
+        self.streams = [tag(i, s) for i, c in enumerate(self.shards) for s in c.streams]
+        self.undelivered = 0
+        self._waits: list[Future[list[Head]] | None] = [None] * len(self.shards)
+        self._pool: ThreadPoolExecutor | None = None
+        self._out_until = [0.0] * len(self.shards)  # a shard that failed is left out until then (monotonic)
+        self._out_for = [0.0] * len(self.shards)  # ... for this long (0: it answers)
+
+    def _each(self, fn: Callable[[Consumer], T]) -> list[tuple[int, T]]:
+        """``fn`` on every shard not left out, by shard; one that fails is left out for a while. Raises the last error
+        when every shard tried failed."""
+        out: list[tuple[int, T]] = []
+        error: Exception | None = None
+        for i, c in enumerate(self.shards):
+            if self._out_until[i] > time.monotonic():
+                continue
+            try:
+                out.append((i, fn(c)))
+            except Exception as exc:
+                error = exc
+                self._failed(i, exc)
+            else:
+                self._answered(i)
+        if error is not None and not out:
+            raise error
+        return out
+
+    def _failed(self, shard: int, exc: BaseException) -> None:
+        if not self._out_for[shard]:
+            log.warning("%s: shard %d does not answer (%s); serving the other shards", self.name, shard, exc)
+        self._out_for[shard] = min(RETRY_S[1], max(RETRY_S[0], 2 * self._out_for[shard]))
+        self._out_until[shard] = time.monotonic() + self._out_for[shard]
+
+    def _answered(self, shard: int) -> None:
+        if self._out_for[shard]:
+            log.info("%s: shard %d answers again", self.name, shard)
+            self._out_for[shard] = 0.0
+
+    def ensure_groups(self) -> None:
+        self._each(lambda c: c.ensure_groups())  # a shard out now gets its groups at its first peek
+
+    def heads(self, block_ms: int) -> list[Head]:
+        heads = self._peek()
+        if heads or block_ms <= 0:
+            return heads
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(len(self.shards), thread_name_prefix=f"ttsfarm-peek-{self.name}")
+        for i, c in enumerate(self.shards):
+            old = self._waits[i]
+            if old is not None and old.done():  # what it saw is older than the peek above
+                self._waits[i] = None
+                if old.exception() is not None:
+                    self._failed(i, old.exception())  # type: ignore[arg-type]
+            if self._waits[i] is None and self._out_until[i] <= time.monotonic():
+                self._waits[i] = self._pool.submit(c.heads, block_ms)
+        running = [f for f in self._waits if f is not None]
+        done, _ = wait(running, timeout=block_ms / 1000, return_when=FIRST_COMPLETED)
+        if not running:  # every shard is out: wait as a peek would, then try again
+            time.sleep(block_ms / 1000)
+        woke = False
+        for i, f in enumerate(self._waits):
+            if f is not None and f in done:
+                self._waits[i] = None
+                if f.exception() is not None:
+                    self._failed(i, f.exception())  # type: ignore[arg-type]
+                else:
+                    woke = woke or bool(f.result())
+        return self._peek() if woke else []
+
+    def _peek(self) -> list[Head]:
+        heads = [dataclasses.replace(h, stream=tag(i, h.stream)) for i, got in self._each(lambda c: c.heads(0)) for h in got]
+        self.undelivered = sum(c.undelivered for c in self.shards)
+        return heads
+
+    def claim(self, stream: str, count: int) -> list[Entry]:
+        shard, name = untag(stream)
+        return self._tagged(shard, self.shards[shard].claim(name, count))
+
+    def ack(self, entries: Sequence[Entry]) -> None:
+        self._on_their_shards(entries, lambda c, own: c.ack(own))
+
+    def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
+        """Up to ``count`` entries from each shard."""
+        return [e for i, got in self._each(lambda c: c.reclaim(min_idle_ms, count)) for e in self._tagged(i, got)]
+
+    def touch(self, entries: Sequence[Entry]) -> None:
+        self._on_their_shards(entries, lambda c, own: c.touch(own))
+
+    def requeue(self, entries: Sequence[Entry]) -> None:
+        self._on_their_shards(entries, lambda c, own: c.requeue(own))
+
+    def prune(self, min_idle_ms: int) -> int:
+        return sum(n for _, n in self._each(lambda c: c.prune(min_idle_ms)))
+
+    def _on_their_shards(self, entries: Sequence[Entry], fn: Callable[[Consumer, list[Entry]], None]) -> None:
+        """``fn`` on each shard with its entries; the first error raised once every shard had its turn."""
+        error: Exception | None = None
+        for shard, own in _by_shard(entries).items():
+            try:
+                fn(self.shards[shard], own)
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+
+    def leave(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        for c in self.shards:
+            c.leave()
+
+    @staticmethod
+    def _tagged(shard: int, entries: list[Entry]) -> list[Entry]:
+        for e in entries:
+            e.stream = tag(shard, e.stream)
+        return entries
+
+
+def _by_shard(entries: Sequence[Entry]) -> dict[int, list[Entry]]:
+    """Entries by shard, each with the stream name its shard knows."""
+    out: dict[int, list[Entry]] = {}
+    for e in entries:
+        shard, stream = untag(e.stream)
+        out.setdefault(shard, []).append(dataclasses.replace(e, stream=stream))
+    return out
