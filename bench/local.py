@@ -21,9 +21,7 @@ from typing import Any
 
 import redis
 
-from wire.broker import run_blocking
-from wire.keys import Keys
-from wire.redis.broker import RedisBroker
+from wire.broker import AdminBroker, run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -321,9 +319,8 @@ def worker_env(*, threads: int | None = None, max_batch: int | None = None, infe
     return env
 
 
-def farm_worker_pids(r: redis.Redis, keys: Keys) -> list[int]:
+def farm_worker_pids(broker: AdminBroker) -> list[int]:
     """Pids of serving workers from their heartbeats (readable here only for workers on this host)."""
-    broker = RedisBroker(r, keys)
     pids = []
     for info in run_blocking(broker, broker.read_heartbeats()).values():
         if info.get("state") == "serving" and time.time() - float(info.get("ts", 0)) < 30:

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wire.broker import Command, run_blocking
+import redis
+
+from wire.broker import run_blocking
+from wire.connect import connect_url
 from wire.errors import BrokerError
-from wire.keys import Keys
-from wire.redis.broker import RedisBroker
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,7 @@ def free_port() -> int:
 
 
 def redis_reachable(url: str, timeout: float = 0.5, master_name: str = "") -> bool:
-    return RedisBroker.from_url(url, master_name=master_name, socket_connect_timeout=timeout,
-                                socket_timeout=timeout).reachable()
+    return connect_url(url, master_name=master_name, socket_connect_timeout=timeout, socket_timeout=timeout).reachable()
 
 
 @dataclass
@@ -184,13 +184,14 @@ class SentinelGroup:
 
 
 def _ask(port: int, command: str, *args: Any) -> Any:
-    """One redis-py call to the local server or Sentinel on ``port``, through the wire's broker."""
-    broker = RedisBroker.from_url(f"redis://127.0.0.1:{port}/0", socket_timeout=1, socket_connect_timeout=1,
-                                  decode_responses=True)
+    """One redis-py call to the local server or Sentinel on ``port`` (a Sentinel's own commands: no farm step)."""
+    r = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1, decode_responses=True)
     try:
-        return broker.send(Command(command, args))
+        return getattr(r, command)(*args)
+    except redis.RedisError as exc:
+        raise BrokerError(f"{command} on port {port}: {exc}") from exc
     finally:
-        broker.r.close()
+        r.close()
 
 
 def worker_command(name: str, *, loglevel: str = "INFO", extra: list[str] | None = None,
@@ -221,7 +222,7 @@ class WorkerProcess:
 
     def wait_ready(self, url: str, prefix: str = "ttsfarm", timeout: float = 120.0, master_name: str = "") -> None:
         """Until this worker's heartbeat says it serves (voices loaded and warmed up)."""
-        broker = RedisBroker.from_url(url, keys=Keys(prefix), master_name=master_name)
+        broker = connect_url(url, key_prefix=prefix, master_name=master_name)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:

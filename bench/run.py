@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from bench.load import (
     KINDS,
     MIXES,
@@ -53,7 +51,7 @@ from bench.local import (
     wait_quiet,
     worker_env,
 )
-from wire.keys import Keys
+from wire.connect import connect
 from wire.settings import Settings, settings_from_environment
 
 __all__ = [
@@ -96,9 +94,8 @@ def run_bench(config: BenchConfig, *, base: Settings | None = None,
     try:
         if config.redis_url:
             settings = base.replace(redis={"url": config.redis_url})
-            r = redis.Redis.from_url(config.redis_url)
-            keys = Keys(settings.redis.key_prefix)
-            pids: Callable[[], list[int]] = lambda: farm_worker_pids(r, keys)
+            broker = connect(settings.redis)
+            pids: Callable[[], list[int]] = lambda: farm_worker_pids(broker)
             storage_dir = None
         else:
             env = worker_env(threads=config.threads, max_batch=config.max_batch, inference_threads=config.inference_threads,

@@ -1,6 +1,6 @@
 """The dead-letter stream: segments a worker could not run (malformed, or failing ``max_deliveries`` times).
 `ttsfarm dlq` lists, shows, requeues and purges them through the broker's dead-letter steps
-(``wire.broker.Broker``). The record is ``wire.records``'s."""
+(``wire.broker.AdminBroker``). The record is ``wire.records``'s."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from cli.common import client_of
 
 if TYPE_CHECKING:
-    from wire.broker import Broker
+    from wire.broker import AdminBroker
 
 
 def add_commands(sub: Any) -> None:
@@ -27,7 +27,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return run(client_of(args).broker, args.action, args.id, args.count)
 
 
-def run(broker: Broker, action: str, entry_id: str = "", count: int = 50) -> int:
+def run(broker: AdminBroker, action: str, entry_id: str = "", count: int = 50) -> int:
     """`ttsfarm dlq list|show|requeue|purge`: print what was found or done; 1 when ``show`` or ``requeue``
     finds nothing."""
     if action == "list":

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.common import client_of
-from wire.broker import Broker, run_blocking
+from wire.broker import AdminBroker, run_blocking
 from wire.snapshot import QueueSnapshot
 
 STALE_S = 10.0  # a heartbeat older than this: the worker is gone or stuck (workers beat every 2 s)
@@ -50,7 +50,7 @@ class Snapshot:
         return sum(float(w.get("segments_per_min") or 0.0) for w in self.workers if w["alive"])
 
 
-def snapshot(broker: Broker, n_buckets: int, *, dead_letters: int = 5) -> Snapshot:
+def snapshot(broker: AdminBroker, n_buckets: int, *, dead_letters: int = 5) -> Snapshot:
     """The heartbeats and the queue snapshot (with the newest ``dead_letters``), two reads."""
     beats = run_blocking(broker, broker.read_heartbeats())
     now = time.time()
@@ -147,7 +147,7 @@ def _redis_line(snap: Snapshot) -> str:
     return line
 
 
-def run(broker: Broker, n_buckets: int, *, watch: float = 0.0, iterations: int = 0) -> int:
+def run(broker: AdminBroker, n_buckets: int, *, watch: float = 0.0, iterations: int = 0) -> int:
     """Print one screen; with ``watch`` seconds, redraw it until interrupted (or ``iterations`` times). An interrupt
     (Ctrl-C, SIGINT) while watching ends the loop at its next step with 130; a second one stops at once."""
     interrupted = threading.Event()

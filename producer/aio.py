@@ -26,8 +26,7 @@ class AsyncClient(ClientCore):
     asynchronous = True
 
     async def close(self) -> None:
-        for connection in self._connections():
-            await connection.aclose()
+        await self.broker.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -45,7 +44,7 @@ class AsyncClient(ClientCore):
                 return await asyncio.to_thread(step.fn), None
             return await self.broker.send(step), None
         except Exception as exc:
-            return None, self._failed(exc)
+            return None, exc
 
     async def _run(self, call: Call[T]) -> T:
         outcome: tuple[Any, Exception | None] = (None, None)

@@ -24,8 +24,7 @@ class Client(ClientCore):
     asynchronous = False
 
     def close(self) -> None:
-        for connection in self._connections():
-            connection.close()
+        self.broker.close()
 
     def __enter__(self) -> Client:
         return self
@@ -43,7 +42,7 @@ class Client(ClientCore):
                 return step.fn(), None
             return self.broker.send(step), None
         except Exception as exc:
-            return None, self._failed(exc)
+            return None, exc
 
     def _run(self, call: Call[T]) -> T:
         outcome: tuple[Any, Exception | None] = (None, None)

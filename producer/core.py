@@ -3,8 +3,8 @@
 Like httpx's shared base under ``Client`` and ``AsyncClient``, everything a call decides lives here:
 argument checks (``producer.checks``), building the records (``producer.submit``), reading the replies
 (``producer.reader``; a job's status is the wire's ``JobStatus``), error mapping and the retry policy. What it asks of the farm's
-store goes through the broker (``wire.broker``; ``RedisBroker`` unless one is handed in), whose
-producing steps are sans-IO. A call is a generator that yields the steps it needs done and is sent each
+store goes through the broker's client steps (``wire.broker.JobBroker``; ``wire.connect`` builds it from the
+settings unless one is handed in), which are sans-IO. A call is a generator that yields the steps it needs done and is sent each
 step's reply (or has its error thrown in at the ``yield``):
 
 - the broker's IO steps (for Redis a command or a Lua script), from ``yield from broker.admit(...)`` and
@@ -22,10 +22,11 @@ scenarios through both).
 Errors, the same on both faces:
 - a bad argument raises ``InputError`` at the call, before any Redis command; a ``job_id`` that another
   request holds raises ``InputError`` JOB_ID_CONFLICT from the admission, which then writes nothing;
-- Redis (the broker) refusing the credentials is ``TTSFarmError`` BACKEND_AUTH_FAILED from any call, never retried;
-- a lost connection (Redis restarting or failing over) is retried where the call can wait: ``stream``
-  backs off up to 20 times, then ``TransientError``; ``wait`` keeps polling until its deadline, then
-  raises the connection error. ``submit`` retries the same job (same id and request: admission is idempotent,
+- the broker's store refusing the credentials is ``BrokerRefused`` (BACKEND_AUTH_FAILED) from any call, never
+  retried;
+- a lost connection (Redis restarting or failing over: ``BrokerUnavailable``, a ``TransientError``) is retried where
+  the call can wait: ``stream`` backs off up to 20 times, then ``TransientError``; ``wait`` keeps polling until its
+  deadline, then raises the connection error. ``submit`` retries the same job (same id and request: admission is idempotent,
   so a try whose reply was lost is not queued twice) for about 3 s, then raises ``TransientError`` whose
   ``detail["job_id"]`` names the job: it may have been queued (``client.job(id)`` tells); ``job``,
   ``status`` and ``cancel`` raise the connection error.
@@ -40,16 +41,14 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-from pipeline.errors import EMPTY_TEXT, InputError, TTSFarmError
+from pipeline.errors import EMPTY_TEXT, InputError
 from producer.checks import job_id_arg
 from producer.reader import READ_COUNT, ResultsReader
 from producer.submit import Terms, job_status, plan_segments, prepare_submission, request_terms
 from producer.appending import OpenedJob, check_open_terms
-from wire.broker import Broker, advance  # noqa: F401 (advance: the faces drive their calls with it)
-from wire.redis.broker import RedisBroker
-from wire.shards import ShardedBroker, broker_from_settings
-from wire.errors import (BACKEND_AUTH_FAILED, JOB_CLOSED, JobError, JobNotFoundError, JobTimeoutError,
-                                  TransientError)
+from wire.broker import JobBroker, advance  # noqa: F401 (advance: the faces drive their calls with it)
+from wire.connect import connect
+from wire.errors import BrokerUnavailable, JOB_CLOSED, JobError, JobNotFoundError, JobTimeoutError, TransientError
 from wire.keys import Keys, bucket_of, new_job_id
 from wire.records import Chunk, JobResult, SegmentJob, Submission
 from wire.status import JobStatus
@@ -81,46 +80,34 @@ Stream = Generator[Step | Chunk, Any, None]  # a call that hands out chunks
 
 
 class ClientCore:
-    """What both faces hold (``redis``: the connection, redis-py's sync or asyncio client; ``broker``: the
-    wire's steps on it, ``RedisBroker`` unless one is handed in, or with ``redis.shards`` a ``ShardedBroker`` whose
-    first shard is on it) and the client-level calls."""
+    """What both faces hold (``broker``: the wire's client steps, built by ``wire.connect`` from the settings, on
+    ``connection`` when one is given, or handed in) and the client-level calls."""
 
-    asynchronous: bool  # the face awaits its steps: its connection is redis-py's asyncio client
+    asynchronous: bool  # the face awaits its steps: its broker answers awaitables
 
-    def __init__(self, connection: Any, settings: Settings, *, broker: Broker | None = None) -> None:
-        self.redis = connection
+    def __init__(self, connection: Any, settings: Settings, *, broker: JobBroker | None = None) -> None:
         self.settings = settings
         self.keys = Keys(settings.redis.key_prefix)
-        self.broker: Broker = broker if broker is not None else broker_from_settings(
-            settings.redis, asyncio=self.asynchronous, first=RedisBroker(
-                connection, self.keys, replicas=settings.redis.wait_replicas, wait_ms=settings.redis.wait_timeout_ms))
+        self.broker: JobBroker = broker if broker is not None else connect(
+            settings.redis, asyncio=self.asynchronous, connection=connection)
         self._groups_ready = False
 
     @classmethod
-    def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **redis_kwargs: Any) -> Self:
+    def from_url(cls, url: str | None = None, *, settings: Settings | None = None, **options: Any) -> Self:
         """A client of ``url`` (default: the settings'; a ``sentinel://`` one follows its group's master through a
-        failover); settings default to the CLI's (configs/ plus ``TTSFARM_*``); ``redis_kwargs`` go to redis-py and
-        win over the defaults below."""
+        failover); settings default to the CLI's (configs/ plus ``TTSFARM_*``); ``options`` go to the broker's client
+        library (redis-py) and win over the defaults below."""
         settings = settings or settings_from_environment()
         if url:
             settings = settings.replace(redis={"url": url})
-        broker = broker_from_settings(settings.redis, asyncio=cls.asynchronous,
-                                      **{"health_check_interval": 30, **redis_kwargs})
-        return cls(broker.r, settings, broker=broker)  # type: ignore[attr-defined]
+        return cls(None, settings, broker=connect(settings.redis, asyncio=cls.asynchronous,
+                                                  **{"health_check_interval": 30, **options}))
 
-    def _connections(self) -> list[Any]:
-        """The connections this client closes: its own, and the other shards' (``redis.shards``)."""
-        if isinstance(self.broker, ShardedBroker):
-            return [self.redis, *(c for c in self.broker.connections() if c is not self.redis)]
-        return [self.redis]
-
-    def _failed(self, exc: Exception) -> Exception:
-        """The error a call sees for what a step raised: the farm's code where there is one."""
-        if isinstance(exc, self.broker.refused):
-            err = TTSFarmError(f"Redis refused the credentials: {exc}", code=BACKEND_AUTH_FAILED)
-            err.__cause__ = exc
-            return err
-        return exc
+    @property
+    def redis(self) -> Any:
+        """The connection of the broker's first store (redis-py's client), for tools and tests that look at the
+        store themselves; None for a broker that holds none."""
+        return getattr(self.broker, "r", None)
 
     def _ensure_groups(self) -> Call[None]:
         if self._groups_ready:
@@ -136,7 +123,7 @@ class ClientCore:
                 yield from self._ensure_groups()
                 yield from make()
                 return
-            except self.broker.lost as exc:
+            except BrokerUnavailable as exc:
                 if attempt == SUBMIT_RETRIES:
                     raise TransientError(f"cannot reach Redis to {what} job {job_id}: {exc}", job_id=job_id) from exc
                 yield Pause(0.1 * 2**attempt)
@@ -213,7 +200,7 @@ class JobCore:
                 if not entries and woke is None:  # wait for the next entry, then read it (and the trim count) above
                     woke = yield from broker.await_results(self.id, reader.last_id, block_ms)
                 failures = 0
-            except broker.lost as exc:
+            except BrokerUnavailable as exc:
                 failures += 1
                 if failures > STREAM_RETRIES:
                     raise TransientError(f"lost Redis while streaming job {self.id}: {exc}") from exc
@@ -235,7 +222,7 @@ class JobCore:
         while True:
             try:
                 st = yield from self._status()
-            except self.client.broker.lost:
+            except BrokerUnavailable:
                 # Redis restarting or failing over: keep waiting until the deadline.
                 if deadline is not None and time.monotonic() > deadline:
                     raise

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from producer.client import Client  # noqa: E402
 from bench.processes import RedisServer, WorkerProcess  # noqa: E402
-from wire.broker import Command  # noqa: E402
+from wire.redis.steps import Command  # noqa: E402
 from wire.settings import load_settings  # noqa: E402
 from wire.shards import Routed, ShardedBroker  # noqa: E402
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from producer.client import Client  # noqa: E402
 from bench.processes import SentinelGroup  # noqa: E402
-from wire.broker import Command  # noqa: E402
+from wire.redis.steps import Command  # noqa: E402
 from wire.settings import load_settings  # noqa: E402
 
 

@@ -70,7 +70,7 @@ def test_the_lua_admits_as_many_as_the_rules_say(r: redis.Redis, played: float, 
                              ending=bool(ending)):
             break
         expect, a_s, in_flight, q = expect + 1, a_s + 1.5, in_flight + 1, q + 1
-    from wire.broker import Script
+    from wire.redis.steps import Script
     from wire.redis.lua_admission import ADMISSION_FUNCTIONS
 
     # ``admit_next`` alone, as PUBLISH_PIECES runs it after a job's audio (ARGV: prefix, job, now, idle_ahead, ending)

@@ -1,11 +1,12 @@
 """Audiobooks, the progress line: the audio it counts is the book's as its chapter files lay it out (segments
 made now or reused from an earlier run, each use with its pause, a whole chapter's head and tail), so it ends
-at the manifest's total; its real-time factor is the audio this run added per second. Fast: a stand-in broker
-answers the handle's status reads (the farm-level runs are in test_book.py)."""
+at the manifest's total; its real-time factor is the audio this run added per second. Fast: the handle runs on the
+in-memory stub broker, a worker's end of each job written with the worker's step (the farm-level runs are in
+test_book.py)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import uuid
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ from books.cli import ProgressBar
 from books.handle import BookHandle
 from books.model import Book
 from books.plan import BookOptions, BookPlan, ChapterPlan, PlannedSegment
-from wire.keys import Keys
+from producer.client import Client
+from wire.connect import connect
 
 SECONDS = {"a": 60.0, "b": 30.0, "c": 45.0, "d": 20.0}  # each segment's audio, as its job's status says
 PAUSE = {"a": 0.6, "b": 0.3, "c": 0.6, "d": 0.0}
@@ -31,40 +33,22 @@ PLAN = BookPlan("progress-book", Book("Progress", (), "markdown"), "joe", 24000,
 ))
 
 
-class StatusBroker:
-    """The handle's side of the wire: admission answers and the jobs' status fields."""
+def finish(broker: Any, job_id: str) -> None:
+    """A worker's end of the job: done, with its audio's duration."""
+    assert broker.finalize(job_id, "done", {}, maxlen=100, ttl_s=60, duration=SECONDS[job_id]) == 1
 
-    def __init__(self, done_before: set[str]) -> None:
-        self.keys = Keys("t")
-        self.status = {j: {"state": "done" if j in done_before else "queued"} for j in SECONDS}
+
+def handle(base_settings: Any, done_before: set[str]) -> tuple[BookHandle, Any]:
+    """The book submitted on a farm's stub broker; ``done_before``: segments an earlier run of the book made."""
+    settings = base_settings.replace(redis={"url": f"memory://progress-{uuid.uuid4().hex}"})
+    client = Client(None, settings, broker=connect(settings.redis))
+    if done_before:
+        BookHandle(client, PLAN, "/tmp/out", BookOptions())._submit_all()
         for j in done_before:
-            self.status[j]["duration"] = str(SECONDS[j])
-
-    def start_book_run(self, book_id: str, run_id: str, ttl_s: int) -> str:
-        return f"run:{book_id}"
-
-    def admit_book_segments(self, subs: list[Any], queue: Any, *, force: bool) -> list[str]:
-        return ["done" if self.status[s.job_id]["state"] == "done" else "submitted" for s in subs]
-
-    def job_fields(self, job_ids: list[str], fields: tuple[str, ...]) -> list[list[str | None]]:
-        return [[self.status[j].get(f) for f in fields] for j in job_ids]
-
-    def finish(self, job_id: str) -> None:
-        self.status[job_id] = {"state": "done", "duration": str(SECONDS[job_id])}
-
-    def drop_results(self, job_ids: list[str]) -> None:
-        pass
-
-    def keep_jobs(self, job_ids: list[str], ttl_s: int) -> None:
-        pass
-
-
-def handle(base_settings: Any, done_before: set[str]) -> tuple[BookHandle, StatusBroker]:
-    broker = StatusBroker(done_before)
-    client = SimpleNamespace(broker=broker, settings=base_settings, ensure_groups=lambda: None)
+            finish(client.broker, j)
     h = BookHandle(client, PLAN, "/tmp/out", BookOptions())
     h._submit_all()
-    return h, broker
+    return h, client.broker
 
 
 def manifest_s(opts: BookOptions = BookOptions()) -> float:
@@ -80,7 +64,7 @@ def test_reused_segments_count_in_the_audio_and_the_end_is_the_manifests(base_se
     assert (start.done, start.reused) == (2, 2)
     assert start.audio_s == pytest.approx(before)
     for j in ("c", "d"):
-        broker.finish(j)
+        finish(broker, j)
     end = h.progress()
     assert end.done == end.total == 4
     assert end.audio_s == pytest.approx(manifest_s())  # 3.7 min, not the 1.1 min made in this run
@@ -92,9 +76,9 @@ def test_reused_segments_count_in_the_audio_and_the_end_is_the_manifests(base_se
 def test_a_fresh_book_counts_its_pauses_head_and_tail(base_settings: Any) -> None:
     h, broker = handle(base_settings, done_before=set())
     assert h.progress().audio_s == 0.0
-    broker.finish("a")
+    finish(broker, "a")
     assert h.progress().audio_s == pytest.approx(60.6 + 60.6)  # read twice; no chapter whole yet
     for j in ("b", "c", "d"):
-        broker.finish(j)
+        finish(broker, j)
     end = h.progress()
     assert end.audio_s == pytest.approx(manifest_s()) and end.rate_x * end.elapsed_s == pytest.approx(manifest_s())

@@ -1,9 +1,13 @@
-"""The SDK reaches the farm's store only through the broker seam (``wire.broker``).
+"""The SDK reaches the farm's store only through the broker seam (``wire.broker``), on the in-memory stub and on
+Redis alike (``backend``).
 
-A recording broker (dramatiq's ``StubBroker`` in spirit: a test-only broker handed to the client) wraps the
-real ``RedisBroker`` and notes each producing step the SDK asks for and each IO step it performs. The same
-calls through the sync and the asyncio face must ask for the same steps, and perform exactly as many IO steps
-as they asked for (each of ``RedisBroker``'s steps is one): the core sends nothing to Redis of its own.
+A recording spy (it passes every call through) wraps the broker handed to the client and notes each client step the
+SDK asks for and each IO step it performs. The same calls through the sync and the asyncio face must ask for the
+same steps, and perform exactly as many IO steps as they asked for (each step of either broker is one): the core
+sends nothing to the store of its own. Faults (a reply lost after the step ran, a store never reachable) are the
+same spy raising the wire's ``BrokerUnavailable`` where the store's client library would have failed.
+
+The Redis broker's own steps (claims, repeats, TTLs, what a publish sends) follow, on Redis.
 """
 
 from __future__ import annotations
@@ -11,68 +15,73 @@ from __future__ import annotations
 import ast
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-import redis.asyncio as aredis
 
+from pipeline.errors import InputError
 from producer.aio import AsyncClient
 from producer.client import Client
-from wire.broker import Broker, Op, Script, run_blocking
-from wire.redis.broker import RedisBroker
-from pipeline.errors import InputError
-from wire.errors import JOB_ID_CONFLICT, JobError, TransientError
+from wire.broker import Broker, JobBroker, Op, advance, run_blocking
+from wire.connect import connect
+from wire.errors import JOB_ID_CONFLICT, BrokerUnavailable, JobError, TransientError
 from wire.keys import Keys
-from wire.redis.lua_admission import ADMIT, CANCEL
-from wire.records import final_fields
+from wire.redis.broker import RedisBroker
+from wire.redis.lua_admission import CANCEL
+from wire.redis.steps import Script
 from wire.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "seam-job-0001"
+CLIENT_STEPS = ("ensure_groups", "admit", "cancel", "job_status", "read_results", "await_results", "open_job", "append")
 
 
-class RecordingBroker(RedisBroker):
-    """``RedisBroker`` that records the producing steps asked of it and the IO steps sent through it."""
+class Recording:
+    """A broker passed through, noting the client steps asked of it and the IO steps sent through it."""
 
-    def __init__(self, r: Any, keys: Keys) -> None:
-        super().__init__(r, keys)
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
         self.asked: list[str] = []
         self.sent: list[Any] = []  # IO steps a face performed
 
-    def _record(self, name: str, op: Op[Any]) -> Op[Any]:
-        self.asked.append(name)
-        return (yield from op)
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.broker, name)
+        if name not in CLIENT_STEPS:
+            return attr
+
+        def asked(*args: Any, **kwargs: Any) -> Any:
+            self.asked.append(name)
+            return attr(*args, **kwargs)
+        return asked
 
     def send(self, step: Any) -> Any:
         self.sent.append(step)
-        return super().send(step)
-
-    def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
-        return self._record("ensure_groups", super().ensure_groups(streams))
-
-    def admit(self, sub: Any, queue: Any) -> Op[None]:
-        return self._record("admit", super().admit(sub, queue))
-
-    def cancel(self, job_id: str) -> Op[int]:
-        return self._record("cancel", super().cancel(job_id))
-
-    def job_status(self, job_id: str) -> Op[Any]:
-        return self._record("job_status", super().job_status(job_id))
-
-    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
-        return self._record("read_results", super().read_results(job_id, args))
-
-    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
-        return self._record("await_results", super().await_results(job_id, after_id, block_ms))
+        return self.broker.send(step)
 
 
-def _scenario(client: Any, settle: Callable[[Any], Any], collect: Callable[[Any], list[Any]], r: redis.Redis,
-              keys: Keys) -> dict[str, Any]:
+@pytest.fixture(params=["stub", "redis"])
+def backend(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Settings]:
+    """The farm's settings on the stub (a store of its own) or on the test's Redis (flushed)."""
+    if request.param == "stub":
+        yield settings.replace(redis={"url": f"memory://seam-{uuid.uuid4().hex}"})
+    else:
+        redis.Redis.from_url(settings.redis.url).flushdb()
+        yield settings
+
+
+def snapshot(settings: Settings) -> Any:
+    """What an operator reads of the farm's queues (``ttsfarm status``)."""
+    return connect(settings.redis).queue_snapshot(settings.queue.n_buckets)
+
+
+def _scenario(client: Any, settle: Callable[[Any], Any], collect: Callable[[Any], list[Any]], worker: Broker,
+              settings: Settings) -> dict[str, Any]:
     """submit, job, status, cancel, wait and stream of one job, and what each answered (``settle`` awaits a
-    coroutine on the async face, ``collect`` drains a stream)."""
+    coroutine on the async face, ``collect`` drains a stream); ``worker``: the worker side's broker."""
     job = settle(client.submit("Hello there. A second sentence.", job_id=JOB, lane="bulk"))
     out: dict[str, Any] = {"total": job.total, "again": settle(client.job(JOB)).total,
                            "state": settle(job.status())["state"], "cancelled": settle(job.cancel())}
@@ -80,8 +89,8 @@ def _scenario(client: Any, settle: Callable[[Any], Any], collect: Callable[[Any]
         settle(job.wait(timeout=5))
     except JobError as exc:
         out["wait"] = exc.code
-    r.xadd(keys.results(JOB), final_fields("cancelled"))  # what a worker's finalize would write, and count
-    r.hincrby(keys.status(JOB), "results_entries", 1)
+    q = settings.queue
+    assert worker.finalize(JOB, "cancelled", {}, maxlen=q.results_maxlen, ttl_s=q.job_ttl_s) == 1  # its final record
     try:
         collect(job.stream(timeout=5, block_ms=50))
     except JobError as exc:
@@ -89,14 +98,18 @@ def _scenario(client: Any, settle: Callable[[Any], Any], collect: Callable[[Any]
     return out
 
 
-def test_both_faces_go_through_the_broker(settings: Settings, r: redis.Redis) -> None:
-    keys = Keys(settings.redis.key_prefix)
+def test_both_faces_go_through_the_broker(backend: Settings) -> None:
     seen, brokers = {}, {}
+    worker = connect(backend.redis)
 
-    brokers["sync"] = RecordingBroker(redis.Redis.from_url(settings.redis.url), keys)
-    with Client(brokers["sync"].r, settings, broker=brokers["sync"]) as client:
-        seen["sync"] = _scenario(client, lambda v: v, list, r, keys)
-    r.flushdb()
+    brokers["sync"] = Recording(connect(backend.redis))
+    with Client(None, backend, broker=brokers["sync"]) as client:
+        seen["sync"] = _scenario(client, lambda v: v, list, worker, backend)
+    if backend.redis.url.startswith("memory://"):
+        backend = backend.replace(redis={"url": f"memory://seam-{uuid.uuid4().hex}"})
+        worker = connect(backend.redis)
+    else:
+        redis.Redis.from_url(backend.redis.url).flushdb()
 
     loop = asyncio.new_event_loop()
     try:
@@ -106,9 +119,9 @@ def test_both_faces_go_through_the_broker(settings: Settings, r: redis.Redis) ->
         async def drain(stream: Any) -> list[Any]:
             return [chunk async for chunk in stream]
 
-        brokers["async"] = RecordingBroker(aredis.Redis.from_url(settings.redis.url), keys)
-        aclient = AsyncClient(brokers["async"].r, settings, broker=brokers["async"])
-        seen["async"] = _scenario(aclient, settle, lambda stream: settle(drain(stream)), r, keys)
+        brokers["async"] = Recording(connect(backend.redis, asyncio=True))
+        aclient = AsyncClient(None, backend, broker=brokers["async"])
+        seen["async"] = _scenario(aclient, settle, lambda stream: settle(drain(stream)), worker, backend)
         settle(aclient.close())
     finally:
         loop.close()
@@ -121,16 +134,15 @@ def test_both_faces_go_through_the_broker(settings: Settings, r: redis.Redis) ->
         # submit, job, status, cancel, wait, stream: each call's store access is a step asked of the broker
         assert broker.asked == ["ensure_groups", "admit", "job_status", "job_status", "cancel", "job_status",
                                 "read_results"]
-        # each of RedisBroker's steps is one IO step: a face performed none that the broker was not asked for
+        # each step is one IO step: a face performed none that the broker was not asked for
         assert len(broker.sent) == len(broker.asked), broker.sent
-    assert brokers["sync"].asked == brokers["async"].asked, brokers
 
 
 def test_a_broker_is_handed_in_and_checked(settings: Settings, r: redis.Redis) -> None:
     keys = Keys(settings.redis.key_prefix)
     broker = RedisBroker(r, keys)
-    assert isinstance(broker, Broker)
-    assert Client(r, settings).broker.keys == keys  # the default: RedisBroker on the client's connection
+    assert isinstance(broker, Broker) and isinstance(broker, JobBroker)
+    assert Client(r, settings).broker.keys == keys  # the default: wire.connect's broker on the client's connection
     run_blocking(broker, broker.ensure_groups(keys.queues(2)))  # the workers' way: a blocking connection
     assert all(r.xinfo_groups(s) for s in keys.queues(2))
     assert run_blocking(broker, broker.cancel("no-such-job")) == -1
@@ -142,7 +154,7 @@ def test_the_core_names_no_redis_command_or_script() -> None:
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m == "redis" or m.startswith("redis.")}, "producer.core imports redis"
-    assert not {m for m in modules if m.startswith("wire.redis.lua")} and "wire.backlog" not in modules
+    assert not {m for m in modules if m.startswith("wire.redis")} and "wire.backlog" not in modules
 
 
 def test_a_book_cancel_is_the_job_cancel_over_its_jobs(settings: Settings, r: redis.Redis, tmp_path: Path) -> None:
@@ -155,8 +167,8 @@ def test_a_book_cancel_is_the_job_cancel_over_its_jobs(settings: Settings, r: re
     book = tmp_path / "book.txt"
     book.write_text("Chapter 1\n\nThe road was long. We walked all day.\n\nChapter 2\n\nRain fell on the roof.",
                     encoding="utf-8")
-    broker = RecordingBroker(redis.Redis.from_url(settings.redis.url), keys)
-    with Client(broker.r, settings, broker=broker) as client:
+    broker = Recording(RedisBroker(redis.Redis.from_url(settings.redis.url), keys))
+    with Client(None, settings, broker=broker) as client:
         handle = submit_book(client, book, out=str(tmp_path / "out"), book_id="cancel-book")
         ids = list(handle.jobs)
         assert len(ids) >= 3 and {r.hget(keys.status(j), "state") for j in ids} == {b"queued"}
@@ -164,9 +176,13 @@ def test_a_book_cancel_is_the_job_cancel_over_its_jobs(settings: Settings, r: re
         assert broker.finalize(ended, "done", {}, maxlen=10, ttl_s=60) == 1  # a worker's finish, unseen by the runner
         assert handle.state[ended] == "queued"
         broker.sent.clear()
-        assert handle.cancel() == len(ids) - 1
-        assert [type(step) for step in broker.sent] == [Script] and broker.sent[0].source == CANCEL
-        assert list(broker.sent[0].keys) == [keys.status(j) for j in ids]
+        with pytest.MonkeyPatch.context() as patch:  # the book's cancel: one script run over its jobs
+            ran: list[Any] = []
+            real = broker.broker.send
+            patch.setattr(broker.broker, "send", lambda step: ran.append(step) or real(step))
+            assert handle.cancel() == len(ids) - 1
+        assert [type(step) for step in ran] == [Script] and ran[0].source == CANCEL
+        assert list(ran[0].keys) == [keys.status(j) for j in ids]
         broker.sent.clear()
         assert client.job(ids[1]).cancel() is False  # the job cancel: the same script, over one job (it had ended)
         assert [step.source for step in broker.sent if isinstance(step, Script)] == [CANCEL]
@@ -174,53 +190,54 @@ def test_a_book_cancel_is_the_job_cancel_over_its_jobs(settings: Settings, r: re
     assert states[ended] == b"done" and {states[j] for j in ids[1:]} == {b"cancelled"}, states
 
 
-class ReplyLostOnce(RedisBroker):
-    """A broker whose first admission runs in Redis but whose reply is lost (the connection drops on the way
-    back), as when Redis stops right after executing the script."""
+class ReplyLostOnce(Recording):
+    """The first admission runs in the store but its reply is lost (the connection drops on the way back), as when
+    the store stops right after running the step."""
 
-    def __init__(self, r: Any, keys: Keys) -> None:
-        super().__init__(r, keys)
-        self.admits = 0
+    admits = 0
 
-    def send(self, step: Any) -> Any:
-        reply = super().send(step)
-        if isinstance(step, Script) and step.source == ADMIT:
-            self.admits += 1
-            if self.admits == 1:
-                raise redis.ConnectionError("connection lost reading the reply")
-        return reply
+    def admit(self, sub: Any, queue: Any) -> Op[None]:
+        self.admits += 1
+        op, lose = self.broker.admit(sub, queue), self.admits == 1
+        finished, step = advance(op, None, None)
+        while not finished:
+            try:
+                reply, error = (yield step), None
+            except Exception as exc:
+                reply, error = None, exc
+            if lose and error is None:
+                reply, error, lose = None, BrokerUnavailable("connection lost reading the reply"), False
+            finished, step = advance(op, reply, error)
+        return step  # type: ignore[no-any-return]
 
 
-def test_a_submit_whose_reply_was_lost_is_queued_once(settings: Settings, r: redis.Redis) -> None:
-    keys = Keys(settings.redis.key_prefix)
-    broker = ReplyLostOnce(redis.Redis.from_url(settings.redis.url), keys)
-    with Client(broker.r, settings, broker=broker) as client:
+def test_a_submit_whose_reply_was_lost_is_queued_once(backend: Settings) -> None:
+    broker = ReplyLostOnce(connect(backend.redis))
+    with Client(None, backend, broker=broker) as client:
         job = client.submit("Hello there. A second sentence.", lane="bulk")
         assert broker.admits == 2  # the submit retried the same job after the lost reply
-        queued = sum(r.xlen(s) for s in keys.queues(settings.queue.n_buckets) if r.exists(s))
-        assert queued == job.total >= 1  # not twice
-        assert int(r.hget(keys.backlog("bulk"), "n") or 0) == job.total
-        stored = r.hgetall(keys.status(job.id))
+        snap = snapshot(backend)
+        assert sum(b.length for b in snap.buckets) == job.total >= 1  # not twice
+        assert snap.backlog["bulk"].segments == job.total
+        stored = client.job(job.id).status().fields
         again = client.submit("Hello there. A second sentence.", job_id=job.id, lane="bulk")  # the same request
         assert (again.id, again.total) == (job.id, job.total) and broker.admits == 3
         with pytest.raises(InputError) as err:  # other text under an id that exists
             client.submit("Something else entirely.", job_id=job.id, lane="bulk")
         assert err.value.code == JOB_ID_CONFLICT and err.value.detail == {"job_id": job.id}
         assert not err.value.retryable and broker.admits == 4
-        assert sum(r.xlen(s) for s in keys.queues(settings.queue.n_buckets) if r.exists(s)) == job.total
-        assert int(r.hget(keys.backlog("bulk"), "n") or 0) == job.total
-        assert r.hgetall(keys.status(job.id)) == stored
+        snap = snapshot(backend)
+        assert sum(b.length for b in snap.buckets) == job.total and snap.backlog["bulk"].segments == job.total
+        assert client.job(job.id).status().fields == stored
 
 
-class NeverReachable(RedisBroker):
+class NeverReachable(Recording):
     def send(self, step: Any) -> Any:
-        raise redis.ConnectionError("Connection refused")
+        raise BrokerUnavailable("Connection refused")
 
 
-def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis.Redis) -> None:
-    keys = Keys(settings.redis.key_prefix)
-    broker = NeverReachable(r, keys)
-    with Client(r, settings, broker=broker) as client:
+def test_a_submit_gives_up_with_the_job_id_it_tried(backend: Settings) -> None:
+    with Client(None, backend, broker=NeverReachable(connect(backend.redis))) as client:
         started = time.monotonic()
         with pytest.raises(TransientError) as err:
             client.submit("Hello there.", job_id="given-up-0001")
@@ -230,7 +247,7 @@ def test_a_submit_gives_up_with_the_job_id_it_tried(settings: Settings, r: redis
 
 def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False, frames: bool = False,
            claim: Any = None) -> Any:
-    from wire.broker import Piece, SegmentEnd
+    from wire.pieces import Piece, SegmentEnd
     from wire.records import chunk_fields
 
     return Piece(job_id, 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
@@ -241,7 +258,7 @@ def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.
     """A voice that makes a segment's frames again from its seed claims with its first window and its replay record
     only: no frames key, no TTL to set; a redo's first window is not written and gets the tag, the record and the
     windows published, and once the segment ended, that it did."""
-    from wire.broker import FrameClaim
+    from wire.pieces import FrameClaim
 
     broker = RedisBroker(r, Keys("replay"))
     r.hset(broker.keys.status("rj"), mapping={"state": "running", "total": 1})
@@ -261,7 +278,7 @@ def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.
 
 
 def test_frames_a_voice_cannot_make_again_live_until_the_segments_end(r: redis.Redis) -> None:
-    from wire.broker import FrameClaim
+    from wire.pieces import FrameClaim
 
     broker = RedisBroker(r, Keys("frames"))
     r.hset(broker.keys.status("fj"), mapping={"state": "running", "total": 1})
@@ -277,7 +294,7 @@ def test_frames_a_voice_cannot_make_again_live_until_the_segments_end(r: redis.R
 def test_an_attempts_own_claim_sent_again_is_its_own(r: redis.Redis) -> None:
     """A step retried after a lost reply sends its first window and claim again: the claim is the attempt's own, the
     window a repeat (not sent to readers twice), and the segment goes on."""
-    from wire.broker import FrameClaim
+    from wire.pieces import FrameClaim
 
     broker = RedisBroker(r, Keys("own"))
     r.hset(broker.keys.status("oj"), mapping={"state": "running", "total": 1})
@@ -357,7 +374,7 @@ def _count_entries(r: redis.Redis, broker: RedisBroker) -> None:
 def test_a_segment_ended_twice_counts_once_and_keeps_its_first_words(r: redis.Redis) -> None:
     """A redo that ends a segment again (its first loop's ack was lost) neither counts it twice, which would end the
     job before its last segment, nor replaces its words: the first end stays, as the first copy of a piece does."""
-    from wire.broker import Piece, SegmentEnd
+    from wire.pieces import Piece, SegmentEnd
     from wire.records import chunk_fields
 
     broker = RedisBroker(r, Keys("twice"))
@@ -449,7 +466,7 @@ def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
 def test_a_publish_hands_its_pcm_and_frames_to_the_packer_as_views(redis_url: str) -> None:
     """The pieces' PCM and a claim's frames travel as ``memoryview``s, which the wire's packer sends without copying
     them (``redis_connect.WholePacker``); what lands in Redis is the same bytes."""
-    from wire.broker import FrameClaim
+    from wire.pieces import FrameClaim
     from wire.redis.connect import WholePacker
 
     seen: list[list[type]] = []

@@ -67,10 +67,8 @@ class Face:
         """``fn(*args, **kwargs)`` settled (awaited on the async face); a farm or Redis error as ``Err``."""
         try:
             return self.settle(fn(*args, **kwargs))
-        except TTSFarmError as exc:
+        except TTSFarmError as exc:  # the broker's errors too: never redis-py's own
             return Err(type(exc).__name__, exc.code, exc.message)
-        except redis.RedisError as exc:
-            return Err(type(exc).__name__, None, "")
 
     def stream(self, job: Any, **kwargs: Any) -> list[Chunk] | Err:
         """All of ``job.stream(**kwargs)``, or the error it ended with (bad arguments raise at the call)."""
@@ -324,7 +322,7 @@ def test_refused_credentials_are_backend_auth_failed_from_every_call(settings: S
         return [(e.kind, e.code) for e in seen] + [time.monotonic() - started < 10]  # never retried until the timeout
 
     seen = both(refused, scenario)
-    assert seen == [("TTSFarmError", BACKEND_AUTH_FAILED)] * 7 + [True]
+    assert seen == [("BrokerRefused", BACKEND_AUTH_FAILED)] * 7 + [True]  # a TTSFarmError of that code
     assert "parity-secret" not in repr(seen)
 
 

@@ -118,7 +118,8 @@ def _farm_services() -> list[str]:
 
 
 def test_compose_shards_file_matches_the_spec_and_gives_every_farm_service_the_nodes() -> None:
-    from wire.shards import ShardedBroker, broker_from_settings
+    from wire.connect import connect
+    from wire.shards import ShardedBroker
 
     over = yaml.safe_load((DEPLOY / "docker-compose.shards.yml").read_text())
     errors = sorted(_validator(DATA / "compose-spec" / "compose-spec.json").iter_errors(over), key=str)
@@ -131,7 +132,7 @@ def test_compose_shards_file_matches_the_spec_and_gives_every_farm_service_the_n
         env = {**base[name]["environment"], **over["services"][name]["environment"]}
         settings = load_settings(env={k: v for k, v in env.items() if k.startswith("TTSFARM_")})
         assert [u.split("@")[1].split(":")[0] for u in settings.redis.shards] == nodes, name
-        assert isinstance(broker_from_settings(settings.redis), ShardedBroker)
+        assert isinstance(connect(settings.redis), ShardedBroker)
     for node in nodes:
         assert "--appendonly yes" in " ".join(over["services"][node]["command"])
 

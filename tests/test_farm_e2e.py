@@ -16,6 +16,7 @@ from pipeline.voices.base import SynthesisOptions
 from wire.broker import run_blocking
 from wire.errors import JobNotFoundError
 from wire.keys import Keys
+from wire.connect import connect_url
 from wire.redis.broker import RedisBroker
 from wire.records import SegmentJob
 from tests.conftest import Farm
@@ -197,7 +198,7 @@ def test_the_worker_gives_freed_heap_back_on_the_shipped_period(farm: Farm) -> N
     runtime = farm.settings.runtime
     assert runtime.malloc_trim_every_s > 0
     farm.client().submit("Memory goes back to the system.", voice="joe").wait(timeout=60)
-    broker = RedisBroker.from_url(farm.redis_url, keys=Keys(farm.prefix))
+    broker = connect_url(farm.redis_url, key_prefix=farm.prefix)
     deadline = time.monotonic() + 2 * runtime.malloc_trim_every_s + 10
     while True:
         beats = run_blocking(broker, broker.read_heartbeats())

@@ -1,12 +1,13 @@
 """Rules of a loop, on its real parts: the small first window only while the loop has nothing else, and a caller's
 first window at once after its acoustic pass (``workers/runner.py``); ``scheduling.max_open``
-(``workers/scheduler.py``).
+(``workers/scheduler.py``); a finished job's end off the loop; continuous batching.
 
 An ``InferenceLoop`` is built as a worker builds it (its ``Claimer``, ``DeadlineScheduler``, ``BatchRunner``,
-``Outcomes`` and ``Publisher`` are the real ones) on a ``LoopContext`` whose broker and queue consumer answer
-without Redis: every job runs, none is playing yet, a piece is always accepted, and the queue offers what a test
-puts on it. The voice is the tiny generated two-stage voice (``tests/generate_tiny_voice.py``): 100 frames a
-second, so with the windows below a segment's first window is 10 frames when small and 40 when not.
+``Outcomes`` and ``Publisher`` are the real ones) on the in-memory stub broker and again on Redis (``broker_kind``),
+with the same assertions: jobs are admitted through the client's step, the loop peeks and claims them off the queue,
+and a spy (it passes every call through) counts what the loop asked of the broker. The voice is the tiny generated
+two-stage voice (``tests/generate_tiny_voice.py``): 100 frames a second, so with the windows below a segment's first
+window is 10 frames when small and 40 when not.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import dataclasses
 import itertools
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from generate_tiny_voice import write_tiny_voice
 
 from pipeline.errors import ModelError
@@ -29,10 +32,12 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.device_use import DEVICE_USE
 from pipeline.voices.null.device import device as null_device
 from pipeline.voices.runtime import SessionFactory, StageSession
-from wire.broker import FrameClaim, Piece, PieceReply
+from wire.broker import Broker, Consumer, run_blocking
+from wire.connect import connect
 from wire.keys import Keys
+from wire.pieces import Piece, PieceReply
 from wire.queue import Entry, Head
-from wire.records import SegmentJob
+from wire.records import SegmentJob, Submission
 from wire.settings import Settings, load_settings
 from workers.context import LoopContext, LoopHooks
 from workers.events import JobEvents
@@ -48,71 +53,60 @@ BOOK = "a segment of a book that runs in the background for several windows too"
 _ids = itertools.count(1)
 
 
-class QueueConsumer:
-    """The loop's queue consumer: offers the heads a test puts on it, hands out their entries, counts its peeks."""
+class ConsumerSpy:
+    """The loop's queue consumer, passed through: counts its peeks, keeps what it claimed and acked."""
 
-    undelivered = 0
-
-    def __init__(self, name: str, streams: Sequence[str]) -> None:
-        self.name, self.streams = name, list(streams)
-        self.offered: list[tuple[Head, Entry]] = []
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
         self.peeks = 0
         self.claimed: list[Entry] = []
         self.acked: list[Entry] = []
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
     def heads(self, block_ms: int) -> list[Head]:
         self.peeks += 1
-        return [h for h, _ in self.offered]
+        return self.consumer.heads(block_ms)
 
     def claim(self, stream: str, count: int) -> list[Entry]:
-        out = [e for h, e in self.offered if h.stream == stream][:count]
-        self.offered = [(h, e) for h, e in self.offered if e not in out]
-        self.claimed += out
-        return out
+        taken = self.consumer.claim(stream, count)
+        self.claimed += taken
+        return taken
 
     def ack(self, entries: Sequence[Entry]) -> None:
         self.acked += entries
+        self.consumer.ack(entries)
 
 
-class StorelessBroker:
-    """The wire steps a loop's parts take, answered without a store: every job runs and none is playing yet."""
+class BrokerSpy:
+    """A broker, passed through: notes the pieces the loop published (their jobs, claims and segment ends) and the
+    jobs it ended."""
 
-    def __init__(self) -> None:
-        self.keys = Keys("rules")
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
         self.pieces = 0
         self.published: list[str] = []  # the job of each piece, in order
-        self.audio: dict[str, bytes] = {}
-        self.finished: list[str] = []  # jobs ended (final record written)
-        self.claims: list[tuple[int, FrameClaim]] = []  # each claim with the index of the piece that carried it
+        self.claims: list[tuple[int, Any]] = []  # each claim with the index of the piece that carried it
         self.ends: list[Any] = []  # each segment end's ``SegmentEnd``
+        self.finished: list[str] = []  # jobs ended (final record written)
 
-    def consumer(self, name: str, streams: Sequence[str]) -> QueueConsumer:
-        return QueueConsumer(name, streams)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.broker, name)
 
-    def job_states(self, job_ids: Sequence[str]) -> list[str]:
-        return ["running"] * len(job_ids)
+    def consumer(self, name: str, streams: Sequence[str]) -> ConsumerSpy:
+        return ConsumerSpy(self.broker.consumer(name, streams))
 
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
-        return {}
-
-    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
-                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
-        return [("running", False)] * len(job_ids)
-
-    def publish_pieces(self, pieces: Sequence[Piece], **_: Any) -> list[PieceReply]:
+    def publish_pieces(self, pieces: Sequence[Piece], **kwargs: Any) -> list[PieceReply]:
         self.pieces += len(pieces)
         self.claims += [(p.piece, p.claim) for p in pieces if p.claim is not None]
         self.ends += [p.end for p in pieces if p.end is not None]
         self.published += [p.job_id for p in pieces]
-        for p in pieces:
-            self.audio[p.job_id] = self.audio.get(p.job_id, b"") + b"".join(bytes(c["pcm"]) for c in p.chunks)
-        # a one-segment job ends with its segment: the reply carries its output, as the store's does
-        return [PieceReply(state="running", done=p.total, total=p.total, output=({0: self.audio[p.job_id]}, {}))
-                if p.end is not None and p.total == 1 else PieceReply(state="running") for p in pieces]
+        return self.broker.publish_pieces(pieces, **kwargs)
 
-    def finalize(self, job_id: str, state: str, final_info: dict[str, Any], **_: Any) -> int:
+    def finalize(self, job_id: str, *args: Any, **kwargs: Any) -> int:
         self.finished.append(job_id)
-        return 1
+        return self.broker.finalize(job_id, *args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -129,20 +123,30 @@ def bank(tmp_path_factory: pytest.TempPathFactory) -> VoiceBank:
     return b
 
 
-def settings(**extra: str) -> Settings:
+def settings(url: str, **extra: str) -> Settings:
     env = {"scheduling_mode": "deadline", "scheduling_max_open": "2", "streaming_windowed": "true",
            "streaming_first_window_ms": "100", "streaming_window_ms": "400",
-           "streaming_first_window_when_queued": "false", **extra}
+           "streaming_first_window_when_queued": "false", "redis_url": url,
+           "redis_key_prefix": f"rules{uuid.uuid4().hex[:8]}", **extra}
     return load_settings(env={f"TTSFARM_{k.upper()}": v for k, v in env.items()})
 
 
+@pytest.fixture(params=["stub", "redis"])
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
+def make_loop(bank: VoiceBank, broker_kind: str, request: pytest.FixtureRequest) -> Iterator[Any]:
     loops: list[InferenceLoop] = []
+    url = f"memory://rules-{uuid.uuid4().hex}"
+    if broker_kind == "redis":
+        url = request.getfixturevalue("redis_url")
+        redis.Redis.from_url(url).flushdb()
 
     def make(storage: Any = None, device_busy: Any = None, first_any: bool = False, **extra: str) -> InferenceLoop:
-        s = settings(**extra)
-        broker = StorelessBroker()
+        s = settings(url, **extra)
+        broker = BrokerSpy(connect(s.redis))
         publisher = Publisher(broker, storage=storage, chunk_ms=s.queue.chunk_ms,  # type: ignore[arg-type]
                               maxlen=s.queue.results_maxlen, ttl_s=s.queue.job_ttl_s)
         ctx = LoopContext(s, "rules", broker, bank, bank, publisher, JobEvents(None, "rules", enabled=False),  # type: ignore[arg-type]
@@ -151,6 +155,7 @@ def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
                           finisher=Finisher(s.queue.finisher_threads), first_segments_any_length=lambda: first_any,
                           **({"device_busy": device_busy} if device_busy is not None else {}))
         loop = InferenceLoop(ctx, 0)
+        loop.queue.ensure_groups()
         assert isinstance(loop.scheduler, DeadlineScheduler)
         loops.append(loop)
         return loop
@@ -159,17 +164,36 @@ def make_loop(bank: VoiceBank, tmp_path: Path) -> Iterator[Any]:
     for loop in loops:
         loop.runner.close()
         loop.ctx.finisher.close(timeout=10)
+        loop.ctx.broker.close()
 
 
-def entry(loop: InferenceLoop, lane: str, text: str) -> tuple[Head, Entry]:
-    """A job's first segment as the queue holds it: its stream head and the entry a claim returns."""
-    n = next(_ids)
-    job = SegmentJob(job_id=f"rules{n:05d}", seg=0, total=1, text=text, lang="en", voice="tiny", request_voice="tiny",
-                     format="wav", sample_rate=8000, lane=lane, est_s=1.0)
-    stream = loop.ctx.broker.keys.queue(lane, 0)
-    now_ms = int(time.time() * 1000)
-    head = Head(stream, lane, now_ms, job.est_s, job.voice, job.seg, job.job_id, job.created, job.deadline)
-    return head, Entry(stream, f"{now_ms}-{n}", {}, job)
+def queued(loop: InferenceLoop, lane: str, text: str, *, segments: int = 1, est_s: float = 1.0) -> str:
+    """A job admitted through the client's step (its segments on the queue, for the loop to peek and claim): its id."""
+    job_id = f"rules{next(_ids):05d}{uuid.uuid4().hex[:6]}"
+    now = time.time()
+    keys: Keys = loop.ctx.broker.keys
+    segs = [SegmentJob(job_id=job_id, seg=i, total=segments, text=text, lang="en", voice="tiny", request_voice="tiny",
+                       format="wav", sample_rate=8000, lane=lane, est_s=est_s, created=now) for i in range(segments)]
+    status = {"state": "queued", "total": segments, "done": 0, "voice": "tiny", "format": "wav", "sample_rate": 8000,
+              "lane": lane, "created": now}
+    sub = Submission(job_id, segs, status, [keys.queue(lane, 0)] * segments)
+    run_blocking(loop.ctx.broker, loop.ctx.broker.admit(sub, loop.ctx.settings.queue))
+    return job_id
+
+
+def entry(loop: InferenceLoop, lane: str, text: str, *, segments: int = 1) -> Entry:
+    """A job's first segment (or its last, of ``segments``), admitted and claimed off the queue by a hand other than the
+    loop: the entry a test hands the loop's runner itself."""
+    job_id = queued(loop, lane, text, segments=segments)
+    hand = loop.ctx.broker.consumer(f"hand-{uuid.uuid4().hex[:6]}", [loop.ctx.broker.keys.queue(lane, 0)])
+    taken = hand.claim(hand.streams[0], 100)
+    (e,) = [x for x in taken if x.job is not None and x.job.job_id == job_id and x.job.seg == segments - 1]
+    return e
+
+
+def job_of(e: Entry) -> str:
+    assert e.job is not None
+    return e.job.job_id
 
 
 def first_window(loop: InferenceLoop, e: Entry) -> int:
@@ -185,7 +209,7 @@ def first_window(loop: InferenceLoop, e: Entry) -> int:
 # -- the small first window ------------------------------------------------------------------------------------
 def test_a_first_segment_gets_the_small_first_window_when_the_loop_has_nothing_else(make_loop: Any) -> None:
     loop = make_loop()
-    assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == SMALL
+    assert first_window(loop, entry(loop, "interactive", CALLER)) == SMALL
 
 
 @pytest.mark.parametrize("situation", ["others wait", "it carries a claimed batch", "it holds a segment"])
@@ -194,11 +218,11 @@ def test_no_small_first_window_while_the_loop_has_other_work(make_loop: Any, sit
     if situation == "others wait":
         loop.claimer.waiting = 3  # entries of its lanes left in the queue when it claimed
     elif situation == "it carries a claimed batch":
-        loop.claimer.carry = [entry(loop, "interactive", CALLER)[1]]
+        loop.claimer.carry = [entry(loop, "interactive", CALLER)]
     else:  # a segment between two windows, held by the scheduler (the runner asks the loop through ``holding``)
-        loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
+        loop.runner.run([entry(loop, "bulk", BOOK)], hold=loop.scheduler.held.append)
         assert len(loop.scheduler.held) == 1
-    assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == LARGE
+    assert first_window(loop, entry(loop, "interactive", CALLER)) == LARGE
 
 
 @pytest.mark.parametrize("join", ["any", "fit"])
@@ -208,7 +232,7 @@ def test_callers_first_segments_claimed_together_share_a_batch_where_the_setting
     however far apart their lengths; fit: by length, so the longer one waits for the next batch."""
     loop = make_loop(first_any=join == "any")
     monkeypatch.setattr(loop.claimer, "limit", lambda voice: 8)
-    short, long_, later = (entry(loop, "interactive", CALLER)[1] for _ in range(3))
+    short, long_, later = (entry(loop, "interactive", CALLER) for _ in range(3))
     assert short.job and long_.job and later.job
     long_.job = dataclasses.replace(long_.job, est_s=4.0)
     later.job = dataclasses.replace(later.job, seg=1, total=2, est_s=4.0)  # not a first segment: joins by length only
@@ -224,7 +248,7 @@ def test_a_claim_carries_frames_only_from_a_voice_that_cannot_make_them_again(ma
     segment's end drops no frames. The claim rides with the segment's first window, once."""
     monkeypatch.setattr(twostage.TwoStageVoice, "replayable", property(lambda self: replayable))
     loop = make_loop()
-    frames = first_window(loop, entry(loop, "interactive", CALLER)[1])
+    frames = first_window(loop, entry(loop, "interactive", CALLER))
     batch = loop.scheduler.held[-1]
     while batch.step():
         pass
@@ -238,19 +262,18 @@ def test_a_claim_carries_frames_only_from_a_voice_that_cannot_make_them_again(ma
 def test_first_window_when_queued_gives_it_anyway(make_loop: Any) -> None:
     loop = make_loop(streaming_first_window_when_queued="true")
     loop.claimer.waiting = 3
-    loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
-    assert first_window(loop, entry(loop, "interactive", CALLER)[1]) == SMALL
+    loop.runner.run([entry(loop, "bulk", BOOK)], hold=loop.scheduler.held.append)
+    assert first_window(loop, entry(loop, "interactive", CALLER)) == SMALL
 
 
 # -- scheduling.max_open ---------------------------------------------------------------------------------------
 def test_a_loop_holding_max_open_segments_looks_at_no_new_work(make_loop: Any) -> None:
     loop = make_loop(scheduling_max_open="2")
     for _ in range(2):  # two book segments held between windows: max_open
-        loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
+        loop.runner.run([entry(loop, "bulk", BOOK)], hold=loop.scheduler.held.append)
     held = list(loop.scheduler.held)
     consumer, broker = loop.queue, loop.ctx.broker
-    head, caller = entry(loop, "interactive", CALLER)  # a caller's first segment, due long before the book's windows
-    consumer.offered.append((head, caller))
+    caller = queued(loop, "interactive", CALLER)  # a caller's first segment, due long before the book's windows
 
     loop.scheduler.step()
     assert consumer.peeks == 0 and consumer.claimed == []  # the queue was not even looked at
@@ -258,28 +281,26 @@ def test_a_loop_holding_max_open_segments_looks_at_no_new_work(make_loop: Any) -
 
     loop.scheduler.held.remove(held[1])  # one fewer held: under max_open, the loop takes the caller's segment
     loop.scheduler.step()
-    assert consumer.peeks == 1 and consumer.claimed == [caller]
-    assert loop.scheduler.held[0] is held[0] and loop.scheduler.held[1].live[0].entry is caller
+    assert consumer.peeks == 1 and [job_of(e) for e in consumer.claimed] == [caller]
+    assert loop.scheduler.held[0] is held[0] and loop.scheduler.held[1].live[0].entry is consumer.claimed[0]
 
 
 # -- a caller's first window follows its acoustic pass ---------------------------------------------------------
 def test_a_callers_first_window_follows_its_acoustic_pass_with_nothing_between(make_loop: Any) -> None:
     loop = make_loop(scheduling_max_open="4")
     broker, consumer = loop.ctx.broker, loop.queue
-    loop.runner.run([entry(loop, "bulk", BOOK)[1]], hold=loop.scheduler.held.append)
+    loop.runner.run([entry(loop, "bulk", BOOK)], hold=loop.scheduler.held.append)
     assert broker.pieces == 0 and len(loop.scheduler.held) == 1  # a book's segment: held, its windows left for later
 
-    head, caller = entry(loop, "interactive", CALLER)
-    consumer.offered.append((head, caller))
+    caller = queued(loop, "interactive", CALLER)
     loop.scheduler.step()  # one unit: the caller's (due first), its acoustic pass and its first window
-    assert consumer.claimed == [caller]
-    assert broker.published == [caller.job.job_id]  # type: ignore[union-attr]
-    assert loop.scheduler.held[-1].live[0].entry is caller  # its later windows are the scheduler's to place
+    assert [job_of(e) for e in consumer.claimed] == [caller]
+    assert broker.published == [caller]
+    assert loop.scheduler.held[-1].live[0].entry is consumer.claimed[0]  # its later windows are the scheduler's
 
-    later = SegmentJob(job_id="rules-later", seg=1, total=2, text=CALLER, lang="en", voice="tiny", request_voice="tiny",
-                       format="wav", sample_rate=8000, lane="interactive", est_s=1.0)
-    loop.runner.run([Entry(caller.stream, f"{int(time.time() * 1000)}-99", {}, later)], hold=loop.scheduler.held.append)
-    assert broker.pieces == 1  # a later segment (its listener is playing) waits for its deadline like a book's
+    later = entry(loop, "interactive", CALLER, segments=2)  # a job's second segment (its listener is playing)
+    loop.runner.run([later], hold=loop.scheduler.held.append)
+    assert broker.pieces == 1  # a later segment waits for its deadline like a book's
 
 
 # -- a finished job's end, off the loop ------------------------------------------------------------------------
@@ -305,24 +326,23 @@ def test_a_finished_job_is_stored_while_the_loop_goes_on(make_loop: Any, tmp_pat
     storage = GatedStorage(tmp_path / "store")
     loop = make_loop(storage=storage, queue_finisher_threads=str(threads), streaming_windowed="false")
     broker, consumer = loop.ctx.broker, loop.queue
-    first, second = entry(loop, "interactive", "The first job has one short sentence."), \
-        entry(loop, "interactive", "So has the second one.")
-    consumer.offered += [first, second]
+    first, second = queued(loop, "interactive", "The first job has one short sentence."), \
+        queued(loop, "interactive", "So has the second one.")
     stepping = threading.Thread(target=lambda: [loop.scheduler.step() for _ in range(2)], daemon=True)
     stepping.start()
     assert storage.waiting.wait(30)  # the first job's audio is being stored
     stepping.join(3 if threads else 0.5)
     if threads:
-        assert not stepping.is_alive() and broker.published == [first[1].job.job_id, second[1].job.job_id]
+        assert not stepping.is_alive() and broker.published == [first, second]
         assert consumer.acked == [] and broker.finished == []  # not acked before it is stored and ended
         assert loop.ctx.finisher.pending >= 1
     else:
-        assert stepping.is_alive() and broker.published == [first[1].job.job_id]  # the loop waits for the storage
+        assert stepping.is_alive() and broker.published == [first]  # the loop waits for the storage
     storage.gate.set()
     stepping.join(30)
     assert loop.ctx.finisher.close(timeout=30)
-    assert broker.finished == [first[1].job.job_id, second[1].job.job_id]
-    assert {e.job.job_id for e in consumer.acked} == {first[1].job.job_id, second[1].job.job_id}
+    assert broker.finished == [first, second]
+    assert {job_of(e) for e in consumer.acked} == {first, second}
     assert (tmp_path / "store").exists() and loop.ctx.finisher.describe()["done"] == (2 if threads else 0)
 
 
@@ -352,10 +372,10 @@ def test_a_batch_gathers_joiners_only_while_the_device_is_busy(make_loop: Any, c
     loop = make_loop(device_busy=lambda: time.monotonic() - started < busy_for_s, queue_continuous_batching=continuous,
                      queue_window_ms="1000")
     loop.claimer.limit = lambda voice: 4  # a device that batches (the tiny voice's catalogue says 1)
-    head, caller = entry(loop, "interactive", CALLER)
-    loop.queue.offered.append((head, caller))
+    caller = queued(loop, "interactive", CALLER)
+    (head,) = loop.queue.heads(0)
     started = time.monotonic()
-    assert loop.claimer.claim(head) == [caller]
+    assert [job_of(e) for e in loop.claimer.claim(head)] == [caller]
     assert waited_s[0] <= time.monotonic() - started <= waited_s[1]
 
 
@@ -389,9 +409,8 @@ def test_one_loop_at_a_time_gathers_on_a_stream(make_loop: Any) -> None:
     freed = threading.Event()  # the device is busy until the test frees it: the window (long) stays open till then
     loop = make_loop(device_busy=lambda: not freed.is_set(), queue_window_ms="30000")
     loop.claimer.limit = lambda voice: 4  # a device that batches (the tiny voice's catalogue says 1)
-    head, caller = entry(loop, "interactive", CALLER)
-    other_head, _ = entry(loop, "bulk", CALLER)
-    loop.queue.offered.append((head, caller))
+    queued(loop, "interactive", CALLER)
+    (head,) = loop.queue.heads(0)
     seen: list[frozenset[str]] = []
     claim = threading.Thread(target=lambda: seen.append(frozenset(e.stream for e in loop.claimer.claim(head))))
     claim.start()
@@ -399,12 +418,15 @@ def test_one_loop_at_a_time_gathers_on_a_stream(make_loop: Any) -> None:
     while loop.ctx.gathering.taken() != {head.stream}:
         assert time.monotonic() < deadline and claim.is_alive(), loop.ctx.gathering.taken()
         time.sleep(0.005)
-    loop.queue.offered += [(head, caller), (other_head, caller)]  # another arrival on it, and one elsewhere
-    assert [h.stream for h in loop.claimer.heads(0)] == [other_head.stream]  # what another loop of the process sees
+    queued(loop, "interactive", CALLER)  # another arrival on it, and one elsewhere
+    queued(loop, "bulk", BOOK)
+    bulk = loop.ctx.broker.keys.queue("bulk", 0)
+    assert [h.stream.rpartition("@")[2] for h in loop.claimer.heads(0)] == [bulk]  # what another loop sees
     freed.set()  # continuous batching (the default): the batch goes once the device frees
     claim.join(10)
     assert not claim.is_alive()
     assert seen == [{head.stream}] and loop.ctx.gathering.taken() == frozenset()
     loop.claimer.limit = lambda voice: 1
-    loop.queue.offered = [(head, caller)]
-    assert loop.claimer.claim(head) == [caller] and loop.ctx.gathering.taken() == frozenset()
+    queued(loop, "interactive", CALLER)
+    (head,) = [h for h in loop.queue.heads(0) if h.lane == "interactive"]
+    assert [job_of(e) for e in loop.claimer.claim(head)] == [head.job_id] and loop.ctx.gathering.taken() == frozenset()

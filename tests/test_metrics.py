@@ -163,13 +163,12 @@ def test_metric_names_cover_the_listed_series() -> None:
 _CHILD = r"""
 import os, sys, time, types, pathlib
 from wire.settings import Settings
-from wire.keys import Keys
-from wire.redis.broker import RedisBroker
+from wire.connect import connect_url
 from workers.metrics import WorkerMetrics
 
 port, url, n, stop = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), pathlib.Path(sys.argv[4])
 factory = types.SimpleNamespace(providers=lambda: ["CPUExecutionProvider"], fell_back_to_cpu=False)
-farm = types.SimpleNamespace(state="serving", last_beat=time.time(), broker=RedisBroker.from_url(url, keys=Keys("mp")),
+farm = types.SimpleNamespace(state="serving", last_beat=time.time(), broker=connect_url(url, key_prefix="mp"),
                              settings=Settings(), bank=types.SimpleNamespace(factory=factory))
 m = WorkerMetrics(enabled=True, port=port, host="127.0.0.1", multiproc_dir=os.environ["PROMETHEUS_MULTIPROC_DIR"])
 job = types.SimpleNamespace(voice="joe", lane="bulk", seg=1, created=0)

@@ -26,7 +26,8 @@ from wire.broker import Broker, Consumer
 from wire.keys import LANES, Keys
 from wire.redis.broker import RedisBroker
 from wire.settings import load_settings
-from wire.shards import ShardedBroker, broker_from_settings, shard_of
+from wire.connect import connect
+from wire.shards import ShardedBroker, shard_of
 from tests.conftest import Farm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,12 +50,12 @@ def test_a_job_id_names_the_same_shard_everywhere() -> None:
 def test_shard_setting_reads_and_refuses() -> None:
     s = load_settings(env={"TTSFARM_REDIS_URL": "redis://a:1/0", "TTSFARM_REDIS_SHARDS": "redis://b:1/0, redis://c:1/0"})
     assert s.redis.shards == ("redis://b:1/0", "redis://c:1/0")
-    sharded = broker_from_settings(s.redis)
+    sharded = connect(s.redis)
     # every step of the seam has its route: a step added to Broker or Consumer without one fails here
     assert isinstance(sharded, ShardedBroker) and isinstance(sharded, Broker)
     assert isinstance(sharded.consumer("c", ["q"]), Consumer)
     assert load_settings(env={"TTSFARM_REDIS_SHARDS": '["redis://b:1/0"]'}).redis.shards == ("redis://b:1/0",)
-    plain = broker_from_settings(load_settings(env={}).redis)
+    plain = connect(load_settings(env={}).redis)
     assert type(plain) is RedisBroker  # no shards: today's broker, nothing in between
     for bad in ("redis://a:1/0", "redis://b:1/0,redis://b:1/0", "sentinel://s:26379"):
         with pytest.raises(Exception) as exc:

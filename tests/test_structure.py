@@ -302,6 +302,24 @@ def test_no_import_circles_anywhere_lazy_imports_counted() -> None:
     assert not cycles, "import circles (every import counted):\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
+# The brokers' implementations: reached from outside wire/ only through ``wire.connect`` (and the roles of
+# ``wire.broker``), never imported or built there.
+BACKEND_MODULES = ("wire.redis", "wire.stub", "wire.shards", "wire.shard_consumer")
+BROKER_CLASSES = {"RedisBroker", "StubBroker", "ShardedBroker", "RedisConsumer", "StubConsumer", "ShardedConsumer"}
+
+
+def test_nothing_outside_the_wire_builds_a_broker() -> None:
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+           for name, path in MODULES.items() if name.split(".")[0] != "wire"
+           for mod, line in _imports(name, _tree(path), everywhere=True)
+           if any(mod == m or mod.startswith(m + ".") for m in BACKEND_MODULES)]
+    bad += [f"{path.relative_to(ROOT)}:{node.lineno} names {node.id}"
+            for name, path in MODULES.items() if name.split(".")[0] != "wire"
+            for node in ast.walk(_tree(path)) if isinstance(node, ast.Name) and node.id in BROKER_CLASSES]
+    assert not bad, "a broker is built by wire.connect and used through its roles (wire.broker):\n" + "\n".join(bad)
+    assert "BACKENDS" in (ROOT / "wire" / "connect.py").read_text(encoding="utf-8")
+
+
 # Who may import the broker's client library: the wire (its Broker implementation). Tests, bench/ and scripts/
 # drive a real Redis themselves and stay outside this rule.
 REDIS_OUTSIDE_THE_WIRE_EXEMPT = ("bench",)

@@ -33,12 +33,18 @@ from wire.status import JobStatus
 APPENDED, RETRIED, FULL, MISSING, ENDED, CLOSED, OUT_OF_ORDER, EMPTY = 1, 2, 0, -1, -2, -3, -4, -5
 
 
-def open_args(job_id: str, status: dict[str, Any], keys: Keys, q: QueueSettings) -> tuple[list[str], list[Any]]:
-    """``lua.OPEN_JOB``'s keys and arguments for a job with the status fields ``status`` (``submit.job_status``)."""
+def opened_status(status: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """An open job's request fingerprint and the status fields its opening writes, from the fields ``status``
+    (``submit.job_status``)."""
     asked = {k: v for k, v in status.items() if k not in ("created", "deadline")}
     fingerprint = hashlib.sha256(json.dumps({"open": asked}, sort_keys=True).encode()).hexdigest()
-    fields = JobStatus.admitted(**{**status, "total": 0, "open": 1, "appended": 0, "fingerprint": fingerprint,
-                                   "horizon_s": 0})
+    return fingerprint, JobStatus.admitted(**{**status, "total": 0, "open": 1, "appended": 0,
+                                              "fingerprint": fingerprint, "horizon_s": 0})
+
+
+def open_args(job_id: str, status: dict[str, Any], keys: Keys, q: QueueSettings) -> tuple[list[str], list[Any]]:
+    """``lua.OPEN_JOB``'s keys and arguments for a job with the status fields ``status`` (``submit.job_status``)."""
+    fingerprint, fields = opened_status(status)
     return [keys.status(job_id)], [q.job_ttl_s, fingerprint, *[x for kv in fields.items() for x in kv]]
 
 

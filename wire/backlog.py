@@ -33,6 +33,11 @@ def limits(q: QueueSettings, lane: str) -> tuple[int, float]:
     return q.max_backlog_interactive_segments, q.max_backlog_interactive_seconds
 
 
+def admitted_status(sub: Submission, q: QueueSettings) -> dict[str, str]:
+    """The status fields a job's admission writes: its request's, its fingerprint and its admission horizon."""
+    return JobStatus.admitted(**{**sub.status, "fingerprint": sub.fingerprint, "horizon_s": q.admission_horizon_s})
+
+
 def admit_args(sub: Submission, keys: Keys, q: QueueSettings) -> tuple[list[str], list[Any]]:
     lane = sub.segments[0].lane
     max_n, max_s = limits(q, lane)
@@ -41,8 +46,8 @@ def admit_args(sub: Submission, keys: Keys, q: QueueSettings) -> tuple[list[str]
     script_keys = [keys.status(sub.job_id), keys.backlog(lane), keys.staging(lane), keys.staged(sub.job_id),
                    keys.admission_due(), *sub.streams]
     fingerprint = sub.fingerprint
-    status = JobStatus.admitted(**{**sub.status, "fingerprint": fingerprint, "horizon_s": q.admission_horizon_s})
-    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(status), now_n, sub.job_id, time.time(), fingerprint]
+    argv: list[Any] = [max_n, max_s, add_s, q.job_ttl_s, json.dumps(admitted_status(sub, q)), now_n, sub.job_id,
+                       time.time(), fingerprint]
     argv += [json.dumps({**seg.to_fields(), "est": round(seg.est_s, 3)}, ensure_ascii=False) for seg in sub.segments]
     return script_keys, argv
 

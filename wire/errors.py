@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
-
 from pipeline.errors import INPUT_CODES, MODEL_CODES, InputError, ModelError, TTSFarmError
 
 # Codes of the farm's error classes. Clients match on these strings; never rename one.
@@ -24,7 +22,8 @@ BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
 OVERLOADED = "OVERLOADED"
 JOB_NOT_FOUND = "JOB_NOT_FOUND"
 JOB_TIMEOUT = "JOB_TIMEOUT"
-BACKEND_AUTH_FAILED = "BACKEND_AUTH_FAILED"  # Redis refused the credentials
+BACKEND_AUTH_FAILED = "BACKEND_AUTH_FAILED"  # the broker's store (Redis) refused the credentials
+BROKER_FAILED = "BROKER_FAILED"  # the broker's store refused a step for another reason (out of memory, a script error)
 JOB_ID_CONFLICT = "JOB_ID_CONFLICT"  # a submit under a job id that another request (other text or options) holds
 
 # A job's end, as its final record says it (``JOB_<STATE>`` of a job that ended without a worker's code).
@@ -64,13 +63,31 @@ JOB_NOT_DONE = "JOB_NOT_DONE"
 NOT_FOUND = "NOT_FOUND"
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 
-# What the broker's client raises when the broker cannot answer (a lost connection, a refused command). Front
-# ends catch this name, not the client library's class: another broker changes it here only.
-BrokerError = redis.RedisError
+
+class BrokerError(TTSFarmError, RuntimeError):
+    """The broker's store failed a step. Every broker raises this family, never its client library's own classes
+    (the library's error is the ``__cause__``): front ends, the SDK and workers catch these names, so another
+    broker changes nothing above the wire."""
+
+    code = BROKER_FAILED
+
+
+class BrokerRefused(BrokerError):
+    """The store refused the credentials: never retried."""
+
+    code = BACKEND_AUTH_FAILED
 
 
 class TransientError(TTSFarmError, RuntimeError):
     """A backend (Redis, object storage, accelerator) failed in a way that may pass."""
+
+    code = BACKEND_UNAVAILABLE
+    retryable = True
+
+
+class BrokerUnavailable(BrokerError, TransientError):
+    """The store could not be reached, or a step's reply was lost (a restart, a failover, a timeout): worth retrying
+    where the call can wait; an idempotent step sent again is answered as done. A ``TransientError`` too."""
 
     code = BACKEND_UNAVAILABLE
     retryable = True
@@ -115,6 +132,8 @@ _CLASS_BY_CODE: dict[str, type[TTSFarmError]] = {
     **{c: InputError for c in (*INPUT_CODES, BAD_BOOK, BOOK_OUTPUT_REFUSED, BAD_KEY, JOB_ID_CONFLICT)},
     **{c: ModelError for c in MODEL_CODES},
     TransientError.code: TransientError,
+    BrokerRefused.code: BrokerRefused,
+    BrokerError.code: BrokerError,
     OverloadedError.code: OverloadedError,
     JobNotFoundError.code: JobNotFoundError,
     JobTimeoutError.code: JobTimeoutError,

@@ -134,6 +134,9 @@ _NOT_ASKED = frozenset({"created", "deadline", "est_s"})  # the segment fields `
 
 # Results-stream records. ``type`` is one of these; a reader stops at FINAL.
 CHUNK, FINAL = "chunk", "final"
+# A results stream made by a job's first chunk expires this long past the job TTL, so a job that ends within half of
+# it keeps its results a TTL after its end without its end setting the expiry again.
+RESULTS_SLACK_S = 600
 
 
 def chunk_fields(seg: int, part: int, last: bool, attempt: str, rate: int, pcm: bytes,

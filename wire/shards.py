@@ -1,20 +1,21 @@
-"""Shards: the farm's jobs spread over several Redis nodes (or Sentinel groups), one ``Broker`` per shard behind
-``ShardedBroker``, itself a ``Broker`` (``wire.broker``): the SDK, the front ends and the workers call the
-same steps.
+"""Shards: the farm's jobs spread over several stores (Redis nodes or Sentinel groups), one broker per shard behind
+``ShardedBroker``, itself a ``Broker``: the SDK, the front ends and the workers call the same steps.
 
 A job lives on one shard, ``shard_of(job_id, n)``: its status, results stream, parts, words, frames, staged segments
-and its segments' queue entries. Every step on a job goes to that shard's broker, so each stays one Lua script or
-pipeline on one node, as atomic as on one Redis, and a reader finds the job from its id alone. What belongs to the
-farm rather than to a job is on shard 0 (``redis.url``): the workers' heartbeats, a book's run key and its tasks'
-replies, and Celery's broker (Celery does not shard). Workers consume every shard (``ShardedConsumer``); the
-admission sweep, reclaiming and pruning run on every shard; the queue snapshot and the dead letters are read from
-every shard and added up. A book's sentences are jobs of their own ids, so they spread over the shards.
+and its segments' queue entries. Every step on a job goes to that shard's broker, so each stays atomic on one node and
+a reader finds the job from its id alone. What belongs to the farm rather than to a job is on shard 0 (``redis.url``):
+the workers' heartbeats, a book's run key and its tasks' replies, and Celery's broker (Celery does not shard). Workers
+consume every shard (``ShardedConsumer``); the admission sweep runs on every shard; the queue snapshot and the dead
+letters are read from every shard and added up. A book's sentences are jobs of their own ids, so they spread.
 
-A lane's backlog limit stays the farm's: each shard admits its share (``limit / n``, rounded up), which adds up to
-the limit for evenly spread ids. A job larger than a shard's share still runs when its shard's lane is empty.
+How each step routes is one line of ``ROUTES``, not a copy of the step: by the job it names, by the jobs of a batch
+(one call per shard that holds some of them, answers put back in order), on every shard (answers combined), or on
+the first. A lane's backlog limit stays the farm's: each shard admits its share (``limit / n``, rounded up), which
+adds up to the limit for evenly spread ids; a job larger than a shard's share still runs when its shard's lane is
+empty.
 
 Names a sharded farm hands out carry the shard where several shards have the same one: a queue stream as its
-consumer reports it, ``<shard>@<stream>`` (``sharded_consumer.tag``), and a dead letter's id, ``<id>@<shard>`` (what
+consumer reports it, ``<shard>@<stream>`` (``shard_consumer.tag``), and a dead letter's id, ``<id>@<shard>`` (what
 `ttsfarm dlq` shows and takes back; an id without a shard is looked for on every shard).
 
 ``shard_of`` is the jump consistent hash (Lamping and Veach, 2014) of the id's BLAKE2b digest: the same on every
@@ -27,21 +28,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from wire.broker import Broker, Op, Piece, PieceReply, advance
-from wire.redis.broker import RedisBroker
+from wire.broker import Broker, Op, advance
 from wire.shard_consumer import ShardedConsumer, untag
 from wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
 
 if TYPE_CHECKING:
-    from wire.admission import Admission
-    from wire.records import DeadLetter, SegmentJob, Submission
-    from wire.settings import QueueSettings, RedisSettings
-    from wire.status import JobStatus
+    from wire.records import DeadLetter
+    from wire.settings import QueueSettings
 
 T = TypeVar("T")
 
@@ -88,10 +87,74 @@ def share(queue: QueueSettings, shards: int) -> QueueSettings:
         max_backlog_bulk_seconds=queue.max_backlog_bulk_seconds / shards)
 
 
+def _job_id(item: Any) -> str:
+    return item if isinstance(item, str) else str(item.job_id)
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a step routes. ``by``: ``job`` (the job its first argument names), ``batch`` (the jobs its first argument
+    lists; ``columns``: the positional arguments that run beside it, item by item), ``every`` (each shard; ``combine``
+    the answers), ``first`` (shard 0). ``op``: the step is a client's ``Op`` (its IO steps are addressed to the shard).
+    ``shares``: it takes the queue settings (each shard admits by its share of the limits)."""
+
+    by: str
+    op: bool = False
+    shares: bool = False
+    columns: tuple[int, ...] = (0,)
+    combine: Callable[[list[Any]], Any] | None = None
+
+
+def _sum_due(counts: list[int]) -> int:
+    """The admission sweep over every shard: segments admitted, -1 when no shard has a job with staged segments."""
+    return sum(max(0, n) for n in counts) if any(n >= 0 for n in counts) else -1
+
+
+def _merged(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: v for answer in answers for k, v in answer.items()}
+
+
+ROUTES: dict[str, Route] = {
+    # a client's steps
+    "ensure_groups": Route("every", op=True),
+    "admit": Route("job", op=True, shares=True),
+    "cancel": Route("job", op=True),
+    "open_job": Route("job", op=True, shares=True),
+    "append": Route("job", op=True, shares=True),
+    "job_status": Route("job", op=True),
+    "read_results": Route("job", op=True),
+    "await_results": Route("job", op=True),
+    "read_heartbeats": Route("first", op=True),
+    # a worker's
+    "job_states": Route("batch"),
+    "start_segments": Route("batch", columns=(0, 2, 3)),
+    "playback_clocks": Route("batch", combine=_merged),
+    "publish_pieces": Route("batch"),  # a window step's pieces of one job stay in order: one call to its shard
+    "admit_due": Route("every", combine=_sum_due),
+    "segments_done": Route("job"),
+    "count_failure": Route("job"),
+    "job_output": Route("job"),
+    "finalize": Route("job"),
+    "write_heartbeat": Route("first"),
+    # an operator's
+    "purge_dead_letters": Route("every", combine=sum),
+    "reachable": Route("every", combine=all),
+    # books'
+    "cancel_jobs": Route("batch"),
+    "admit_book_segments": Route("batch", shares=True),
+    "job_fields": Route("batch"),
+    "keep_jobs": Route("batch", combine=lambda _: None),
+    "drop_results": Route("batch", combine=lambda _: None),
+    "start_book_run": Route("first"),
+    "book_run": Route("first"),
+    "reply_to_book": Route("first"),
+    "book_replies": Route("first"),
+}
+
+
 class ShardedBroker:
-    """``Broker`` over one broker per shard (``shards[0]`` on ``redis.url``). Blocking steps on a job go to its
-    shard's broker; producing steps wrap its shard's ``Op`` (``on_shard``) so ``send`` knows where each IO step
-    goes. Steps over many jobs make one round trip per shard that holds some of them (atomic per shard)."""
+    """``Broker`` over one broker per shard (``shards[0]`` on ``redis.url``): each step of ``ROUTES`` goes where its
+    route says; the steps below it are the few that need more than routing."""
 
     def __init__(self, shards: Sequence[Broker]) -> None:
         if len(shards) < 2:
@@ -99,17 +162,75 @@ class ShardedBroker:
         self.shards = list(shards)
         self.first = self.shards[0]
         self.keys = self.first.keys
-        self.lost = self.first.lost
-        self.refused = self.first.refused
 
-    @property
-    def r(self) -> Any:
-        """The first shard's connection, where its broker keeps one (the SDK's ``client.redis``)."""
-        return getattr(self.first, "r", None)
+    def __getattr__(self, name: str) -> Any:
+        route = ROUTES.get(name)
+        if route is None:
+            raise AttributeError(name)
+        step = functools.partial(self._routed, name, route)
+        self.__dict__[name] = step  # built once per step and broker
+        return step
 
-    def connections(self) -> list[Any]:
-        """Every shard's connection (what the SDK closes)."""
-        return [getattr(s, "r") for s in self.shards if getattr(s, "r", None) is not None]
+    def _routed(self, name: str, route: Route, *args: Any, **kwargs: Any) -> Any:
+        if route.shares:
+            args, kwargs = self._shared(name, args, kwargs)
+        if route.by == "first":
+            return self._on(0, name, route, args, kwargs)
+        if route.by == "job":
+            return self._on(self.shard(_job_id(args[0])), name, route, args, kwargs)
+        if route.by == "every":
+            if route.op:
+                return self._every_op(name, args, kwargs)
+            return self._every(name, route, args, kwargs)
+        return self._batch(name, route, args, kwargs)
+
+    def _shared(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The step's queue settings replaced by one shard's share of them."""
+        if "queue" in kwargs:
+            return args, {**kwargs, "queue": share(kwargs["queue"], len(self.shards))}
+        at = list(inspect.signature(getattr(self.first, name)).parameters).index("queue")
+        return (*args[:at], share(args[at], len(self.shards)), *args[at + 1:]), kwargs
+
+    def _on(self, shard: int, name: str, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        answer = getattr(self.shards[shard], name)(*args, **kwargs)
+        return on_shard(shard, answer) if route.op else answer
+
+    def _every_op(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Op[None]:
+        for shard, broker in enumerate(self.shards):
+            yield from on_shard(shard, getattr(broker, name)(*args, **kwargs))
+
+    def _every(self, name: str, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The step on each shard; a shard that fails does not keep the others from theirs (its error is raised after
+        them)."""
+        answers, error = [], None
+        for broker in self.shards:
+            try:
+                answers.append(getattr(broker, name)(*args, **kwargs))
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return route.combine(answers) if route.combine else answers
+
+    def _batch(self, name: str, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One call per shard holding some of the batch's jobs, with its part of each column; the answers in the
+        batch's order (or combined)."""
+        items = args[route.columns[0]]
+        by_shard: dict[int, list[int]] = {}
+        for pos, item in enumerate(items):
+            by_shard.setdefault(self.shard(_job_id(item)), []).append(pos)
+        out: list[Any] = [None] * len(items)
+        answers = []
+        for shard, positions in by_shard.items():
+            part = list(args)
+            for col in route.columns:
+                part[col] = [args[col][p] for p in positions]
+            answer = getattr(self.shards[shard], name)(*part, **kwargs)
+            answers.append(answer)
+            if route.combine is None:
+                for pos, one in zip(positions, answer):
+                    out[pos] = one
+        return route.combine(answers) if route.combine else out
 
     def shard(self, job_id: str) -> int:
         return shard_of(job_id, len(self.shards))
@@ -123,115 +244,39 @@ class ShardedBroker:
             return self.shards[step.shard].send(step.step)
         return self.first.send(step)  # a step of no shard in particular: the first's (Celery's node)
 
-    def _by_shard(self, job_ids: Sequence[str]) -> dict[int, list[int]]:
-        """The positions of ``job_ids`` by shard."""
-        out: dict[int, list[int]] = {}
-        for pos, job_id in enumerate(job_ids):
-            out.setdefault(self.shard(job_id), []).append(pos)
-        return out
+    @property
+    def r(self) -> Any:
+        """The first shard's connection, where its broker keeps one (the SDK's ``client.redis``)."""
+        return getattr(self.first, "r", None)
 
-    def _gather(self, items: Sequence[Any], ids: Sequence[str], call: Callable[[Broker, list[Any]], list[T]]) -> list[T]:
-        """``call`` on each shard with its part of ``items`` (``ids``: each item's job id), answers in order."""
-        out: list[Any] = [None] * len(items)
-        for shard, positions in self._by_shard(ids).items():
-            for pos, answer in zip(positions, call(self.shards[shard], [items[p] for p in positions])):
-                out[pos] = answer
-        return out
+    def close(self) -> Any:
+        """Close every shard's broker (an awaitable on asyncio brokers)."""
+        closing = [broker.close() for broker in self.shards]
+        if inspect.isawaitable(closing[0]):
+            async def wait() -> None:
+                for pending in closing:
+                    await pending
+            return wait()
+        return None
 
-    # -- producing side -------------------------------------------------------------------------------------
-    def ensure_groups(self, streams: Sequence[str]) -> Op[None]:
-        for shard, broker in enumerate(self.shards):
-            yield from on_shard(shard, broker.ensure_groups(streams))
+    def master(self) -> str:
+        """Each shard's failover master, comma-separated; '' when no shard has one."""
+        masters = [broker.master() for broker in self.shards]
+        return ",".join(masters) if any(masters) else ""
 
-    def admit(self, sub: Submission, queue: QueueSettings) -> Op[None]:
-        shard = self.shard(sub.job_id)
-        yield from on_shard(shard, self.shards[shard].admit(sub, share(queue, len(self.shards))))
+    @property
+    def master_changes(self) -> int:
+        return sum(broker.master_changes for broker in self.shards)
 
-    def cancel(self, job_id: str) -> Op[int]:
-        shard = self.shard(job_id)
-        return (yield from on_shard(shard, self.shards[shard].cancel(job_id)))
-
-    def open_job(self, job_id: str, status: Mapping[str, Any], queue: QueueSettings) -> Op[None]:
-        shard = self.shard(job_id)
-        yield from on_shard(shard, self.shards[shard].open_job(job_id, status, share(queue, len(self.shards))))
-
-    def append(self, job_id: str, segments: Sequence[SegmentJob], streams: Sequence[str], first_seg: int, *,
-               close: bool, last: tuple[SegmentJob, str] | None, queue: QueueSettings) -> Op[None]:
-        shard = self.shard(job_id)
-        yield from on_shard(shard, self.shards[shard].append(job_id, segments, streams, first_seg, close=close, last=last,
-                                                             queue=share(queue, len(self.shards))))
-
-    def job_status(self, job_id: str) -> Op[JobStatus | None]:
-        shard = self.shard(job_id)
-        return (yield from on_shard(shard, self.shards[shard].job_status(job_id)))
-
-    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
-        shard = self.shard(job_id)
-        return (yield from on_shard(shard, self.shards[shard].read_results(job_id, args)))
-
-    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
-        shard = self.shard(job_id)
-        return (yield from on_shard(shard, self.shards[shard].await_results(job_id, after_id, block_ms)))
-
-    # -- consuming side -------------------------------------------------------------------------------------
+    # -- the steps that need more than a route ------------------------------------------------------------------
     def consumer(self, name: str, streams: Sequence[str]) -> ShardedConsumer:
         return ShardedConsumer([broker.consumer(name, streams) for broker in self.shards])
 
-    # -- results: each on its job's shard -------------------------------------------------------------------
-    def job_states(self, job_ids: Sequence[str]) -> list[str]:
-        return self._gather(job_ids, job_ids, lambda broker, ids: broker.job_states(ids))
-
-    def start_segments(self, job_ids: Sequence[str], worker: str, startable: Sequence[bool],
-                       claimed: Sequence[float]) -> list[tuple[str, bool]]:
-        items = list(zip(job_ids, startable, claimed))
-        return self._gather(items, job_ids, lambda broker, part: broker.start_segments(
-            [i[0] for i in part], worker, [i[1] for i in part], [i[2] for i in part]))
-
-    def playback_clocks(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
-        out: dict[str, tuple[Any, Any]] = {}
-        for shard, positions in self._by_shard(job_ids).items():
-            out.update(self.shards[shard].playback_clocks([job_ids[p] for p in positions]))
-        return out
-
-    def publish_pieces(self, pieces: Sequence[Piece], *, maxlen: int, ttl_s: int) -> list[PieceReply]:
-        """One round trip per shard the pieces' jobs live on (a window step's pieces of one job stay in order: they
-        go to one shard, in one call)."""
-        return self._gather(pieces, [p.job_id for p in pieces],
-                            lambda broker, part: broker.publish_pieces(part, maxlen=maxlen, ttl_s=ttl_s))
-
-    def admit_due(self, admission: Admission, limit: int = 64) -> int:
-        """Every shard's due segments (a sweep of each; a shard that fails does not keep the others from theirs: its
-        error is raised after them); -1 when no shard has a job with staged segments."""
-        counts, error = [], None
-        for broker in self.shards:
-            try:
-                counts.append(broker.admit_due(admission, limit))
-            except Exception as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return sum(max(0, n) for n in counts) if any(n >= 0 for n in counts) else -1
-
-    def segments_done(self, job_id: str) -> int:
-        return self.of(job_id).segments_done(job_id)
-
-    def count_failure(self, job_id: str, seg: int) -> int:
-        return self.of(job_id).count_failure(job_id, seg)
-
-    def dead_letter(self, record: Mapping[str, Any]) -> None:
+    def dead_letter(self, record: dict[str, Any]) -> None:
         """On the shard of the entry's stream (``<shard>@<stream>``, as its consumer named it), where its job is."""
         shard, stream = untag(str(record["stream"]))
         self.shards[shard].dead_letter({**record, "stream": stream})
 
-    def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
-        return self.of(job_id).job_output(job_id)
-
-    def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 drop_work: bool = False, **status: Any) -> int:
-        return self.of(job_id).finalize(job_id, state, final_info, maxlen=maxlen, ttl_s=ttl_s, drop_work=drop_work,
-                                        **status)
-
-    # -- admin: every shard's, added up ---------------------------------------------------------------------
     def queue_snapshot(self, n_buckets: int, *, dead_letters: int = 0) -> QueueSnapshot:
         """Every shard's snapshot (each one consistent read of its shard), added up lane by lane and bucket by
         bucket; the newest ``dead_letters`` of all shards."""
@@ -267,63 +312,10 @@ class ShardedBroker:
             return [(int(shard), raw)]
         return [(i, entry_id) for i in range(len(self.shards))]
 
-    def purge_dead_letters(self) -> int:
-        return sum(broker.purge_dead_letters() for broker in self.shards)
-
-    def write_heartbeat(self, hostname: str, pid: int, info: Mapping[str, Any]) -> None:
-        self.first.write_heartbeat(hostname, pid, info)
-
-    def read_heartbeats(self) -> Op[dict[str, dict[str, Any]]]:
-        return (yield from on_shard(0, self.first.read_heartbeats()))
-
-    def reachable(self) -> bool:
-        return all(broker.reachable() for broker in self.shards)
-
     def topology(self) -> dict[str, Any]:
         """The first shard's, with ``shards``: each shard's, in order."""
         each = [broker.topology() for broker in self.shards]
         return {**each[0], "shards": each}
-
-    def master(self) -> str:
-        """Each shard's Sentinel master (``RedisBroker.master``), comma-separated; '' when no shard has one."""
-        masters = [getattr(broker, "master", lambda: "")() for broker in self.shards]
-        return ",".join(masters) if any(masters) else ""
-
-    @property
-    def master_changes(self) -> int:
-        return sum(int(getattr(broker, "master_changes", 0)) for broker in self.shards)
-
-    # -- books: each job on its shard; the book's run key and replies on the first ---------------------------
-    def cancel_jobs(self, job_ids: Sequence[str]) -> list[int]:
-        return self._gather(job_ids, job_ids, lambda broker, ids: broker.cancel_jobs(ids))
-
-    def admit_book_segments(self, subs: Sequence[Submission], queue: QueueSettings, *, force: bool) -> list[str]:
-        mine = share(queue, len(self.shards))
-        return self._gather(subs, [s.job_id for s in subs],
-                            lambda broker, part: broker.admit_book_segments(part, mine, force=force))
-
-    def job_fields(self, job_ids: Sequence[str], fields: Sequence[str]) -> list[list[str | None]]:
-        return self._gather(job_ids, job_ids, lambda broker, ids: broker.job_fields(ids, fields))
-
-    def keep_jobs(self, job_ids: Sequence[str], ttl_s: int) -> None:
-        for shard, positions in self._by_shard(job_ids).items():
-            self.shards[shard].keep_jobs([job_ids[p] for p in positions], ttl_s)
-
-    def drop_results(self, job_ids: Sequence[str]) -> None:
-        for shard, positions in self._by_shard(job_ids).items():
-            self.shards[shard].drop_results([job_ids[p] for p in positions])
-
-    def start_book_run(self, book_id: str, run_id: str, ttl_s: int) -> str:
-        return self.first.start_book_run(book_id, run_id, ttl_s)
-
-    def book_run(self, run_key: str) -> str:
-        return self.first.book_run(run_key)
-
-    def reply_to_book(self, reply_key: str, reply: str, ttl_s: int) -> None:
-        self.first.reply_to_book(reply_key, reply, ttl_s)
-
-    def book_replies(self, reply_keys: Sequence[str]) -> list[str | None]:
-        return self.first.book_replies(reply_keys)
 
 
 def _tagged(dl: DeadLetter, shard: int) -> DeadLetter:
@@ -350,16 +342,3 @@ def _bucket_sum(same: tuple[BucketState, ...]) -> BucketState:
     return BucketState(first.lane, first.bucket, first.stream, grouped=True, length=sum(b.length for b in same),
                        lag=None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags),
                        pending=sum(b.pending for b in grouped), consumers=max(b.consumers for b in grouped))
-
-
-def broker_from_settings(settings: RedisSettings, *, asyncio: bool = False, first: Broker | None = None,
-                         **redis_kwargs: Any) -> Broker:
-    """The farm's broker for these settings: a ``RedisBroker`` on ``redis.url``, or, with ``redis.shards``, a
-    ``ShardedBroker`` over it and one per shard URL (each with the same key prefix, master name and replica wait).
-    ``first``: the broker of ``redis.url`` when the caller has one (on a connection it was handed)."""
-    head = first if first is not None else RedisBroker.from_settings(settings, asyncio=asyncio, **redis_kwargs)
-    if not settings.shards:
-        return head
-    more = [RedisBroker.from_settings(dataclasses.replace(settings, url=url, shards=()), asyncio=asyncio, **redis_kwargs)
-            for url in settings.shards]
-    return ShardedBroker([head, *more])

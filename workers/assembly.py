@@ -36,7 +36,8 @@ from celery import shared_task
 
 from pipeline.errors import BAD_OPTION, INTERNAL_ERROR, UNSUPPORTED_FORMAT, InputError, TTSFarmError
 from wire.errors import BOOK_OUTPUT_REFUSED, BOOK_SUPERSEDED, SEGMENT_MISSING
-from wire.redis.broker import RedisBroker
+from wire.broker import BookBroker
+from wire.connect import connect
 from wire.settings import Settings, StorageSettings
 from wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, storage_from_settings
 from wire.storage.s3 import S3Storage
@@ -212,10 +213,10 @@ def output_storage(settings: StorageSettings, out: str) -> Storage:
     return _outputs[out]
 
 
-def _farm(task: Any) -> tuple[Settings, RedisBroker, Storage]:
+def _farm(task: Any) -> tuple[Settings, BookBroker, Storage]:
     settings: Settings = task.app.conf.ttsfarm_settings
     if getattr(_local, "broker", None) is None:
-        _local.broker = RedisBroker.from_settings(settings.redis)
+        _local.broker = connect(settings.redis)
         _local.storage = storage_from_settings(settings.storage)
     return settings, _local.broker, _local.storage
 

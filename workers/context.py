@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.voices.bank import VoiceBank
-from wire.broker import Broker
+from wire.broker import WorkBroker
 from wire.records import SegmentJob
 from wire.settings import Settings
 from workers.events import JobEvents
@@ -97,7 +97,7 @@ class LoopContext:
 
     settings: Settings
     hostname: str
-    broker: Broker
+    broker: WorkBroker
     bank: VoiceBank
     interactive_bank: VoiceBank
     publisher: Publisher

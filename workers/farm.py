@@ -1,8 +1,8 @@
 """A worker process's farm side: it loads the voices (one ``VoiceBank``, one model session per voice, plus
 the reserved loops' own when they have one), starts the inference loops (``workers.loop``) and writes a
-heartbeat (``Broker.write_heartbeat``). ``inference_threads`` loops share the bank, each with its own consumer
-name. The process's Redis connection is its broker's (``sharded.broker_from_settings``: one per shard with
-``redis.shards``), shared by the loops.
+heartbeat (``WorkBroker.write_heartbeat``). ``inference_threads`` loops share the bank, each with its own consumer
+name. The process's connection to the store is its broker's (``wire.connect``: one per shard with ``redis.shards``),
+shared by the loops.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from typing import Any
 from pipeline.errors import TTSFarmError
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.device_use import DEVICE_USE
+from wire.connect import connect
 from wire.errors import BrokerError
 from wire.keys import Keys
-from wire.redis.broker import RedisBroker
-from wire.shards import broker_from_settings
 from wire.settings import Settings
 from workers.allocator import HeapTrim, limit_arenas
 from workers.batcher import first_segments_any_length
@@ -57,8 +56,7 @@ class FarmWorker:
         self.settings = settings
         self.hostname = hostname
         self.keys = Keys(settings.redis.key_prefix)
-        first = RedisBroker(connection, self.keys) if connection is not None else None
-        self.broker = broker_from_settings(settings.redis, first=first, health_check_interval=30)
+        self.broker = connect(settings.redis, connection=connection, health_check_interval=30)
         self.bank = bank or VoiceBank(settings.catalogue, settings.runtime)
         q, rt = settings.queue, settings.runtime
         if bank is None and q.interactive_loops > 0 and q.interactive_loop_threads != rt.intra_op_threads:

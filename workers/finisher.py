@@ -32,7 +32,7 @@ from typing import Any
 
 from wire.records import SegmentJob
 from wire.settings import Settings
-from wire.shards import broker_from_settings
+from wire.connect import connect
 from wire.storage import storage_from_settings
 from workers.publisher import Publisher
 
@@ -173,7 +173,7 @@ def _start_process(settings: Settings, parent: int) -> None:
     Python's default (warnings and errors to stderr, which it shares with the worker): the worker's own is Celery's."""
     global _publisher
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _publisher = Publisher.of(settings, broker_from_settings(settings.redis), storage_from_settings(settings.storage))
+    _publisher = Publisher.of(settings, connect(settings.redis), storage_from_settings(settings.storage))
     threading.Thread(target=_exit_with, args=(parent,), name="ttsfarm-parent-watch", daemon=True).start()
 
 

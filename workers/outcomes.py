@@ -90,7 +90,7 @@ class Outcomes:
 
     def live(self, entries: Sequence[Entry]) -> list[Entry]:
         """The entries whose jobs still want them, their jobs marked started (one round trip for all: the states and
-        the marks, ``Broker.start_segments``). A cancelled job ends here, between its segments; one whose deadline
+        the marks, ``WorkBroker.start_segments``). A cancelled job ends here, between its segments; one whose deadline
         passed ends expired; one that ended otherwise is let go. A job's first start anywhere is told to Flower."""
         jobs = [_job(e) for e in entries]
         now = time.time()

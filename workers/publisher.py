@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wire.admission import Admission, may_stage
-from wire.broker import Broker, ClaimReply, FrameClaim, Piece, SegmentEnd, run_blocking
+from wire.broker import WorkBroker, run_blocking
+from wire.pieces import ClaimReply, FrameClaim, Piece, SegmentEnd
 from wire.keys import STATES_FINAL
 from wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
 from wire.settings import Settings
@@ -84,13 +85,13 @@ class Publisher:
     """A worker's writes back, as the broker's results steps: chunks of each piece, the job's end."""
 
     @classmethod
-    def of(cls, settings: Settings, broker: Broker, storage: Storage) -> Publisher:
+    def of(cls, settings: Settings, broker: WorkBroker, storage: Storage) -> Publisher:
         """The publisher ``settings`` describe, writing through ``broker`` into ``storage``."""
         q = settings.queue
         return cls(broker, storage, chunk_ms=q.chunk_ms, maxlen=q.results_maxlen, ttl_s=q.job_ttl_s,
                    admission=Admission.of(q))
 
-    def __init__(self, broker: Broker, storage: Storage, *, chunk_ms: int, maxlen: int, ttl_s: int,
+    def __init__(self, broker: WorkBroker, storage: Storage, *, chunk_ms: int, maxlen: int, ttl_s: int,
                  admission: Admission = Admission()) -> None:
         self.broker = broker
         self.admission = admission

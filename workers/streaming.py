@@ -40,7 +40,7 @@ from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice
 from pipeline.voices.windows import WindowedItem, WindowPlan
-from wire.broker import ClaimReply, FrameClaim
+from wire.pieces import ClaimReply, FrameClaim
 from wire.queue import Entry
 from wire.records import SegmentJob
 from workers.layout import awaited

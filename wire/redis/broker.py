@@ -1,10 +1,10 @@
 """``Broker`` on Redis: every step of the farm's wire as one Lua script (``lua``) or one command or pipeline.
 
 ``r``: redis-py's blocking ``redis.Redis`` (workers, the sync SDK) or ``redis.asyncio.Redis`` (the asyncio SDK,
-which awaits ``send``); the blocking steps need a blocking one. ``RedisBroker.from_settings`` (or ``from_url``)
-makes the connection, to one server or a Sentinel group's master (``redis_connect``): the SDK, the CLI, the local
-launcher and the workers build theirs there. This is the only module family of the
-farm that speaks Redis: nothing outside ``wire`` imports ``redis`` (``tests/test_structure.py``).
+which awaits ``send``); the blocking steps need a blocking one. ``RedisBroker.from_settings`` makes the connection,
+to one server or a Sentinel group's master (``connect``); everything outside ``wire/`` gets its broker from
+``wire.connect``. redis-py's errors leave as the wire's (``errors``). This is the only module family of the farm that
+speaks Redis: nothing outside ``wire`` imports ``redis`` (``tests/test_structure.py``).
 """
 
 from __future__ import annotations
@@ -19,16 +19,20 @@ import redis
 import redis.asyncio
 
 from wire import appends, heartbeats
-from wire.backlog import admit_args, check_admitted, limits
-from wire.broker import ClaimReply, Command, Op, Piece, PieceReply, Replicated, Script, Transaction
 from wire.admission import Admission
+from wire.backlog import admit_args, check_admitted, limits
+from wire.broker import Op
+from wire.errors import BrokerUnavailable
 from wire.keys import GROUP, LANES, Keys
+from wire.pieces import ClaimReply, Piece, PieceReply, parts_output
 from wire.redis.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from wire.redis.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
 from wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from wire.redis.connect import connect, master_address
 from wire.redis.consumer import IdleGate, RedisConsumer
+from wire.redis.errors import raises_wire_errors
+from wire.redis.steps import Command, Replicated, Script, Transaction
 from wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
 from wire.status import JobStatus
 
@@ -37,17 +41,15 @@ if TYPE_CHECKING:
     from wire.settings import QueueSettings, RedisSettings
 
 
-class NotReplicated(redis.TimeoutError):
+class NotReplicated(BrokerUnavailable):
     """Fewer replicas than ``redis.wait_replicas`` acknowledged a submit in time: a lost connection as far as the
     caller is concerned (the SDK retries the same job, which admission answers as already there)."""
 
 
+@raises_wire_errors
 class RedisBroker:
     """``Broker`` on Redis. Scripts are registered once per connection and run by their SHA. ``replicas``: a
     submit's admission waits until that many replicas hold it (``redis.wait_replicas``), at most ``wait_ms``."""
-
-    lost = (redis.ConnectionError, redis.TimeoutError)
-    refused = (redis.AuthenticationError, redis.exceptions.AuthorizationError)
 
     def __init__(self, r: Any, keys: Keys, *, replicas: int = 0, wait_ms: int = 500) -> None:
         self.r = r
@@ -56,28 +58,28 @@ class RedisBroker:
         self.wait_ms = wait_ms
         self._scripts: dict[str, Any] = {}
         self._master = ""  # the Sentinel group's master this broker last connected to, and how often it changed
-        self.master_changes = 0
+        self._changes = 0
         self._gates: dict[frozenset[str], IdleGate] = {}  # per set of queue streams, its consumers' idle wait
         self._gates_lock = threading.Lock()
 
     @classmethod
-    def from_url(cls, url: str, *, keys: Keys | None = None, asyncio: bool = False, master_name: str = "",
-                 **redis_kwargs: Any) -> RedisBroker:
-        """A broker on a new connection to ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``, or a Sentinel
-        group's ``sentinel://`` addresses with its ``master_name``): redis-py's blocking client, or its asyncio one
-        with ``asyncio``. ``redis_kwargs`` go to redis-py (timeouts, health checks); ``keys``: the farm's names
-        (default prefix ``ttsfarm``). Nothing connects until the first step."""
-        return cls(connect(url, master_name=master_name, asyncio=asyncio, **redis_kwargs),
-                   keys if keys is not None else Keys())
+    def from_settings(cls, settings: RedisSettings, *, asyncio: bool = False, connection: Any = None,
+                      **redis_kwargs: Any) -> RedisBroker:
+        """A broker on the Redis the settings name (``url``: ``redis://``, ``rediss://`` for TLS, ``unix://``, or a
+        Sentinel group's ``sentinel://`` addresses with ``master_name`` and ``sentinel_password``), with their key
+        prefix, socket timeout and replica wait: redis-py's blocking client, or its asyncio one with ``asyncio``.
+        ``connection``: a redis-py client to use instead of a new one; ``redis_kwargs`` go to redis-py and win over
+        the settings' options. Nothing connects until the first step."""
+        if connection is None:
+            options = {"socket_timeout": settings.socket_timeout_s, **redis_kwargs}
+            connection = connect(settings.url, master_name=settings.master_name,
+                                 sentinel_password=settings.sentinel_password, asyncio=asyncio, **options)
+        return cls(connection, Keys(settings.key_prefix), replicas=settings.wait_replicas,
+                   wait_ms=settings.wait_timeout_ms)
 
-    @classmethod
-    def from_settings(cls, settings: RedisSettings, *, asyncio: bool = False, **redis_kwargs: Any) -> RedisBroker:
-        """A broker on the Redis the settings name (``url``, ``master_name``, ``sentinel_password``), with their
-        key prefix, socket timeout and replica wait; ``redis_kwargs`` win over the settings' options."""
-        options = {"socket_timeout": settings.socket_timeout_s, **redis_kwargs}
-        r = connect(settings.url, master_name=settings.master_name, sentinel_password=settings.sentinel_password,
-                    asyncio=asyncio, **options)
-        return cls(r, Keys(settings.key_prefix), replicas=settings.wait_replicas, wait_ms=settings.wait_timeout_ms)
+    def close(self) -> Any:
+        """Close the connection (an awaitable on an asyncio one)."""
+        return self.r.aclose() if isinstance(self.r, redis.asyncio.Redis) else self.r.close()
 
     def send(self, step: Command | Script | Replicated | Transaction) -> Any:
         if isinstance(step, Script):
@@ -125,9 +127,13 @@ class RedisBroker:
         change seen counts in ``master_changes`` (a failover this process followed). No IO."""
         now = master_address(self.r)
         if now and now != self._master:
-            self.master_changes += int(bool(self._master))
+            self._changes += int(bool(self._master))
             self._master = now
         return self._master
+
+    @property
+    def master_changes(self) -> int:
+        return self._changes
 
     def _script(self, source: str) -> Any:
         script = self._scripts.get(source)
@@ -282,7 +288,7 @@ class RedisBroker:
         self.r.xadd(self.keys.dead_letters(), dict(record), maxlen=100_000, approximate=True)
 
     def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
-        return _job_output(self.r.hgetall(self.keys.parts(job_id)))
+        return parts_output(self.r.hgetall(self.keys.parts(job_id)))
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  drop_work: bool = False, **status: Any) -> int:
@@ -470,19 +476,4 @@ def _held_claim(tag: Any, replay: Any, frames: Any, windows: Any, ended: Any) ->
 def _sent_output(p: Piece) -> tuple[dict[int, bytes], dict[int, Any]]:
     """The output of a job that is one piece (``PUBLISH_PIECES`` answers 2): that piece's PCM and words, as sent."""
     assert p.end is not None
-    return {p.seg: b"".join(bytes(f["pcm"]) for f in p.chunks if "pcm" in f)}, {p.seg: json.loads(p.end.words_json)}
-
-
-def _job_output(fields: Mapping[Any, bytes]) -> tuple[dict[int, bytes], dict[int, Any]]:
-    """A job's parts hash read back: each segment's PCM (its pieces, under ``seg:piece``, joined in order) and its
-    words (under ``words:seg``), by segment."""
-    by_seg: dict[int, list[tuple[int, bytes]]] = {}
-    words: dict[int, Any] = {}
-    for key, value in fields.items():
-        name, _, rest = text_of(key).partition(":")
-        if name == "words":
-            words[int(rest)] = json.loads(value)
-        else:
-            by_seg.setdefault(int(name), []).append((int(rest or 0), value))
-    parts = {seg: b"".join(pcm for _, pcm in sorted(found)) for seg, found in by_seg.items()}
-    return parts, words
+    return {p.seg: p.pcm}, {p.seg: json.loads(p.end.words_json)}

@@ -18,11 +18,13 @@ from typing import Any
 
 import redis
 
-from wire.broker import Broker, Script, run_blocking
+from wire.broker import JobBroker, run_blocking
 from wire.keys import GROUP
-from wire.redis.lua import ACK, HEADS
 from wire.queue import Entry, Head, head_of, parse_entry
 from wire.records import text_of
+from wire.redis.errors import raises_wire_errors
+from wire.redis.lua import ACK, HEADS
+from wire.redis.steps import Script
 
 FULL_PEEK_S = 5.0  # a peek asks every stream for the group's id at least this often (not only those that moved)
 GATE_SLACK_S = 1.0  # a consumer waiting on another's blocking read gives up this long after that read's block
@@ -62,10 +64,11 @@ class IdleGate:
             return dict(self._exact) if ended and self._exact is not None else None
 
 
+@raises_wire_errors
 class RedisConsumer:
     """``Consumer`` (``wire.broker``) on Redis Streams: ``name`` in the group ``keys.GROUP``."""
 
-    def __init__(self, r: redis.Redis, broker: Broker, name: str, streams: Sequence[str], gate: IdleGate | None = None) -> None:
+    def __init__(self, r: redis.Redis, broker: JobBroker, name: str, streams: Sequence[str], gate: IdleGate | None = None) -> None:
         self.r = r
         self.broker = broker  # for its scripts (``send``)
         self.name = name

@@ -8,9 +8,7 @@ runs the broker's steps with them; another broker implements the same steps its 
 from __future__ import annotations
 
 from wire.redis.lua_admission import ADMISSION_FUNCTIONS
-from wire.records import FINAL
-
-RESULTS_SLACK_S = 600  # a results stream made by a first chunk expires this long past the TTL (see FINALIZE)
+from wire.records import FINAL, RESULTS_SLACK_S
 
 # Creates the consumer group ARGV[1] on each queue stream in KEYS unless it is there: one round trip,
 # the same call from the sync SDK, the asyncio SDK and the workers.
