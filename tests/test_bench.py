@@ -1,17 +1,21 @@
-"""`ttsfarm bench`: the job mix, the summaries, and a tiny real run (own redis-server + 1 worker)."""
+"""`ttsfarm bench`: its stages, the job mix, the summaries, and a tiny real run (own redis-server + 1 worker)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import time
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
-from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
+from bench.cli import STAGES, stage_parser
+from bench.lab import LAB
+from bench.lab.__main__ import main as lab_main
 from bench.report import batch_sizes, markdown_summary, pct, summarize, write_results
-from cli import build_parser
+from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
+from cli import main as ttsfarm, parse_args
 from scripts.bench_lua_bytes import SCRIPTS as LUA_SCRIPTS
 from scripts.bench_lua_bytes import main as lua_bytes
 from scripts.bench_read_cost import main as read_cost
@@ -61,10 +65,47 @@ def test_summary_counts_audio_inside_the_window_only() -> None:
 
 
 def test_cli_has_a_bench_command() -> None:
-    args = build_parser().parse_args(["bench", "--workers", "2", "--threads", "1", "--max-batch", "8", "--rate", "3",
-                                      "--redis", "redis://h:1/0", "--set", "TTSFARM_RUNTIME_ALLOW_SPINNING=false"])
+    """`ttsfarm bench ARGS` hands ARGS to the bench's own parsers (bench/cli.py); its load stage reads these."""
+    argv = ["--workers", "2", "--threads", "1", "--max-batch", "8", "--rate", "3", "--redis", "redis://h:1/0",
+            "--set", "TTSFARM_RUNTIME_ALLOW_SPINNING=false"]
+    assert parse_args(["bench", *argv]).passed == argv
+    args = stage_parser("load").parse_args(argv)
     assert args.workers == 2 and args.threads == 1 and args.max_batch == 8 and args.rate == 3.0
     assert args.bench_redis == "redis://h:1/0" and args.set == ["TTSFARM_RUNTIME_ALLOW_SPINNING=false"]
+
+
+def test_bench_help_lists_the_stages_and_each_stage_has_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(STAGES) == {"load", "host", "farm", "listeners", "memory", "idle", "shards", "grpc"}
+    assert ttsfarm(["bench", "--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "Without a STAGE: load" in listed
+    assert all(f"  {name} " in listed for name in STAGES), listed
+    for name in STAGES:
+        with pytest.raises(SystemExit) as done:
+            ttsfarm(["bench", name, "--help"])
+        assert done.value.code == 0, name
+        assert f"usage: ttsfarm bench {name} " in capsys.readouterr().out
+    assert lab_main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in LAB), listed
+    for name in LAB:
+        with pytest.raises(SystemExit) as done:
+            lab_main([name, "--help"])
+        assert done.value.code == 0, name
+        assert f"usage: python -m bench.lab {name} " in capsys.readouterr().out
+    assert lab_main(["no-such-bench"]) == 2  # the lab has no default
+
+
+def test_a_bare_bench_command_is_the_load_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `ttsfarm bench [options]` meant before it had stages, it still means: `ttsfarm bench load [options]`."""
+    seen: list[Namespace] = []
+    monkeypatch.setattr("bench.run.main", lambda args: seen.append(args) or 0)
+    assert ttsfarm(["bench", "--workers", "2", "--mix", "en"]) == 0
+    assert ttsfarm(["--redis", "redis://h:1/0", "bench", "load", "--workers", "3"]) == 0
+    bare, named = seen
+    assert (bare.workers, bare.mix, bare.redis) == (2, "en", None)
+    assert bare.command == "ttsfarm bench --workers 2 --mix en"
+    assert (named.workers, named.redis) == (3, "redis://h:1/0")
 
 
 @pytest.mark.slow

@@ -302,6 +302,15 @@ def test_no_import_circles_anywhere_lazy_imports_counted() -> None:
     assert not cycles, "import circles (every import counted):\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
+def test_the_benches_worker_module_is_started_by_name_only() -> None:
+    """workers/bench_app.py wraps the farm's worker for the benches (its Redis round trips counted): benches and tests
+    start it by name (``celery -A workers.bench_app worker``); no module imports it, so production never runs it."""
+    assert (ROOT / "workers" / "bench_app.py").is_file()
+    bad = [f"{path.relative_to(ROOT)}:{line}" for name, path in MODULES.items()
+           for mod, line in _imports(name, _tree(path), everywhere=True) if mod == "workers.bench_app"]
+    assert not bad, "workers.bench_app is a Celery app module the benches start by name, never an import:\n" + "\n".join(bad)
+
+
 # Who may import the broker's client library: the wire (its Broker implementation). Tests, bench/ and scripts/
 # drive a real Redis themselves and stay outside this rule.
 REDIS_OUTSIDE_THE_WIRE_EXEMPT = ("bench",)
@@ -322,7 +331,9 @@ ENVIRON_ALLOWED = {
     "books.cli": "`ttsfarm book` main",
     "gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
     "workers.app": "the Celery app module (`celery -A workers.app worker`)",
+    "workers.bench_app": "the benches' counted worker (`celery -A workers.bench_app worker`): where to write its count",
     "bench.processes": "starts worker processes: their environment is this one's plus the farm's overrides",
+    "bench.lab.storage": "`python -m bench.lab storage`: boto3's credential chain in this process gets the moto server's keys",
 }
 
 
