@@ -102,7 +102,7 @@ class RedisServer:
 @dataclass
 class SentinelGroup:
     """A master, a replica and ``sentinels`` Sentinels watching them (quorum 2), each a private redis-server on
-    a free port: the failover tests and ``scripts/bench_submit_wait.py``. Short timeouts, so a failover takes
+    a free port, for the failover tests. Short timeouts, so a failover takes
     about ``down_after_ms`` plus a second or two."""
 
     name: str = "ttsfarm"

@@ -1,14 +1,17 @@
-"""`ttsfarm bench`: its stages, the job mix, the summaries, and a tiny real run (own redis-server + 1 worker)."""
+"""`ttsfarm bench`: its stages, the job mix, the summaries, a tiny real run (own redis-server + 1 worker), and what a
+listener's reads of a results stream get."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
+import redis
 
 from bench.cli import STAGES, stage_parser
 from bench.lab import LAB
@@ -16,9 +19,10 @@ from bench.lab.__main__ import main as lab_main
 from bench.report import batch_sizes, markdown_summary, pct, summarize, write_results
 from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
 from cli import main as ttsfarm, parse_args
-from scripts.bench_lua_bytes import SCRIPTS as LUA_SCRIPTS
-from scripts.bench_lua_bytes import main as lua_bytes
-from scripts.bench_read_cost import main as read_cost
+from producer.client import Client
+from wire.keys import Keys
+from wire.records import chunk_fields, final_fields
+from wire.settings import Settings
 
 
 def test_make_jobs_follows_the_mix_and_the_rate() -> None:
@@ -142,19 +146,36 @@ def test_tiny_bench_run_writes_every_field(tmp_path: Path) -> None:
     assert "| load |" in markdown_summary(data)
 
 
-def test_lua_bytes_bench_prints_a_row_per_script(capsys: pytest.CaptureFixture[str]) -> None:
-    """scripts/bench_lua_bytes.py (docs/BENCHMARKS.md's table of what a byte costs inside a script) runs on its own
-    redis-server and prints one row per script and the plain command, a figure per size."""
-    assert lua_bytes(["--sizes", "100,1000", "--calls", "3"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [row.split(" | ")[0][2:] for row in rows[1:]] == [*LUA_SCRIPTS, "SET (no script)"]
-    assert all(len(row.strip("|").split("|")) == 4 for row in rows)  # name, what, two sizes
+def _write_as_a_worker(r: redis.Redis, keys: Keys, job: str, entries: int, size: int, gap_s: float, maxlen: int) -> None:
+    """A job's results entries as the worker's scripts write them: trimmed at the farm's ``results_maxlen``, counted
+    in the status's ``results_entries``, the final entry last."""
+    pcm = b"\x01\x00" * (size // 2)
+    for seg in range(entries):
+        r.xadd(keys.results(job), chunk_fields(seg, 0, True, "w/0", 22050, pcm), maxlen=maxlen, approximate=True)
+        r.hincrby(keys.status(job), "results_entries", 1)
+        if gap_s:
+            time.sleep(gap_s)
+    r.hset(keys.status(job), "state", "done")
+    r.xadd(keys.results(job), final_fields("done"), maxlen=maxlen, approximate=True)
+    r.hincrby(keys.status(job), "results_entries", 1)
 
 
-def test_read_cost_bench_prints_both_reads(capsys: pytest.CaptureFixture[str]) -> None:
-    """scripts/bench_read_cost.py (docs/BENCHMARKS.md: what a listener's reads cost Redis) streams a job with the
-    SDK on its own redis-server, a row per way of reading and entry size, every entry read."""
-    assert read_cost(["--entries", "5", "--sizes", "2000"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [row.split(" | ")[0][2:] for row in rows[1:]] == ["tail", "behind"]
-    assert all(float(row.split(" | ")[2]) > 0 for row in rows[1:])
+@pytest.mark.parametrize("tail", [True, False], ids=["tail", "behind"])
+def test_a_listener_reads_every_entry_written_or_already_there(r: redis.Redis, settings: Settings, tail: bool) -> None:
+    """The SDK's ``Job.stream`` reads every entry of a job's results stream, whether it keeps up with the worker
+    writing them (``tail``: an entry is written, the reader wakes and reads it) or starts when they are all there
+    (``behind``: reads of many entries at once)."""
+    entries, job = 5, "readall"
+    with Client.from_url(settings=settings) as client:
+        keys = client.keys
+        r.hset(keys.status(job), mapping={"state": "running", "total": entries})
+        writer = threading.Thread(target=_write_as_a_worker, args=(r, keys, job, entries, 2000, 0.004 if tail else 0.0,
+                                                                   settings.queue.results_maxlen))
+        if tail:
+            writer.start()
+        else:
+            writer.run()
+        got = sum(1 for _ in client.job(job).stream(timeout=120, block_ms=1000))
+        if tail:
+            writer.join()
+    assert got == entries

@@ -423,7 +423,7 @@ class Script:
 class Transaction:
     """Commands run as one step (``MULTI``/``EXEC``) in one round trip: their replies, in order. For reads whose
     parts must agree, where a script would cost more: every value a script reads becomes a Lua string that Redis
-    hashes whole (``scripts/bench_lua_bytes.py``), a plain command's reply is copied out."""
+    hashes whole (no command here measures what that costs), a plain command's reply is copied out."""
 
     commands: tuple[Command, ...]
 
