@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bench.processes import inherited_env
+from bench.report import summarize, write_results
 from bench.run import (
     PARAGRAPHS_EN,
     BenchConfig,
@@ -47,8 +49,6 @@ from bench.run import (
     wait_quiet,
     worker_env,
 )
-from bench.processes import inherited_env
-from bench.report import summarize, write_results
 from bench.scheduling import add_arguments as scheduling_arguments
 from bench.scheduling import stage_scheduling
 from wire.settings import Settings, settings_from_environment

@@ -10,7 +10,8 @@ from bench.lab import LAB
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # bench's own: INFO
+    # as `ttsfarm` configures it: other libraries' warnings; bench.cli lets the bench's own progress (INFO) through
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run_stage(sys.argv[1:] if argv is None else argv, prog="python -m bench.lab", stages=LAB, default=None)
 
 
