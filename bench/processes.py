@@ -1,4 +1,4 @@
-"""Local processes for the demo, the benchmarks and the tests: a redis-server and Celery workers.
+"""Local processes for the demo, the benchmarks and the tests: a redis-server, Celery workers, a front end.
 
 Nothing here is needed in production, where Redis and the workers run as services (deploy/).
 """
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,7 @@ class RedisServer:
 @dataclass
 class SentinelGroup:
     """A master, a replica and ``sentinels`` Sentinels watching them (quorum 2), each a private redis-server on
-    a free port: the failover tests and ``scripts/bench_submit_wait.py``. Short timeouts, so a failover takes
+    a free port, for the failover tests. Short timeouts, so a failover takes
     about ``down_after_ms`` plus a second or two."""
 
     name: str = "ttsfarm"
@@ -192,6 +192,29 @@ def _ask(port: int, command: str, *args: Any) -> Any:
         raise BrokerError(f"{command} on port {port}: {exc}") from exc
     finally:
         r.close()
+
+
+def inherited_env(*prefixes: str) -> dict[str, str]:
+    """The variables of this process's environment that start with ``prefixes``: what the processes started here
+    inherit of them (a bench records those it ran under)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+
+
+def start_front_end(command: list[str], env: Mapping[str, str], ready: Callable[[], bool], log_path: Path,
+                    timeout: float = 120.0) -> subprocess.Popen[bytes]:
+    """``ttsfarm COMMAND`` (``gateway``, ``grpc``) as a process of its own, as deployed, with this environment's
+    variables but for its ``TTSFARM_*`` ones and then ``env``; returned once ``ready()`` says it serves."""
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("TTSFARM_")}, **env}
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *command], env=full, cwd=root, stdout=log_path.open("wb"),
+                            stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{command[0]} did not start: {log_path.read_text()[-2000:]}")
+        time.sleep(0.2)
+    return proc
 
 
 def worker_command(name: str, *, loglevel: str = "INFO", extra: list[str] | None = None,

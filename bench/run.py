@@ -1,4 +1,4 @@
-"""`ttsfarm bench`: a load generator against a farm, measuring what a streaming client sees.
+"""`ttsfarm bench load` (a bare `ttsfarm bench` too): a load generator against a farm, measuring what a streaming client sees.
 
 Jobs come from a text mix (short interactive English sentences, English paragraphs on the bulk lane,
 short Chinese sentences) and are submitted either open loop, at Poisson arrivals of a target rate, or
@@ -17,6 +17,7 @@ so a slow submitter cannot hide queueing (no coordinated omission); the submit l
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import time
@@ -56,7 +57,7 @@ from wire.settings import Settings, settings_from_environment
 
 __all__ = [
     "KINDS", "MIXES", "PARAGRAPHS_EN", "SHORT_EN", "SHORT_ZH", "BenchConfig", "ForeignLoad", "JobKind", "JobRecord",
-    "LoadSpec", "LocalFarm", "PlannedJob", "ProcSampler", "StreamWatcher", "add_padding_waste", "farm_worker_pids",
+    "LoadSpec", "LocalFarm", "PlannedJob", "ProcSampler", "StreamWatcher", "add_arguments", "add_padding_waste", "farm_worker_pids",
     "machine_busy_s", "main", "make_jobs", "own_cpu_s", "proc_cpu_s", "proc_rss_mb", "run_bench", "run_load",
     "wait_quiet", "worker_env",
 ]
@@ -167,8 +168,33 @@ def add_padding_waste(summary: dict[str, Any], settings: Settings) -> None:
     summary["padding_waste"] = padding_waste(rows, lengths)
 
 
-def main(args: Any) -> int:
-    """Entry of ``ttsfarm bench`` (``cli.frontends`` builds ``args``)."""
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``ttsfarm bench load``'s options (a bare ``ttsfarm bench`` takes them too)."""
+    p.add_argument("--redis", dest="bench_redis", default=None, help="a running farm's Redis URL (default: start our own)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes to start (own farm)")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads per worker (own farm)")
+    p.add_argument("--inference-threads", type=int, default=None, help="inference loops per worker sharing one session")
+    p.add_argument("--max-batch", type=int, default=None, help="queue.max_batch_cpu of the workers (own farm)")
+    p.add_argument("--precision", default=None, choices=["auto", "fp32", "int8"])
+    p.add_argument("--set", action="append", metavar="TTSFARM_KEY=VALUE", help="more worker settings (own farm)")
+    p.add_argument("--mix", default="mixed", help="mixed | en | en_short | en_paragraph | zh")
+    p.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals, jobs/s (0: closed loop at --concurrency)")
+    p.add_argument("--concurrency", type=int, default=4, help="jobs in flight (closed loop)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of submitting")
+    p.add_argument("--jobs", type=int, default=1_000_000, help="at most this many jobs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--job-timeout", type=float, default=300.0)
+    p.add_argument("--saturate", type=float, default=0.0,
+                   help="first run closed loop this many seconds to find saturation, then load at --load-fraction of it")
+    p.add_argument("--load-fraction", type=float, default=0.7)
+    p.add_argument("--warmup-jobs", type=int, default=4)
+    p.add_argument("--label", default="")
+    p.add_argument("--out", default="bench-results/farm", help="folder for bench.json and the PNG plots")
+    p.add_argument("--no-plots", action="store_true")
+
+
+def main(args: argparse.Namespace) -> int:
+    """``ttsfarm bench load`` (``bench.cli`` parses ``args``; ``args.redis`` is ``ttsfarm --redis``)."""
     from bench.report import markdown_summary, write_results
 
     env = dict(kv.split("=", 1) for kv in args.set or [])
@@ -179,7 +205,7 @@ def main(args: Any) -> int:
                          load=load, saturate_s=args.saturate, load_fraction=args.load_fraction, warmup_jobs=args.warmup_jobs,
                          label=args.label)
     result = run_bench(config)
-    result["command"] = "ttsfarm " + " ".join(args.argv)
+    result["command"] = args.command
     out = write_results(result, Path(args.out), plots=not args.no_plots)
     print(markdown_summary(result))
     print(f"results in {out}")

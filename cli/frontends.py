@@ -1,11 +1,10 @@
 """Front ends started from the command line: `ttsfarm book` (audiobooks), `ttsfarm gateway` (the HTTP gateway),
-`ttsfarm grpc` (NVIDIA Riva's TTS protocol) and `ttsfarm bench` (load tests). Each is imported only inside the command that starts it (the book command's
+`ttsfarm grpc` (NVIDIA Riva's TTS protocol) and `ttsfarm bench` (the benchmarks, a stage each). Each is imported only inside the command that starts it (the book command's
 arguments when the parser is built): none of them loads on `import producer`."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from pipeline.errors import EXTRA_MISSING, ModelError
@@ -29,29 +28,10 @@ def add_commands(sub: Any) -> None:
                        add_help=False)
     p.set_defaults(func=cmd_grpc, passthrough=True)
 
-    p = sub.add_parser("bench", help="load-test a farm: first-chunk latency, throughput, batches, worker RSS")
-    p.add_argument("--redis", dest="bench_redis", default=None, help="a running farm's Redis URL (default: start our own)")
-    p.add_argument("--workers", type=int, default=1, help="worker processes to start (own farm)")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads per worker (own farm)")
-    p.add_argument("--inference-threads", type=int, default=None, help="inference loops per worker sharing one session")
-    p.add_argument("--max-batch", type=int, default=None, help="queue.max_batch_cpu of the workers (own farm)")
-    p.add_argument("--precision", default=None, choices=["auto", "fp32", "int8"])
-    p.add_argument("--set", action="append", metavar="TTSFARM_KEY=VALUE", help="more worker settings (own farm)")
-    p.add_argument("--mix", default="mixed", help="mixed | en | en_short | en_paragraph | zh")
-    p.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals, jobs/s (0: closed loop at --concurrency)")
-    p.add_argument("--concurrency", type=int, default=4, help="jobs in flight (closed loop)")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of submitting")
-    p.add_argument("--jobs", type=int, default=1_000_000, help="at most this many jobs")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--job-timeout", type=float, default=300.0)
-    p.add_argument("--saturate", type=float, default=0.0,
-                   help="first run closed loop this many seconds to find saturation, then load at --load-fraction of it")
-    p.add_argument("--load-fraction", type=float, default=0.7)
-    p.add_argument("--warmup-jobs", type=int, default=4)
-    p.add_argument("--label", default="")
-    p.add_argument("--out", default="bench-results/farm", help="folder for bench.json and the PNG plots")
-    p.add_argument("--no-plots", action="store_true")
-    p.set_defaults(func=cmd_bench)
+    # Its stages and their options (--help) are the bench's own parsers' (bench/cli.py): `ttsfarm bench --help` lists them.
+    p = sub.add_parser("bench", help="benchmarks, one stage each: load (the default), host, farm, listeners, memory, idle, "
+                                     "shards, grpc", add_help=False)
+    p.set_defaults(func=cmd_bench, passthrough=True)
 
 
 def cmd_book(args: argparse.Namespace) -> int:
@@ -79,7 +59,6 @@ def cmd_grpc(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from bench.run import main as bench_main
+    from bench.cli import main as bench_main
 
-    args.argv = sys.argv[1:]
-    return bench_main(args)
+    return bench_main(args.passed, redis_url=args.redis)

@@ -54,7 +54,7 @@ rm -rf "$B/redis" && mkdir -p "$B/redis" && for d in "$B"/redisdeb/*.deb; do dpk
 tar -C "$B/redis" -cf - usr/bin/redis-server usr/bin/redis-check-rdb usr/lib | xz -9 -c > "$B/stage/redis.tar.xz"
 
 # 4. the prepared model cache of the voices measured (stage models; FP32, the check derives FP16/INT8)
-"$PY" scripts/gpu_check_models.py --list-cache > "$B/cache-files.txt"
+"$PY" -m scripts.gpu_check_models --list-cache > "$B/cache-files.txt"
 tar -C "$("$PY" -c 'from wire.settings import load_settings; import os; print(load_settings(env=dict(os.environ)).runtime.cache_dir)')" \
     -cf - -T "$B/cache-files.txt" | xz -6 -T0 -c > "$B/stage/cache.tar.xz"
 

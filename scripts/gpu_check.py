@@ -1,9 +1,10 @@
 """The one-call device check: what a GPU host really runs, per voice stage, and the farm on it.
 
-    python scripts/gpu_check.py --device cuda --out DIR [--budget-s 330] [--farm-s 90]
-    python scripts/gpu_check.py --device cpu --quick --out DIR          # the same code on CPU (a test)
+    python -m scripts.gpu_check --device cuda --out DIR [--budget-s 330] [--farm-s 90]
+    python -m scripts.gpu_check --device cpu --quick --out DIR          # the same code on CPU (a test)
 
-Usually run through ``scripts/gpu_check.sh`` (docs/GPU.md), which installs a carried onnxruntime-gpu first.
+Run from the repository root; usually through ``scripts/gpu_check.sh`` (docs/GPU.md), which installs a carried
+onnxruntime-gpu first.
 Sections, each recorded in ``DIR/gpu_check.json`` (written after every section, so a run cut short still
 leaves what it measured) and summarised in ``DIR/gpu_check.txt``:
 
@@ -44,12 +45,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pipeline.settings import CONFIG_DIR  # noqa: E402
-from scripts.gpu_check_models import LEFT_OUT, StageModel, discover_models, precision_variant  # noqa: E402
-from scripts.gpu_check_run import (  # noqa: E402
+from pipeline.settings import CONFIG_DIR
+from scripts.gpu_check_models import LEFT_OUT, StageModel, discover_models, precision_variant
+from scripts.gpu_check_run import (
     StageRunner,
     process_memory_mb,
     cuda_graph_row,
@@ -71,7 +69,7 @@ class Check:
         self.out = out
         self.started = time.monotonic()
         self.budget_s = args.budget_s
-        self.doc: dict[str, Any] = {"command": "python scripts/gpu_check.py " + " ".join(sys.argv[1:]),
+        self.doc: dict[str, Any] = {"command": "python -m scripts.gpu_check " + " ".join(sys.argv[1:]),
                                     "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                                     "device_asked": args.device, "sections": {}, "skipped": [], "errors": []}
 
@@ -431,7 +429,7 @@ def text_report(doc: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "bench-results" / "gpu_check")))
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-results/gpu_check")))
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new measurements after this many seconds")
     ap.add_argument("--farm-s", type=float, default=80.0, help="seconds of farm load (0: no farm run)")
     ap.add_argument("--max-batch", type=int, default=8, help="the farm worker's batch cap")

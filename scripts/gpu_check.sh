@@ -40,4 +40,4 @@ else
   PY=${PYTHON:-.venv/bin/python}
 fi
 export PYTHONUNBUFFERED=1
-exec "$PY" scripts/gpu_check.py "$@"
+exec "$PY" -m scripts.gpu_check "$@"  # from the repository root: the scripts import each other as scripts.*

@@ -214,11 +214,10 @@ def cache_files_to_carry(settings: Any) -> list[str]:
     return out
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m scripts.gpu_check_models --list-cache: what scripts/gpu_bundle.sh carries
     import os
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from wire.settings import load_settings
 
     if sys.argv[1:] == ["--list-cache"]:

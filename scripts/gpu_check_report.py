@@ -1,6 +1,6 @@
 """Markdown tables of a device check's result, for docs/BENCHMARKS.md ("GPU").
 
-    python scripts/gpu_check_report.py DIR/gpu_check.json
+    python -m scripts.gpu_check_report DIR/gpu_check.json
 """
 
 from __future__ import annotations

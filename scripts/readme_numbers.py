@@ -1,7 +1,7 @@
 """The README's measured numbers, copied from the headline table of docs/BENCHMARKS.md so the two cannot disagree.
 
-    .venv/bin/python scripts/readme_numbers.py           # rewrite the block between the markers in README.md
-    .venv/bin/python scripts/readme_numbers.py --check   # exit 1 when README.md's block is not what this makes
+    .venv/bin/python -m scripts.readme_numbers           # rewrite the block between the markers in README.md
+    .venv/bin/python -m scripts.readme_numbers --check   # exit 1 when README.md's block is not what this makes
 
 The headline table (between ``BEGIN`` and ``END`` in docs/BENCHMARKS.md) is edited by hand when a run replaces a
 figure: one row per figure, its date (the run's, ``YYYY-MM-DD``) and a link to the section that holds the command
@@ -12,13 +12,8 @@ same rows with the links pointing into docs/BENCHMARKS.md. tests/test_settings_l
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from scripts.readme_block import main, replace_block  # noqa: E402
+from scripts.readme_block import ROOT, main, replace_block
 
 BENCHMARKS = ROOT / "docs" / "BENCHMARKS.md"
 BEGIN = "<!-- headline numbers: scripts/readme_numbers.py copies this table into README.md -->"

@@ -1,7 +1,7 @@
 """The README's settings table, made from the settings classes so that it cannot drift from them.
 
-    .venv/bin/python scripts/settings_table.py           # rewrite the table between the markers in README.md
-    .venv/bin/python scripts/settings_table.py --check   # exit 1 when README.md's table is not what this makes
+    .venv/bin/python -m scripts.settings_table           # rewrite the table between the markers in README.md
+    .venv/bin/python -m scripts.settings_table --check   # exit 1 when README.md's table is not what this makes
 
 One row per key of every section the loader reads (``wire.settings.SECTIONS``): its TOML name, its
 default as TOML writes it, and its meaning: the string under the field in the class (an attribute docstring,
@@ -15,16 +15,11 @@ import ast
 import dataclasses
 import inspect
 import json
-import sys
 import textwrap
 from collections.abc import Mapping
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from wire.settings import SECTIONS  # noqa: E402
-from scripts.readme_block import main, replace_block  # noqa: E402
+from scripts.readme_block import main, replace_block
+from wire.settings import SECTIONS
 
 BEGIN = "<!-- settings table: made by scripts/settings_table.py from the settings classes; edit them, not this -->"
 END = "<!-- end of the settings table -->"

@@ -1,20 +1,28 @@
-"""`ttsfarm bench`: the job mix, the summaries, and a tiny real run (own redis-server + 1 worker)."""
+"""`ttsfarm bench`: its stages, the job mix, the summaries, a tiny real run (own redis-server + 1 worker), and what a
+listener's reads of a results stream get."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
+import redis
 
-from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
+from bench.cli import STAGES, stage_parser
+from bench.lab import LAB
+from bench.lab.__main__ import main as lab_main
 from bench.report import batch_sizes, markdown_summary, pct, summarize, write_results
-from cli import build_parser
-from scripts.bench_lua_bytes import SCRIPTS as LUA_SCRIPTS
-from scripts.bench_lua_bytes import main as lua_bytes
-from scripts.bench_read_cost import main as read_cost
+from bench.run import KINDS, MIXES, BenchConfig, JobRecord, LoadSpec, PlannedJob, make_jobs, run_bench
+from cli import main as ttsfarm, parse_args
+from producer.client import Client
+from wire.keys import Keys
+from wire.records import chunk_fields, final_fields
+from wire.settings import Settings
 
 
 def test_make_jobs_follows_the_mix_and_the_rate() -> None:
@@ -61,10 +69,47 @@ def test_summary_counts_audio_inside_the_window_only() -> None:
 
 
 def test_cli_has_a_bench_command() -> None:
-    args = build_parser().parse_args(["bench", "--workers", "2", "--threads", "1", "--max-batch", "8", "--rate", "3",
-                                      "--redis", "redis://h:1/0", "--set", "TTSFARM_RUNTIME_ALLOW_SPINNING=false"])
+    """`ttsfarm bench ARGS` hands ARGS to the bench's own parsers (bench/cli.py); its load stage reads these."""
+    argv = ["--workers", "2", "--threads", "1", "--max-batch", "8", "--rate", "3", "--redis", "redis://h:1/0",
+            "--set", "TTSFARM_RUNTIME_ALLOW_SPINNING=false"]
+    assert parse_args(["bench", *argv]).passed == argv
+    args = stage_parser("load").parse_args(argv)
     assert args.workers == 2 and args.threads == 1 and args.max_batch == 8 and args.rate == 3.0
     assert args.bench_redis == "redis://h:1/0" and args.set == ["TTSFARM_RUNTIME_ALLOW_SPINNING=false"]
+
+
+def test_bench_help_lists_the_stages_and_each_stage_has_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(STAGES) == {"load", "host", "farm", "listeners", "memory", "idle", "shards", "grpc"}
+    assert ttsfarm(["bench", "--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "Without a STAGE: load" in listed
+    assert all(f"  {name} " in listed for name in STAGES), listed
+    for name in STAGES:
+        with pytest.raises(SystemExit) as done:
+            ttsfarm(["bench", name, "--help"])
+        assert done.value.code == 0, name
+        assert f"usage: ttsfarm bench {name} " in capsys.readouterr().out
+    assert lab_main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in LAB), listed
+    for name in LAB:
+        with pytest.raises(SystemExit) as done:
+            lab_main([name, "--help"])
+        assert done.value.code == 0, name
+        assert f"usage: python -m bench.lab {name} " in capsys.readouterr().out
+    assert lab_main(["no-such-bench"]) == 2  # the lab has no default
+
+
+def test_a_bare_bench_command_is_the_load_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `ttsfarm bench [options]` meant before it had stages, it still means: `ttsfarm bench load [options]`."""
+    seen: list[Namespace] = []
+    monkeypatch.setattr("bench.run.main", lambda args: seen.append(args) or 0)
+    assert ttsfarm(["bench", "--workers", "2", "--mix", "en"]) == 0
+    assert ttsfarm(["--redis", "redis://h:1/0", "bench", "load", "--workers", "3"]) == 0
+    bare, named = seen
+    assert (bare.workers, bare.mix, bare.redis) == (2, "en", None)
+    assert bare.command == "ttsfarm bench --workers 2 --mix en"
+    assert (named.workers, named.redis) == (3, "redis://h:1/0")
 
 
 @pytest.mark.slow
@@ -101,19 +146,36 @@ def test_tiny_bench_run_writes_every_field(tmp_path: Path) -> None:
     assert "| load |" in markdown_summary(data)
 
 
-def test_lua_bytes_bench_prints_a_row_per_script(capsys: pytest.CaptureFixture[str]) -> None:
-    """scripts/bench_lua_bytes.py (docs/BENCHMARKS.md's table of what a byte costs inside a script) runs on its own
-    redis-server and prints one row per script and the plain command, a figure per size."""
-    assert lua_bytes(["--sizes", "100,1000", "--calls", "3"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [row.split(" | ")[0][2:] for row in rows[1:]] == [*LUA_SCRIPTS, "SET (no script)"]
-    assert all(len(row.strip("|").split("|")) == 4 for row in rows)  # name, what, two sizes
+def _write_as_a_worker(r: redis.Redis, keys: Keys, job: str, entries: int, size: int, gap_s: float, maxlen: int) -> None:
+    """A job's results entries as the worker's scripts write them: trimmed at the farm's ``results_maxlen``, counted
+    in the status's ``results_entries``, the final entry last."""
+    pcm = b"\x01\x00" * (size // 2)
+    for seg in range(entries):
+        r.xadd(keys.results(job), chunk_fields(seg, 0, True, "w/0", 22050, pcm), maxlen=maxlen, approximate=True)
+        r.hincrby(keys.status(job), "results_entries", 1)
+        if gap_s:
+            time.sleep(gap_s)
+    r.hset(keys.status(job), "state", "done")
+    r.xadd(keys.results(job), final_fields("done"), maxlen=maxlen, approximate=True)
+    r.hincrby(keys.status(job), "results_entries", 1)
 
 
-def test_read_cost_bench_prints_both_reads(capsys: pytest.CaptureFixture[str]) -> None:
-    """scripts/bench_read_cost.py (docs/BENCHMARKS.md: what a listener's reads cost Redis) streams a job with the
-    SDK on its own redis-server, a row per way of reading and entry size, every entry read."""
-    assert read_cost(["--entries", "5", "--sizes", "2000"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [row.split(" | ")[0][2:] for row in rows[1:]] == ["tail", "behind"]
-    assert all(float(row.split(" | ")[2]) > 0 for row in rows[1:])
+@pytest.mark.parametrize("tail", [True, False], ids=["tail", "behind"])
+def test_a_listener_reads_every_entry_written_or_already_there(r: redis.Redis, settings: Settings, tail: bool) -> None:
+    """The SDK's ``Job.stream`` reads every entry of a job's results stream, whether it keeps up with the worker
+    writing them (``tail``: an entry is written, the reader wakes and reads it) or starts when they are all there
+    (``behind``: reads of many entries at once)."""
+    entries, job = 5, "readall"
+    with Client.from_url(settings=settings) as client:
+        keys = client.keys
+        r.hset(keys.status(job), mapping={"state": "running", "total": entries})
+        writer = threading.Thread(target=_write_as_a_worker, args=(r, keys, job, entries, 2000, 0.004 if tail else 0.0,
+                                                                   settings.queue.results_maxlen))
+        if tail:
+            writer.start()
+        else:
+            writer.run()
+        got = sum(1 for _ in client.job(job).stream(timeout=120, block_ms=1000))
+        if tail:
+            writer.join()
+    assert got == entries

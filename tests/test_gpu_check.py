@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,8 @@ def test_a_farm_run_is_loops_workers_and_finishers() -> None:
     for bad in ("", "x2", "6x0", "6f", "six", "6x2x3"):
         with pytest.raises(ValueError, match="LOOPS"):
             farm_spec(bad)
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu",
-                           "--farm-loops", "0,6y2"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "scripts.gpu_check", "--device", "cpu", "--farm-loops", "0,6y2"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "--farm-loops" in proc.stderr, proc.stderr[-2000:]
 
 

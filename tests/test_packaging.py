@@ -25,7 +25,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 def test_every_package_folder_is_in_the_package_list() -> None:
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
-    on_disk = {str(d.relative_to(ROOT)).replace("/", ".") for top in ("producer", "gateway", "pipeline", "workers")
+    on_disk = {str(d.relative_to(ROOT)).replace("/", ".") for top in ("producer", "bench", "gateway", "pipeline", "workers")
                for d in [ROOT / top, *(ROOT / top).rglob("*")] if d.is_dir() and any(d.glob("*.py"))}
     assert on_disk <= listed, f"add to [tool.setuptools] packages: {sorted(on_disk - listed)}"
     assert PYPROJECT["tool"]["setuptools"]["package-dir"]["ttsfarm_configs"] == "configs"

@@ -17,7 +17,7 @@ def _with_rows(*rows: str) -> str:
 def test_the_readme_numbers_are_the_headline_table() -> None:
     readme = README.read_text(encoding="utf-8")
     assert README_BEGIN in readme
-    assert rewrite(readme) == readme, "README.md's measured numbers are stale: run .venv/bin/python scripts/readme_numbers.py"
+    assert rewrite(readme) == readme, "README.md's measured numbers are stale: run .venv/bin/python -m scripts.readme_numbers"
 
 
 def test_every_headline_row_is_dated_and_points_at_a_section() -> None:

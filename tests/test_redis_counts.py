@@ -1,9 +1,9 @@
 """Redis work per segment and per idle second, counted (not timed), so a change that adds commands or round trips
-to the worker's path fails here. One real worker (``celery -A scripts.bench_host_worker worker``: the farm's worker
+to the worker's path fails here. One real worker (``celery -A workers.bench_app worker``: the farm's worker
 with its round trips counted) on a private redis-server drains a backlog submitted before it starts, serving the null
 voice (the real English frontend and stage shapes, no model cost: ``pipeline/voices/null``). Commands are Redis's
 own count (``INFO commandstats``; a script's inner commands count as Redis counts them); round trips the worker's
-(``scripts/round_trips.py``). ``scripts/bench_host.py`` measures the same path at scale (docs/BENCHMARKS.md).
+(``wire/redis/round_trips.py``). ``ttsfarm bench host`` measures the same path at scale (docs/BENCHMARKS.md).
 
 Per segment counts what a worker draining the backlog sent, less what a worker's start costs and what it does by the
 clock (sweeps, reclaims, heartbeats: the idle rate over the drain's time), both measured first on a worker of the
@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import redis
 
+from bench.host import NULL_VOICE, config_dir, counters_delta, fresh_record, redis_counters
 from bench.load import PARAGRAPHS_EN, SHORT_EN
 from bench.processes import RedisServer, WorkerProcess
 from wire.keys import Keys
 from wire.settings import load_settings
-from scripts.bench_host import NULL_VOICE, config_dir, counters_delta, fresh_record, redis_counters
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def start_worker(env: dict[str, str], trips: Path, work_dir: Path, r: redis.Redi
                  own: Counter[str]) -> tuple[WorkerProcess, float]:
     """A counted worker, and when its heartbeat first said serving (the bench's heartbeat reads go into ``own``)."""
     worker = WorkerProcess(f"counts-{time.time_ns()}@test", {**env, "TTSFARM_BENCH_ROUND_TRIPS": str(trips)},
-                           log_path=work_dir / f"worker-{trips.stem}.log", app="scripts.bench_host_worker").start()
+                           log_path=work_dir / f"worker-{trips.stem}.log", app="workers.bench_app").start()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert worker.proc is not None and worker.proc.poll() is None, "the worker exited"

@@ -62,7 +62,7 @@ def test_the_readme_settings_table_is_made_from_the_classes() -> None:
     from scripts.settings_table import rewrite
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert rewrite(readme) == readme, "README.md's settings table is stale: run .venv/bin/python scripts/settings_table.py"
+    assert rewrite(readme) == readme, "README.md's settings table is stale: run .venv/bin/python -m scripts.settings_table"
     assert "| `streaming.window_ms` | `4000` |" in readme and "| `gateway.port` | `8000` |" in readme
 
 

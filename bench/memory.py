@@ -1,7 +1,7 @@
 """What one process keeps per call: the two sources of worker RSS growth found for issue 25 (item 7).
 
-    .venv/bin/python scripts/bench_memory.py espeak --calls 20000   # piper-tts's bridge vs pipeline.text.espeak
-    .venv/bin/python scripts/bench_memory.py arena --runs 800        # joe's sessions, memory patterns on vs off
+    ttsfarm bench memory espeak --calls 20000   # piper-tts's bridge vs pipeline.text.espeak
+    ttsfarm bench memory arena --runs 800        # joe's sessions, memory patterns on vs off
 
 ``espeak``: the same texts through ``espeakbridge.get_phonemes`` and through ``EspeakClauses.clauses``, each in a
 process of its own; RSS and Python's allocated blocks before and after. ``arena``: joe's prepared acoustic (INT8) and
@@ -15,13 +15,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import subprocess
+import multiprocessing as mp
 import sys
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 class _MallInfo2(ctypes.Structure):
@@ -104,26 +100,28 @@ def _arena_one(variant: str, runs: int) -> str:
             f"{took:.1f} s")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _one(what: str, variant: str, n: int) -> None:
+    """One measurement, in a process of its own (so no other variant's allocations are in it)."""
+    print(_espeak_one(variant, n) if what == "espeak" else _arena_one(variant, n), flush=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=["espeak", "arena"])
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=800)
-    parser.add_argument("--variant", help=argparse.SUPPRESS)  # one measurement, in a process of its own
-    args = parser.parse_args()
-    if args.variant:
-        print(_espeak_one(args.variant, args.calls) if args.what == "espeak" else _arena_one(args.variant, args.runs))
-        return
-    variants = ["bridge", "ours"] if args.what == "espeak" else ["on", "off"]
-    base = [sys.executable, __file__, args.what, "--calls", str(args.calls), "--runs", str(args.runs)]
+
+
+def main(args: argparse.Namespace) -> int:
+    ctx = mp.get_context("spawn")
+    n = args.calls if args.what == "espeak" else args.runs
+    procs = [ctx.Process(target=_one, args=(args.what, v, n)) for v in (["bridge", "ours"] if args.what == "espeak" else ["on", "off"])]
     if args.what == "espeak":  # one after the other: it is quick
-        for v in variants:
-            subprocess.run([*base, "--variant", v], check=True)
+        for p in procs:
+            p.start()
+            p.join()
     else:  # side by side: the same machine state for both
-        procs = [subprocess.Popen([*base, "--variant", v]) for v in variants]
-        if any(p.wait() for p in procs):
-            sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+    return 1 if any(p.exitcode for p in procs) else 0

@@ -1,6 +1,6 @@
 """Mandarin voices side by side: character error rate and speed on the held-out set, one run.
 
-    python scripts/bench_zh_voices.py [--voices baker,kumo] [--batches 1,4,8] [--repeats 3] [--threads 1]
+    python -m bench.lab zh_voices [--voices baker,kumo] [--batches 1,4,8] [--repeats 3] [--threads 1]
 
 CER: each sentence of ``configs/heldout_zh.txt`` is synthesized through the path `ttsfarm say` uses and
 transcribed by whisper base (``pipeline/prepare/listening.py``, the listening gate's own round trip). Speed: the
@@ -25,8 +25,6 @@ from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions
 from wire.settings import load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _pass(voice: Any, items: list[tuple[int, ...]], batch: int, opts: SynthesisOptions) -> dict[str, float]:
     """One pass over ``items`` in batches of ``batch``: seconds in total and per stage, audio seconds."""
@@ -49,14 +47,15 @@ def _pass(voice: Any, items: list[tuple[int, ...]], batch: int, opts: SynthesisO
     return {"seconds": total, "acoustic_s": acoustic_s, "vocoder_s": vocoder_s, "audio_s": audio_s}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--voices", default="baker,kumo")
     ap.add_argument("--batches", default="1,4,8")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "bench-results" / "zh_voices.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default="bench-results/zh_voices.json")
+
+
+def main(args: argparse.Namespace) -> int:
     settings = load_settings().replace(runtime={"intra_op_threads": args.threads, "inter_op_threads": 1})
     bank = VoiceBank(settings.catalogue, settings.runtime)
     texts = heldout_sentences("zh")
@@ -95,7 +94,3 @@ def main() -> int:
         print(f"| {r['voice']} | {r['batch']} | {100 * r['cer']:.1f} % | {100 * r['syllable_error_rate']:.1f} % | {r['rtf']:.4f} | {r['x_real_time']} | "
               f"{r['acoustic_s'] or '-'} | {r['vocoder_s'] or '-'} | {r['audio_s']} |")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
-"""FIFO vs deadline scheduling side by side in one run: the ``scheduling`` stage of scripts/bench_farm.py.
+"""FIFO vs deadline scheduling side by side in one run: the ``scheduling`` stage of ``ttsfarm bench farm``.
 
-    python scripts/bench_farm.py --stages scheduling --out bench-results/scheduling \
+    ttsfarm bench farm --stages scheduling --out bench-results/scheduling \
         [--sched-mixes en_short,zh_short,book] [--sched-loads 0.5,0.7,0.9,1.0] [--sched-saturate-s 20] [--sched-load-s 30]
 
 Per mix, two farms of our own run at once (one worker each, the default layout; ``scheduling.mode`` fifo on one,
@@ -13,8 +13,8 @@ while a small English book is made in the bulk lane (submitted as the phase star
 Each run gives: first chunk P50/P95/P99 (interactive jobs, from their scheduled arrival), the share of jobs with
 any underrun and underrun seconds per audio minute (the bench client plays each job in real time from its first
 chunk: bench/load.py ``underruns``), throughput, units published late (the workers' heartbeats). Writes
-``<out>/scheduling.json`` (via bench_farm) and ``<out>/scheduling.md`` (the Markdown section for
-docs/BENCHMARKS.md); ``--report`` of bench_farm prints it again.
+``<out>/scheduling.json`` (through ``bench.farm``) and ``<out>/scheduling.md`` (the Markdown section for
+docs/BENCHMARKS.md); ``ttsfarm bench farm --report`` prints it again.
 
 Time: about (20 s saturation + levels × (30 s + drain)) × 2 modes per mix plus farm starts and the books: about
 25 minutes for the defaults on 2 cores.
@@ -25,27 +25,27 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from bench.load import LoadSpec, run_load
+from bench.local import LocalFarm, worker_env
+from bench.report import PARTS, summarize
+from wire.broker import run_blocking
+from wire.connect import connect
+from wire.settings import Settings
 
-from wire.settings import Settings  # noqa: E402
-from bench.run import LoadSpec, LocalFarm, run_load, worker_env  # noqa: E402
-from bench.report import PARTS, summarize  # noqa: E402
-from wire.broker import run_blocking  # noqa: E402
-from wire.keys import Keys  # noqa: E402
-from wire.redis.broker import RedisBroker  # noqa: E402
-
-log = logging.getLogger("bench_scheduling")
+log = logging.getLogger(__name__)
 MODES = ("fifo", "deadline")
 INTERACTIVE = {"en_short": "en_short", "zh_short": "zh", "book": "en_short"}  # mix -> the bench's text mix
+PARAGRAPH = (
+    "The farm reads long books in the bulk lane while callers wait for short answers in the interactive lane. "
+    "Every sentence of a chapter becomes a job of its own, so a book never blocks the queue for long. "
+    "Workers take interactive work first, and give the bulk lane a batch now and then so that it never starves. "
+)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -131,15 +131,22 @@ def one_run(settings: Settings, farm: LocalFarm, mode: str, level: float, rate: 
 
 def _late_units(settings: Settings) -> int:
     """Units the farm's workers published after their deadline so far (from their heartbeats)."""
-    broker = RedisBroker.from_url(settings.redis.url, keys=Keys(settings.redis.key_prefix))
+    broker = connect(settings.redis)
     return sum(int(info.get("late_units") or 0) for info in run_blocking(broker, broker.read_heartbeats()).values())
 
 
 def _write_book(shape: str) -> Path:
-    from bench_book_interactive import write_book
-
+    """A Markdown book of ``chapters x paragraphs`` (``--sched-book``) in a folder of its own."""
     chapters, paragraphs = (int(v) for v in shape.split("x"))
-    return write_book(Path(tempfile.mkdtemp(prefix="ttsfarm-schedbook-")), chapters, paragraphs)
+    lines = []
+    for c in range(1, chapters + 1):
+        lines.append(f"# Chapter {c}\n")
+        # every sentence unique: a book's repeated sentences are made once, which would make the book trivial
+        lines += [f"In chapter {c}, part {p}: " + PARAGRAPH.replace(". ", f", says voice number {p}. ") + "\n"
+                  for p in range(1, paragraphs + 1)]
+    path = Path(tempfile.mkdtemp(prefix="ttsfarm-schedbook-")) / "book.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
 
 
 def _short(run: dict[str, Any]) -> dict[str, Any]:

@@ -2,14 +2,14 @@
 (``pipeline/voices/null``: the real English frontend, the real stages' shapes and calls, silence for output) on a
 fake device (sleeps calibrated from the H200 sweep, one lock per stage).
 
-    python scripts/bench_host.py --out bench-results/host [--device h200] [--loops 6] [--jobs 400] \
+    ttsfarm bench host --out bench-results/host [--device h200] [--loops 6] [--jobs 400] \
         [--set queue_finisher_threads=0 ...] [--doc docs/BENCHMARKS.md --label before]
 
 One run, on a private redis-server on a free port:
 
 1. ``submit``: ``--jobs`` jobs of the English mix of the H200 farm check (75 % short interactive sentences,
    25 % paragraphs on the bulk lane; ``bench.load``) submitted through the SDK, before any worker runs.
-2. ``drain``: then one ``celery -A scripts.bench_host_worker worker`` (the farm's worker, its Redis round trips
+2. ``drain``: then one ``celery -A workers.bench_app worker`` (the farm's worker, its Redis round trips
    counted) starts with ``--loops`` loops and drains that backlog; measured from its first heartbeat that says
    serving until the last job's end. ``--processes N`` starts N such workers of ``--loops`` loops each, as several
    worker processes on one GPU: each with its own fake device (CUDA MPS with launch-bound stages: their calls
@@ -21,7 +21,7 @@ One run, on a private redis-server on a free port:
    job's first chunk (``bench.load.run_load``; the bench client shares the machine's cores with the worker).
 
 Counts come from Redis itself (``INFO commandstats``, ``INFO stats`` bytes, ``INFO cpu``), with the bench's own
-commands taken out; round trips from the worker's count (``scripts/bench_host_worker.py`` says what one is) and,
+commands taken out; round trips from the worker's count (``wire/redis/round_trips.py`` says what one is) and,
 for the submit, the same count in this process. Host CPU is the worker process's utime + stime (/proc).
 Writes ``<out>/host.json`` and ``<out>/host.md``; with ``--doc``, the table also goes into that file under the
 heading "The host and Redis path per segment (issue 23)", in a block named by ``--label`` (replaced when it
@@ -35,33 +35,28 @@ import dataclasses
 import json
 import logging
 import os
-import shlex
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import redis
 
-import redis  # noqa: E402
+from bench.load import LoadSpec, make_jobs, run_load
+from bench.local import ForeignLoad, MotoServer, family, proc_cpu_s
+from bench.processes import RedisServer, WorkerProcess
+from bench.report import PARTS, pct, summarize
+from pipeline.settings import CONFIG_DIR
+from pipeline.voices.null.device import PROFILES
+from wire.broker import JobBroker, run_blocking
+from wire.connect import connect_url
+from wire.keys import Keys
+from wire.redis.round_trips import RoundTrips
+from wire.settings import Settings, load_settings
 
-from bench.load import LoadSpec, make_jobs, run_load  # noqa: E402
-from bench.local import ForeignLoad, MotoServer, family, proc_cpu_s  # noqa: E402
-from bench.report import PARTS, pct, summarize  # noqa: E402
-from pipeline.settings import CONFIG_DIR  # noqa: E402
-from pipeline.voices.null.device import PROFILES  # noqa: E402
-from bench.processes import RedisServer, WorkerProcess  # noqa: E402
-from wire.broker import run_blocking  # noqa: E402
-from wire.keys import Keys  # noqa: E402
-from wire.redis.broker import RedisBroker  # noqa: E402
-from wire.settings import Settings, load_settings  # noqa: E402
-from scripts.round_trips import RoundTrips  # noqa: E402
-
-log = logging.getLogger("bench_host")
+log = logging.getLogger(__name__)
 
 NULL_VOICE = "null-en"
 MIX = {"en_short": 0.75, "en_paragraph": 0.25}  # the English part of the H200 farm check's mix (scripts/gpu_check.py)
@@ -174,7 +169,7 @@ def device_delta(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[floa
     return busy, stages
 
 
-def wait_serving(broker: RedisBroker, worker: WorkerProcess, timeout: float = 120.0) -> None:
+def wait_serving(broker: JobBroker, worker: WorkerProcess, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if worker.proc is not None and worker.proc.poll() is not None:
@@ -244,7 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stored = work / "storage" / "ttsfarm" if moto is None else None  # outputs a streaming reader deletes when read
         keys = Keys(PREFIX)
         r = redis.Redis.from_url(server.url)
-        broker = RedisBroker(r, keys)
+        broker = connect_url(server.url, key_prefix=PREFIX)
         plans = [dataclasses.replace(p, voice=NULL_VOICE) for p in make_jobs(MIX, args.jobs, seed=args.seed)]
         jobs, sub = submit(settings, r, plans)
         log.info("submitted %d jobs (%d segments): %.1f commands, %.1f round trips per job", sub["jobs"], sub["segments"],
@@ -252,9 +247,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         trips_files = [work / f"round_trips.{k}.json" for k in range(args.processes)]
         for k, trips_file in enumerate(trips_files):
-            worker_env = {**env, "TTSFARM_BENCH_ROUND_TRIPS": str(trips_file), "PYTHONPATH": str(ROOT)}
+            worker_env = {**env, "TTSFARM_BENCH_ROUND_TRIPS": str(trips_file)}
             workers.append(WorkerProcess(f"host{k}-{os.getpid()}@bench", worker_env, log_path=work / f"worker.{k}.log",
-                                         app="scripts.bench_host_worker").start())
+                                         app="workers.bench_app").start())
         pids = [w.proc.pid for w in workers if w.proc is not None]
         for w in workers:
             wait_serving(broker, w)
@@ -455,8 +450,7 @@ def write_doc(doc: Path, block: str, label: str) -> None:
     doc.write_text(text, encoding="utf-8")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, default=Path("bench-results/host"))
     ap.add_argument("--device", default="h200", help="fake device profile (pipeline/voices/null/device.py)")
     ap.add_argument("--loops", type=int, default=6, help="loops per worker process")
@@ -479,18 +473,15 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work folder (worker log)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION_KEY=VALUE",
                     help="a farm setting for this run, as its TTSFARM_ variable without the prefix: queue_finisher_threads=0")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+
+def main(args: argparse.Namespace) -> int:
     res = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "host.json").write_text(json.dumps(res, indent=2))
-    command = "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
-    block = markdown(res, command, args.label)
+    block = markdown(res, args.command, args.label)
     (args.out / "host.md").write_text(block + "\n")
     print(block)
     if args.doc:
         write_doc(args.doc, block, args.label)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,6 +1,6 @@
 """CPU tuning on this machine: worker processes x intra-op threads, and onnxruntime session options.
 
-    python scripts/tune_cpu.py --stages layouts,session [--mix mixed] [--out bench-results/tune]
+    python -m bench.lab tune --stages layouts,session [--mix mixed] [--out bench-results/tune]
 
 * ``layouts``  the farm (own redis-server + workers) as 1 process x 2 threads, 2 processes x 1 thread,
                and 1 process x 1 thread with 2 inference loops sharing its session
@@ -19,22 +19,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.run import BenchConfig, ForeignLoad, LoadSpec, run_bench, wait_quiet
+from bench.farm import add_quiet_arguments, run_stages, timed_batches, warm_up, workload_ids
 from bench.report import write_results
-from wire.settings import Settings, load_settings
+from bench.run import BenchConfig, LoadSpec, run_bench
+from wire.settings import Settings
 
-log = logging.getLogger("tune_cpu")
+log = logging.getLogger(__name__)
 # workers, intra-op threads, inference loops (0, 0: the "auto" layout, workers.layout.resolve_loops)
 LAYOUTS = {"1x2": (1, 2, 1), "2x1": (2, 1, 1), "1x1-2loops": (1, 1, 2), "auto": (1, 0, 0)}
 # the fixed layouts have no loop reserved for the interactive lane; "auto" is measured as the defaults give it
@@ -90,7 +85,6 @@ def stage_spinning(settings: Settings, args: argparse.Namespace) -> dict[str, An
 def stage_session(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     from pipeline.voices.piper.voice import PiperVoice
     from pipeline.voices.runtime import SessionFactory
-    from scripts.bench_farm import _timed, _warm, workload_ids
 
     voices = {}
     for name, change in SESSION_VARIANTS.items():
@@ -101,10 +95,10 @@ def stage_session(settings: Settings, args: argparse.Namespace) -> dict[str, Any
     runs: dict[str, list[float]] = {name: [] for name in voices}
     before = loadavg()
     for name, v in voices.items():
-        _warm(v, ids, 1)
+        warm_up(v, ids, 1)
     for _ in range(args.repeats):  # taking turns, so drifting load from elsewhere hits every variant alike
         for name, v in voices.items():
-            spent, audio = _timed(v, ids, 1)
+            spent, audio = timed_batches(v, ids, 1)
             runs[name].append(audio / spent)
     rows = [{"variant": name, "change": SESSION_VARIANTS[name], "speech_s_per_s_runs": [round(x, 3) for x in r],
              "speech_s_per_s_median": round(sorted(r)[len(r) // 2], 3)} for name, r in runs.items()]
@@ -115,8 +109,7 @@ def stage_session(settings: Settings, args: argparse.Namespace) -> dict[str, Any
 STAGES = {"layouts": stage_layouts, "session": stage_session, "spinning": stage_spinning}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--stages", default="layouts,session")
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--mix", default="mixed")
@@ -124,29 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--saturate-s", type=float, default=30.0)
     ap.add_argument("--load-s", type=float, default=45.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "tune")
-    ap.add_argument("--max-load", type=float, default=0.0, help="before each stage wait until the machine is quiet")
-    ap.add_argument("--wait-max-s", type=float, default=2400.0)
-    ap.add_argument("--idle-cores", type=float, default=0.1,
-                    help="... or until fewer than this many cores were busy for 10 s (0: the load average alone decides)")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = load_settings(env=dict(os.environ))
-    args.out.mkdir(parents=True, exist_ok=True)
-    for stage in [s for s in args.stages.split(",") if s]:
-        quiet = wait_quiet(args.max_load, idle_cores=args.idle_cores, wait_max_s=args.wait_max_s) if args.max_load > 0 else None
-        before = list(os.getloadavg())
-        start = time.time()
-        foreign = ForeignLoad()
-        result = STAGES[stage](settings, args)
-        doc = {"stage": stage, "command": "python scripts/tune_cpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-               "cores": os.cpu_count(), "load_average_before": before, "load_average_after": list(os.getloadavg()),
-               "quiet_wait": quiet, "contamination": foreign.result(),
-               "seconds": round(time.time() - start, 1), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
-        (args.out / f"{stage}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
-        log.info("stage %s done in %.0f s (load %.2f -> %.2f)", stage, doc["seconds"], before[0], doc["load_average_after"][0])
+    ap.add_argument("--out", type=Path, default=Path("bench-results/tune"))
+    add_quiet_arguments(ap)
+
+
+def main(args: argparse.Namespace) -> int:
+    run_stages(STAGES, args)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,9 +2,9 @@
 ``Publisher.store_and_finish`` writes), per backend, measured in this process (``time.process_time``: every thread of
 it, so boto3's transfer threads count) against a private ``moto`` S3 server in another process.
 
-    python scripts/bench_storage.py [--jobs 300] [--audio-s 3.0]
+    python -m bench.lab storage [--jobs 300] [--audio-s 3.0]
 
-Why (docs/BENCHMARKS.md, issue 23): the host-path proxy (``scripts/bench_host.py``) stores into a local folder, but a
+Why (docs/BENCHMARKS.md, issue 23): the host-path proxy (``ttsfarm bench host``) stores into a local folder, but a
 deployment stores into S3, on the same process as the loops (the finisher thread) unless
 ``queue.finisher_processes`` moves it out. The S3 server is ``bench.local.MotoServer``.
 
@@ -18,19 +18,15 @@ import argparse
 import io
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.local import MotoServer
+from wire.settings import StorageSettings
+from wire.storage import LocalStorage
+from wire.storage.s3 import S3Storage
 
-from bench.local import MotoServer  # noqa: E402
-from wire.settings import StorageSettings  # noqa: E402
-from wire.storage import LocalStorage  # noqa: E402
-from wire.storage.s3 import S3Storage  # noqa: E402
 
 def job_objects(audio_s: float, rate: int = 22050) -> tuple[bytes, bytes]:
     """A job's WAV (PCM16 mono, its header) and its words JSON, of the sizes a job of ``audio_s`` seconds makes."""
@@ -53,11 +49,12 @@ def measure(store: Callable[[str, bytes, str], object], audio: bytes, words: byt
     return 1000 * (time.process_time() - cpu0) / jobs, 1000 * (time.perf_counter() - wall0) / jobs
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--jobs", type=int, default=300)
     ap.add_argument("--audio-s", type=float, default=3.0, help="seconds of audio per job (22.05 kHz WAV)")
-    args = ap.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     audio, words = job_objects(args.audio_s)
     moto = MotoServer().start()
     os.environ.update({k: v for k, v in moto.env().items() if k.startswith("AWS_")})  # boto3's credentials chain
@@ -81,7 +78,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         moto.stop()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,22 +4,19 @@ Each job is submitted, streamed to its first chunk and then waited out before th
 nothing queues: what is left is the submit call, the hand-over to a worker loop (status ``started``) and
 the model plus publishing (``started`` to the first chunk seen by the client).
 
-    .venv/bin/python scripts/bench_idle_first_chunk.py [--jobs 30] [--set TTSFARM_KEY=VALUE ...]
+    ttsfarm bench idle [--jobs 30] [--set TTSFARM_KEY=VALUE ...] [--out FILE.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.run import LocalFarm, worker_env  # noqa: E402
-from producer.client import Client  # noqa: E402
-from wire.settings import load_settings  # noqa: E402
+from bench.local import LocalFarm, worker_env
+from producer.client import Client
+from wire.settings import load_settings
 
 TEXTS = ("Are you there?", "Please hold the line.", "Your order has shipped.", "Good morning, how can I help?",
          "Thank you for calling.")
@@ -52,12 +49,13 @@ def idle_first_chunk(settings: list[str], jobs: int, *, voice: str = "joe", text
     return summary
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--jobs", type=int, default=30)
     ap.add_argument("--set", action="append", default=[], metavar="TTSFARM_KEY=VALUE", help="a worker setting")
     ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     summary = idle_first_chunk(args.set, args.jobs)
     for key, row in summary.items():
         print(f"{key:15s} P50 {row['p50']:7.1f} ms   max {row['max']:7.1f} ms")
@@ -65,7 +63,3 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"settings": args.set, "jobs": args.jobs - SKIP, "summary": summary}, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Real-time factor of each voice at batch 1, 4 and 8; FP32 against INT8 for Piper.
 
-    python scripts/bench_voices.py [--voices joe,kumo] [--batches 1,4,8] [--repeats 3] [--threads 2]
+    python -m bench.lab voices [--voices joe,kumo] [--batches 1,4,8] [--repeats 3] [--threads 2]
 
 RTF is inference seconds over audio seconds (lower is faster); ``x real time`` is its inverse. Each
 configuration runs its whole sentence set once to warm up, then ``--repeats`` more times, and the median
@@ -12,7 +12,7 @@ inside one ``synthesize_batch`` call. A two-stage voice (``joe``) also gets a ro
 stages, each in the precision its recorded verdict allows.
 
 The INT8 Piper row appears when the voice's INT8 model passed its quality gate; if no INT8 model exists
-the script runs ``ttsfarm quantize`` (static, default exclusions) first. Results go to
+the bench runs ``ttsfarm quantize`` (static, default exclusions) first. Results go to
 ``bench-results/voices.json`` and a Markdown table is printed.
 """
 
@@ -24,17 +24,15 @@ import json
 import logging
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.local import wait_quiet
 from pipeline.voices.base import SynthesisOptions
-from wire.settings import Settings, load_settings
+from wire.settings import Settings, settings_from_environment
 
-log = logging.getLogger("bench_voices")
-
-ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger(__name__)
 
 # Eight sentences of mixed length per language; batches are consecutive groups of them.
 SENTENCES = {
@@ -59,8 +57,6 @@ SENTENCES = {
         "他每天早上都喝一杯热茶。",
     ],
 }
-ZH_POLL_S = 30.0
-ZH_WAIT_MAX_S = 1800.0
 
 
 def _machine(threads: int) -> dict[str, Any]:
@@ -84,33 +80,6 @@ def _machine(threads: int) -> dict[str, Any]:
         "intra_op_threads": threads,
         "load_average_before": list(os.getloadavg()),
     }
-
-
-def _wait_for_quiet(max_load: float, wait_max_s: float) -> None:
-    """Other work on a small machine skews every timing: wait (bounded) until the 1-minute load is low."""
-    deadline = time.monotonic() + wait_max_s
-    while os.getloadavg()[0] > max_load and time.monotonic() < deadline:
-        log.info("load average %.2f > %.2f; waiting", os.getloadavg()[0], max_load)
-        time.sleep(20)
-    if os.getloadavg()[0] > max_load:
-        log.warning("load average still %.2f after %.0f s; measuring anyway", os.getloadavg()[0], wait_max_s)
-
-
-def _wait_for_zh_frontend() -> None:
-    """The Chinese frontend is written separately; wait until it can be imported."""
-    deadline = time.monotonic() + ZH_WAIT_MAX_S
-    while True:
-        try:
-            from pipeline.text.zh import zh_phonemes  # noqa: F401
-
-            return
-        except Exception as exc:  # an unfinished module can fail in any way
-            if time.monotonic() > deadline:
-                raise SystemExit(f"pipeline.text.zh still not importable after {ZH_WAIT_MAX_S:.0f} s: {exc}") from exc
-            log.warning("pipeline.text.zh not importable yet (%s); retrying in %.0f s", exc, ZH_POLL_S)
-            time.sleep(ZH_POLL_S)
-            for name in [m for m in sys.modules if m.startswith("pipeline.text.zh")]:
-                del sys.modules[name]
 
 
 def _ensure_int8(settings: Settings, name: str) -> dict[str, Any] | None:
@@ -197,28 +166,27 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--voices", default="joe,kumo")
     ap.add_argument("--batches", default="1,4,8")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads")
-    ap.add_argument("--output", default=str(ROOT / "bench-results" / "voices.json"))
+    ap.add_argument("--output", default="bench-results/voices.json")
     ap.add_argument("--no-quantize", action="store_true", help="do not run the quantizer when INT8 is missing")
     ap.add_argument("--max-load", type=float, default=0.0, help="first wait until the 1-minute load average is below this")
     ap.add_argument("--wait-max-s", type=float, default=900.0, help="... but no longer than this")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+
+def main(args: argparse.Namespace) -> int:
     from pipeline.voices.bank import VoiceBank
     from pipeline.voices.piper.voice import PiperVoice
 
-    base = load_settings(env=dict(os.environ))
+    base = settings_from_environment()
     runtime = dataclasses.replace(base.runtime, device="cpu", intra_op_threads=args.threads, inter_op_threads=1, warmup=False)
     settings = dataclasses.replace(base, runtime=runtime)
     batches = [int(b) for b in args.batches.split(",")]
-    if args.max_load > 0:
-        _wait_for_quiet(args.max_load, args.wait_max_s)
+    if args.max_load > 0:  # other work on a small machine skews every timing: the load average alone decides
+        wait_quiet(args.max_load, idle_cores=0.0, wait_max_s=args.wait_max_s)
     machine = _machine(args.threads)
     bank = VoiceBank(settings.catalogue, settings.runtime)
     rows: list[dict[str, Any]] = []
@@ -241,13 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         if spec.engine == "twostage":  # as served: its prepared stages, each in the precision its verdict allows
             rows += bench_voices([bank.get(name)], lang, batches, args.repeats, how="two stages, padded batches")
         elif spec.engine != "piper":
-            if lang == "zh":
-                _wait_for_zh_frontend()
             other = bank.get(name)
             rows += bench_voices([other], lang, batches, args.repeats, how=f"sequential (graph batch fixed at {other.max_batch})")
     machine["load_average_after"] = list(os.getloadavg())
     result = {
-        "command": "python scripts/bench_voices.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": args.command,
         "machine": machine,
         "repeats": args.repeats,
         "sentences": SENTENCES,
@@ -263,7 +229,3 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.threads} intra-op threads; load average before {machine['load_average_before'][0]:.2f}, "
           f"after {machine['load_average_after'][0]:.2f}; written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,5 @@
-"""Counting a process's Redis round trips, for the benches (``scripts/bench_host.py`` and its worker module).
+"""Counting a process's Redis round trips, for the benches (``ttsfarm bench host``) and the worker module they start
+(``workers.bench_app``). It lives with the Redis backend because it patches redis-py's connection.
 
 A round trip is one call of redis-py's ``send_packed_command``: a single command, or a whole pipeline or
 transaction, is sent in one call and its replies are read before that connection sends again (redis-py's blocking

@@ -1,6 +1,6 @@
 """Shards (``redis.shards``): the same backlog drained by one real worker over 1, 2 and 3 local Redis nodes.
 
-    python scripts/bench_shards.py [--jobs 240] [--nodes 1 2 3] [--doc docs/BENCHMARKS.md]
+    ttsfarm bench shards [--jobs 240] [--nodes 1 2 3] [--doc docs/BENCHMARKS.md]
 
 Per node count: that many private redis-servers on free ports (the first is ``redis.url``, the others
 ``redis.shards``); ``--jobs`` one-sentence English jobs (``joe``) submitted through the SDK before any worker runs
@@ -16,37 +16,32 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import redis
 
-from producer.client import Client  # noqa: E402
-from bench.processes import RedisServer, WorkerProcess  # noqa: E402
-from wire.redis.steps import Command  # noqa: E402
-from wire.settings import load_settings  # noqa: E402
-from wire.shards import Routed, ShardedBroker  # noqa: E402
+from bench.processes import RedisServer, WorkerProcess
+from producer.client import Client
+from wire.settings import load_settings
 
 SENTENCES = ["The morning train left the station on time.", "Please bring the blue folder to the meeting.",
              "Rain is expected later in the afternoon.", "She read the letter twice before answering.",
              "The garden needs water after a dry week.", "Our guests arrive at half past seven tonight."]
 
 
-def node_stats(client: Client, shards: int) -> list[tuple[float, int]]:
-    """Each node's Redis CPU seconds so far and commands run so far."""
+def node_stats(servers: list[RedisServer]) -> list[tuple[float, int]]:
+    """Each node's Redis CPU seconds so far and commands run so far (asked on a connection of the bench's own)."""
     out = []
-    for i in range(shards):
-        def ask(*args: Any) -> Any:
-            step = Command("info", args)
-            return client.broker.send(Routed(i, step) if isinstance(client.broker, ShardedBroker) else step)
-
-        cpu = ask("cpu")
-        calls = sum(int(v["calls"]) for v in ask("commandstats").values())
+    for server in servers:
+        r = redis.Redis.from_url(server.url)
+        try:
+            cpu = r.info("cpu")
+            calls = sum(int(v["calls"]) for v in r.info("commandstats").values())
+        finally:
+            r.close()
         out.append((float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), calls))
     return out
 
@@ -60,7 +55,7 @@ def run(n: int, jobs: int, root: Path) -> dict[str, Any]:
         settings = load_settings(env=env)
         client = Client.from_url(settings=settings)
         ids = [client.submit(SENTENCES[i % len(SENTENCES)], voice="joe").id for i in range(jobs)]
-        before = node_stats(client, n)
+        before = node_stats(servers)
         worker = WorkerProcess(f"bench-shards{n}@bench", env, log_path=root / f"worker{n}.log").start()
         while True:
             time.sleep(1.0)
@@ -70,7 +65,7 @@ def run(n: int, jobs: int, root: Path) -> dict[str, Any]:
             if worker.proc is not None and worker.proc.poll() is not None:
                 raise RuntimeError(f"the worker exited: see {root / f'worker{n}.log'}")
         rows = client.broker.job_fields(ids, ("state", "started", "finished"))
-        after = node_stats(client, n)
+        after = node_stats(servers)
         assert all(r[0] == "done" for r in rows), [r for r in rows if r[0] != "done"][:3]
         drain = max(float(r[2] or 0) for r in rows) - min(float(r[1] or 0) for r in rows)
         per_node = [((a[0] - b[0]) * 1000 / jobs, (a[1] - b[1]) / jobs) for a, b in zip(after, before)]
@@ -95,19 +90,19 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--jobs", type=int, default=240)
     ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--doc", default="", help="write the table into this file's '## Shards' section")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-shards-"))
     results = []
     for n in args.nodes:
         results.append(run(n, args.jobs, root))
         print(f"{n} node(s): {results[-1]}", flush=True)
-    command = "python scripts/bench_shards.py " + shlex.join(a for a in sys.argv[1:] if a)
-    out = (f"```bash\n{command.strip()}\n```\n\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    out = (f"```bash\n{args.command}\n```\n\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{os.cpu_count()} cores shared with other work; one worker, default settings.\n\n{table(results)}\n")
     print(out)
     if args.doc:
@@ -119,7 +114,4 @@ def main() -> None:
         else:
             text = text.rstrip("\n") + f"\n\n## Shards (issue 26)\n\n{block}\n"
         doc.write_text(text, encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,6 +1,6 @@
 """The farm against its baselines, on the same texts and the same cores: the numbers of docs/BENCHMARKS.md.
 
-    python scripts/bench_farm.py --stages ceiling,piper,farm,latency,scaling,length,longrun [--out bench-results/farm]
+    ttsfarm bench farm --stages ceiling,piper,farm,latency,scaling,length,longrun [--out bench-results/farm]
 
 Stages (each writes ``<out>/<stage>.json`` with the 1-minute load average before and after it):
 
@@ -15,7 +15,7 @@ Stages (each writes ``<out>/<stage>.json`` with the 1-minute load average before
 * ``length``   one bulk job of 1, 4, 16 and 64 paragraphs: time, worker RSS, Redis memory.
 * ``longrun``  the soak: ``--longrun-jobs`` short jobs (at most ``--longrun-s`` s) with a short job TTL: worker RSS
                after warm-up, Redis keys (per-job plateau, keys without a TTL, what is left after expiry).
-* ``scheduling`` FIFO vs deadline scheduling side by side at 50/70/90/100 % of saturation (scripts/bench_scheduling.py).
+* ``scheduling`` FIFO vs deadline scheduling side by side at 50/70/90/100 % of saturation (``bench.scheduling``).
 
 Audio is compared as *speech* seconds (model output, without the pauses the farm inserts between
 segments), so the farm and the in-process baselines count the same thing.
@@ -29,14 +29,13 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
+from bench.processes import inherited_env
+from bench.report import summarize, write_results
 from bench.run import (
     PARAGRAPHS_EN,
     BenchConfig,
@@ -50,14 +49,11 @@ from bench.run import (
     wait_quiet,
     worker_env,
 )
-from bench.report import summarize, write_results
-from wire.settings import Settings, load_settings
+from bench.scheduling import add_arguments as scheduling_arguments
+from bench.scheduling import stage_scheduling
+from wire.settings import Settings, settings_from_environment
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_scheduling import add_arguments as scheduling_arguments  # noqa: E402
-from bench_scheduling import stage_scheduling  # noqa: E402
-
-log = logging.getLogger("bench_farm")
+log = logging.getLogger(__name__)
 WORKLOAD = {"mix": "en", "jobs": 40, "seed": 11}
 # the layouts measured here are workers x intra-op threads with one loop each, nothing reserved (the numbers in
 # docs/BENCHMARKS.md were taken so, before the defaults became one loop per core plus a reserved one)
@@ -91,13 +87,15 @@ def _voice(settings: Settings, precision: str, threads: int) -> Any:
     return VoiceBank(settings.catalogue, runtime).get("joe")
 
 
-def _warm(voice: Any, ids: list[tuple[int, ...]], batch: int) -> None:
+def warm_up(voice: Any, ids: list[tuple[int, ...]], batch: int) -> None:
+    """One batch of the widest items: the sessions' arenas grown before anything is timed."""
     from pipeline.voices.base import SynthesisOptions
 
     voice.synthesize_batch(sorted(ids, key=len)[-batch:], SynthesisOptions())  # the widest shape
 
 
-def _timed(voice: Any, ids: list[tuple[int, ...]], batch: int) -> tuple[float, float]:
+def timed_batches(voice: Any, ids: list[tuple[int, ...]], batch: int) -> tuple[float, float]:
+    """Seconds and speech seconds of ``ids`` sorted by length, in batches of ``batch`` (as length buckets form them)."""
     from pipeline.voices.base import SynthesisOptions
 
     opts = SynthesisOptions()
@@ -110,12 +108,12 @@ def _timed(voice: Any, ids: list[tuple[int, ...]], batch: int) -> tuple[float, f
 
 
 def _child(precision: str, threads: int, batch: int, ids: list[tuple[int, ...]], barrier: Any, out: Any) -> None:
-    settings = load_settings(env=dict(os.environ))
+    settings = settings_from_environment()
     voice = _voice(settings, precision, threads)
-    _warm(voice, ids, batch)
+    warm_up(voice, ids, batch)
     barrier.wait()
     t0 = time.perf_counter()
-    spent, audio = _timed(voice, ids, batch)
+    spent, audio = timed_batches(voice, ids, batch)
     out.put((t0, time.perf_counter(), spent, audio))
 
 
@@ -123,8 +121,8 @@ def ceiling_row(settings: Settings, precision: str, procs: int, threads: int, ba
     before = loadavg()
     if procs == 1:
         voice = _voice(settings, precision, threads)
-        _warm(voice, ids, batch)
-        spent, audio = _timed(voice, ids, batch)
+        warm_up(voice, ids, batch)
+        spent, audio = timed_batches(voice, ids, batch)
         wall = spent
     else:
         ctx = mp.get_context("spawn")
@@ -308,7 +306,7 @@ def stage_longrun(settings: Settings, args: argparse.Namespace) -> dict[str, Any
             "throughput": summ["throughput"], "first_chunk_ms": summ["first_chunk_ms"]["all"], "ttl_s": ttl,
             "workers": {p: {k: v for k, v in w.items() if k != "series"} for p, w in summ["workers"].items()},
             "rss_series": {p: w["series"][:: max(1, len(w["series"]) // 100)] + w["series"][-1:] for p, w in summ["workers"].items()},
-            "env": {k: v for k, v in os.environ.items() if k.startswith(("TTSFARM_", "MALLOC_"))},
+            "env": inherited_env("TTSFARM_", "MALLOC_"),
             "redis": redis_verdict(redis_sampler.samples, ended_at, ttl)}
 
 
@@ -424,10 +422,39 @@ STAGES = {"ceiling": stage_ceiling, "piper": stage_piper, "farm": stage_farm, "l
           "scaling": stage_scaling, "length": stage_length, "longrun": stage_longrun, "scheduling": stage_scheduling}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+Stages = Mapping[str, Callable[[Settings, argparse.Namespace], dict[str, Any]]]
+
+
+def run_stages(stages: Stages, args: argparse.Namespace, **doc: Any) -> None:
+    """Each stage of ``args.stages`` in turn (after a quiet machine, with ``--max-load``), its result in
+    ``<out>/<stage>.json`` with the command, the load average before and after and the other tenants' CPU (``doc``:
+    more fields for every stage's file)."""
+    settings = settings_from_environment()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for stage in [s.strip() for s in args.stages.split(",") if s.strip()]:
+        quiet = wait_quiet(args.max_load, idle_cores=args.idle_cores, wait_max_s=args.wait_max_s) if args.max_load > 0 else None
+        before = list(os.getloadavg())
+        start = time.time()
+        foreign = ForeignLoad()
+        result = stages[stage](settings, args)
+        record = {"stage": stage, "command": args.command, **doc, "cores": os.cpu_count(), "load_average_before": before,
+                  "load_average_after": list(os.getloadavg()), "quiet_wait": quiet, "contamination": foreign.result(),
+                  "seconds": round(time.time() - start, 1), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
+        (args.out / f"{stage}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False), encoding="utf-8")
+        log.info("stage %s done in %.0f s (load %.2f -> %.2f)", stage, record["seconds"], before[0], record["load_average_after"][0])
+
+
+def add_quiet_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--max-load`` and what goes with it: wait for a quiet machine before each stage."""
+    ap.add_argument("--max-load", type=float, default=0.0, help="wait (up to --wait-max-s) for the load average to fall below this")
+    ap.add_argument("--wait-max-s", type=float, default=2400.0)
+    ap.add_argument("--idle-cores", type=float, default=0.1,
+                    help="... or until fewer than this many cores were busy for 10 s (0: the load average alone decides)")
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--stages", default=",".join(s for s in STAGES if s != "scheduling"))
-    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "farm")
+    ap.add_argument("--out", type=Path, default=Path("bench-results/farm"))
     ap.add_argument("--workers", type=int, default=2, help="farm layout of the farm/latency/length/longrun stages")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--farm-batches", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8],
@@ -440,37 +467,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--longrun-warmup-jobs", type=int, default=1000, help="RSS growth is measured from when this many jobs had ended")
     ap.add_argument("--longrun-ttl-s", type=int, default=120, help="job TTL during the soak (the default is a day)")
     ap.add_argument("--longrun-redis-every-s", type=float, default=15.0, help="Redis key census interval")
-    ap.add_argument("--max-load", type=float, default=0.0, help="wait (up to --wait-max-s) for the load average to fall below this")
-    ap.add_argument("--wait-max-s", type=float, default=2400.0)
-    ap.add_argument("--idle-cores", type=float, default=0.1,
-                    help="... or until fewer than this many cores were busy for 10 s (0: the load average alone decides)")
+    add_quiet_arguments(ap)
     ap.add_argument("--jobs", type=int, default=WORKLOAD["jobs"], help="jobs in the English workload")
     ap.add_argument("--report", action="store_true", help="print Markdown tables of the results in --out (and --tune-out)")
-    ap.add_argument("--tune-out", type=Path, default=ROOT / "bench-results" / "tune")
+    ap.add_argument("--tune-out", type=Path, default=Path("bench-results/tune"))
     scheduling_arguments(ap)
-    args = ap.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     WORKLOAD["jobs"] = args.jobs
     if args.report:
         print(report(args.out, args.tune_out))
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = load_settings(env=dict(os.environ))
-    args.out.mkdir(parents=True, exist_ok=True)
-    for stage in [s.strip() for s in args.stages.split(",") if s.strip()]:
-        quiet = wait_quiet(args.max_load, idle_cores=args.idle_cores, wait_max_s=args.wait_max_s) if args.max_load > 0 else None
-        before = list(os.getloadavg())
-        start = time.time()
-        foreign = ForeignLoad()
-        result = STAGES[stage](settings, args)
-        doc = {"stage": stage, "command": "python scripts/bench_farm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-               "workload": WORKLOAD, "cores": os.cpu_count(), "load_average_before": before,
-               "load_average_after": list(os.getloadavg()),
-               "quiet_wait": quiet, "contamination": foreign.result(), "seconds": round(time.time() - start, 1),
-               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
-        (args.out / f"{stage}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
-        log.info("stage %s done in %.0f s (load %.2f -> %.2f)", stage, doc["seconds"], before[0], doc["load_average_after"][0])
+    run_stages(STAGES, args, workload=WORKLOAD)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,11 @@
 """Whole-segment vs windowed vocoding, side by side in one run: what ``streaming.windowed`` buys.
 
-    .venv/bin/python scripts/bench_streaming.py [--mixes en_short,zh_short] [--saturate-s 20] [--latency-s 30]
+    python -m bench.lab streaming [--mixes en_short,zh_short] [--saturate-s 20] [--latency-s 30]
         [--idle-jobs 20] [--out bench-results/streaming]
 
 For each mix and each mode (``streaming.windowed`` false, then true; the same farm layout, the defaults):
 
-* idle first chunk: jobs one at a time on an idle farm of one worker (``bench_idle_first_chunk``);
+* idle first chunk: jobs one at a time on an idle farm of one worker (``ttsfarm bench idle``);
 * saturation (closed loop) then Poisson arrivals at 70 % of it (``bench.run.run_bench``): throughput,
   first chunk P50/P95/P99 (``--repeats 2``: the pair twice, whole-windowed-windowed-whole, against drift);
 * first: the model time of the mix's texts in this process on one thread, whole vs windowed interleaved
@@ -21,19 +21,13 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bench_idle_first_chunk import idle_first_chunk  # noqa: E402
-
-from bench.run import KINDS, BenchConfig, LoadSpec, run_bench  # noqa: E402
-from wire.settings import load_settings  # noqa: E402
+from bench.idle import idle_first_chunk
+from bench.run import KINDS, BenchConfig, LoadSpec, run_bench
+from wire.settings import settings_from_environment
 
 MODES = {"whole": "false", "windowed": "true"}
 DIFF_TEXTS = {
@@ -114,8 +108,7 @@ def _pct(d: dict[str, Any] | None) -> str:
     return "–" if not d or not d.get("n") else f"{d['p50']:.0f} / {d['p95']:.0f} / {d['p99']:.0f}"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mixes", default="en_short")
     ap.add_argument("--saturate-s", type=float, default=20.0)
     ap.add_argument("--latency-s", type=float, default=30.0)
@@ -123,10 +116,12 @@ def main() -> int:
     ap.add_argument("--skip-load", action="store_true", help="idle first chunk and differences only")
     ap.add_argument("--repeats", type=int, default=1, help="pairs of runs per mix, in ABBA order")
     ap.add_argument("--compute-reps", type=int, default=6)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "streaming")
-    args = ap.parse_args()
-    settings = load_settings(env=dict(os.environ))
-    out: dict[str, Any] = {"command": " ".join(sys.argv), "load_average_before": list(os.getloadavg()), "runs": []}
+    ap.add_argument("--out", type=Path, default=Path("bench-results/streaming"))
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = settings_from_environment()
+    out: dict[str, Any] = {"command": args.command, "load_average_before": list(os.getloadavg()), "runs": []}
     out["compute"] = compute_cost(settings, [KINDS[m] for m in args.mixes.split(",")], args.compute_reps)
     print(json.dumps(out["compute"]), flush=True)
     for mix in args.mixes.split(","):
@@ -177,7 +172,3 @@ def report(doc: dict[str, Any]) -> str:
     for d in doc["stitched_vs_whole"]:
         lines.append(f"| {d['voice']} | {d['plan']} | {d['first']} / {d['size']} | {d['context']} | {d['max_abs_diff']:.1e} | {d['min_snr_db']} |")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,6 @@
 """First audio and throughput over gRPC (Riva's protocol) beside the HTTP gateway and the SDK, on the same load.
 
-    .venv/bin/python scripts/bench_grpc.py [--concurrency 2] [--duration-s 20] [--rounds 2] [--piece-ms 30]
-        [--out bench-results/grpc]
+    ttsfarm bench grpc [--concurrency 2] [--duration-s 20] [--rounds 2] [--piece-ms 30] [--out bench-results/grpc]
 
 One farm of our own (``bench.local.LocalFarm``: a redis-server and one worker with the defaults), the HTTP gateway
 and the gRPC front end each in its own process (``ttsfarm gateway``, ``ttsfarm grpc``), as deployed. Then, in
@@ -17,7 +16,8 @@ rounds (the paths' order reversed every other round, against drift), each path r
 
 Throughput: audio seconds received per wall second over the path's run. Prints Markdown tables; writes
 ``<out>/grpc.json``. The machine may be shared: the last column is the 1-minute load average at the end of each
-run (the farm's own work included; 2 cores).
+run (the farm's own work included; 2 cores). The gRPC and HTTP clients (the ``grpc`` and ``gateway`` extras) are
+imported when the stage runs, not when its options are read.
 """
 
 from __future__ import annotations
@@ -27,44 +27,26 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import grpc  # noqa: E402
-import httpx  # noqa: E402
-import riva.client  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-
-from bench.load import PARAGRAPHS_EN, SHORT_EN  # noqa: E402
-from bench.local import LocalFarm, worker_env  # noqa: E402
-from producer.client import Client  # noqa: E402
-from bench.processes import free_port  # noqa: E402
-from wire.settings import load_settings  # noqa: E402
+from bench.load import PARAGRAPHS_EN, SHORT_EN
+from bench.local import LocalFarm, worker_env
+from bench.processes import free_port, start_front_end
+from producer.client import Client
+from wire.settings import load_settings
 
 RATE = 22050  # joe's own rate: no resampling on any path
 Sample = tuple[float, float]  # (first audio s, audio s received)
 
 
-def serve(cmd: list[str], env: dict[str, str], ready: Callable[[], bool], log: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "cli", *cmd], env=env, cwd=ROOT,
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not ready():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{cmd[0]} did not start: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    return proc
-
-
 def grpc_serving(target: str) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     try:
         reply = health_pb2_grpc.HealthStub(grpc.insecure_channel(target)).Check(health_pb2.HealthCheckRequest(), timeout=2)
     except grpc.RpcError:
@@ -73,6 +55,8 @@ def grpc_serving(target: str) -> bool:
 
 
 def http_ready(url: str) -> bool:
+    import httpx
+
     try:
         return bool(httpx.get(f"{url}/healthz", timeout=2).json().get("workers"))
     except (httpx.HTTPError, ValueError):
@@ -88,6 +72,9 @@ def pieces_of(text: str) -> tuple[list[str], int]:
 
 class Paths:
     def __init__(self, settings: Any, http_url: str, grpc_target: str, piece_s: float) -> None:
+        import httpx
+        import riva.client
+
         self.client = Client.from_url(settings=settings)
         self.http = httpx.Client(base_url=http_url, timeout=120)
         self.tts = riva.client.SpeechSynthesisService(riva.client.Auth(uri=grpc_target))
@@ -195,24 +182,23 @@ def closed_loop(fn: Callable[[str], Sample], texts: list[str], concurrency: int,
             "throughput_x": round(sum(s[1] for s in samples) / wall, 2), "load_1min": round(os.getloadavg()[0], 1)}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--duration-s", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--piece-ms", type=float, default=30.0, help="one word every this many ms (an LLM's pace)")
     ap.add_argument("--out", default="bench-results/grpc")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     farm = LocalFarm(workers=1, env=worker_env()).start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TTSFARM_")}
-    env.update(farm.env, PYTHONPATH=str(ROOT))
     http_port, grpc_port = free_port(), free_port()
     procs = []
     try:
-        procs.append(serve(["gateway", "--port", str(http_port), "--log-level", "warning"], env,
-                           lambda: http_ready(f"http://127.0.0.1:{http_port}"), farm.root / "gateway.log"))
-        procs.append(serve(["grpc", "--port", str(grpc_port), "--log-level", "warning"], env,
-                           lambda: grpc_serving(f"127.0.0.1:{grpc_port}"), farm.root / "grpc.log"))
+        procs.append(start_front_end(["gateway", "--port", str(http_port), "--log-level", "warning"], farm.env,
+                                     lambda: http_ready(f"http://127.0.0.1:{http_port}"), farm.root / "gateway.log"))
+        procs.append(start_front_end(["grpc", "--port", str(grpc_port), "--log-level", "warning"], farm.env,
+                                     lambda: grpc_serving(f"127.0.0.1:{grpc_port}"), farm.root / "grpc.log"))
         paths = Paths(load_settings(env=farm.env), f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}",
                       args.piece_ms / 1000)
         runs: dict[str, list[dict[str, Any]]] = {}
@@ -248,7 +234,3 @@ def report(doc: dict[str, Any]) -> str:
             lines.append(f"| {name} | {i + 1} | {row['calls']} | {row['errors']} | {row['first_ms_p50']} ms | "
                          f"{row['first_ms_p95']} ms | {row['throughput_x']} | {row['load_1min']} |")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
