@@ -3,7 +3,7 @@ to the worker's path fails here. One real worker (``celery -A scripts.bench_host
 with its round trips counted) on a private redis-server drains a backlog submitted before it starts, serving the null
 voice (the real English frontend and stage shapes, no model cost: ``pipeline/voices/null``). Commands are Redis's
 own count (``INFO commandstats``; a script's inner commands count as Redis counts them); round trips the worker's
-(``scripts/round_trips.py``). ``scripts/bench_host.py`` measures the same path at scale (docs/BENCHMARKS.md).
+(``scripts/round_trips.py``). ``scripts/bench_host.py`` measures the same path at scale (docs/lab/host-and-redis-path.md).
 
 Per segment counts what a worker draining the backlog sent, less what a worker's start costs and what it does by the
 clock (sweeps, reclaims, heartbeats: the idle rate over the drain's time), both measured first on a worker of the
