@@ -1,4 +1,4 @@
-"""The farm against its baselines, on the same texts and the same cores: the numbers of docs/BENCHMARKS.md.
+"""The farm against its baselines, on the same texts and the same cores: the numbers of docs/lab/cpu-layout-and-throughput.md.
 
     ttsfarm bench farm --stages ceiling,piper,farm,latency,scaling,length,longrun [--out bench-results/farm]
 
@@ -56,7 +56,7 @@ from wire.settings import Settings, settings_from_environment
 log = logging.getLogger(__name__)
 WORKLOAD = {"mix": "en", "jobs": 40, "seed": 11}
 # the layouts measured here are workers x intra-op threads with one loop each, nothing reserved (the numbers in
-# docs/BENCHMARKS.md were taken so, before the defaults became one loop per core plus a reserved one)
+# docs/lab/cpu-layout-and-throughput.md were taken so, before the defaults became one loop per core plus a reserved one)
 PLAIN: dict[str, Any] = {"inference_threads": 1, "interactive_loops": 0}
 
 
@@ -339,7 +339,7 @@ def _load(doc: dict[str, Any]) -> str:
 
 
 def report(farm_dir: Path, tune_dir: Path) -> str:
-    """Markdown tables of whatever stages have results (for docs/BENCHMARKS.md)."""
+    """Markdown tables of whatever stages have results (for docs/PERFORMANCE.md and docs/lab/)."""
     out: list[str] = []
 
     def read(folder: Path, stage: str) -> dict[str, Any] | None:

@@ -3,7 +3,7 @@
 fake device (sleeps calibrated from the H200 sweep, one lock per stage).
 
     ttsfarm bench host --out bench-results/host [--device h200] [--loops 6] [--jobs 400] \
-        [--set queue_finisher_threads=0 ...] [--doc docs/BENCHMARKS.md --label before]
+        [--set queue_finisher_threads=0 ...] [--doc docs/lab/host-and-redis-path.md --label before]
 
 One run, on a private redis-server on a free port:
 
@@ -468,7 +468,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--closed", type=int, default=32, help="jobs in flight of the closed-loop phase (the H200 check: 4 x 8)")
     ap.add_argument("--closed-s", type=float, default=0.0, help="seconds of the closed-loop phase (0: none)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--doc", type=Path, help="also write the table into this file (docs/BENCHMARKS.md)")
+    ap.add_argument("--doc", type=Path, help="also write the table into this file (docs/lab/host-and-redis-path.md)")
     ap.add_argument("--label", default="run")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (worker log)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION_KEY=VALUE",

@@ -20,7 +20,7 @@ Scenarios, each from a drained farm:
 
 Every job's first chunk is timed from its scheduled arrival; an underrun is the bench client's player running dry
 (``bench.load.underruns``). Writes ``<out>/listeners.json`` and ``<out>/listeners.md`` (the section for
-docs/BENCHMARKS.md).
+docs/lab/listeners-and-admission.md).
 """
 
 from __future__ import annotations

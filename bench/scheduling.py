@@ -14,7 +14,7 @@ Each run gives: first chunk P50/P95/P99 (interactive jobs, from their scheduled 
 any underrun and underrun seconds per audio minute (the bench client plays each job in real time from its first
 chunk: bench/load.py ``underruns``), throughput, units published late (the workers' heartbeats). Writes
 ``<out>/scheduling.json`` (through ``bench.farm``) and ``<out>/scheduling.md`` (the Markdown section for
-docs/BENCHMARKS.md); ``ttsfarm bench farm --report`` prints it again.
+docs/lab/scheduling-and-first-audio.md); ``ttsfarm bench farm --report`` prints it again.
 
 Time: about (20 s saturation + levels × (30 s + drain)) × 2 modes per mix plus farm starts and the books: about
 25 minutes for the defaults on 2 cores.
@@ -163,7 +163,7 @@ def _num(v: Any, fmt: str = "{:.2f}") -> str:
 
 
 def report(doc: dict[str, Any]) -> str:
-    """The Markdown section for docs/BENCHMARKS.md."""
+    """The Markdown section for docs/lab/scheduling-and-first-audio.md."""
     lines = [f"Loads as fractions of each mix's FIFO saturation, {doc['load_s']:.0f} s of Poisson arrivals per run; "
              f"{doc['workers']} worker(s), the default layout.", "",
              "| mix | mode | saturation jobs/s | speech s/s | vs FIFO |", "|---|---|---:|---:|---:|"]

@@ -1,6 +1,6 @@
 """Shards (``redis.shards``): the same backlog drained by one real worker over 1, 2 and 3 local Redis nodes.
 
-    ttsfarm bench shards [--jobs 240] [--nodes 1 2 3] [--doc docs/BENCHMARKS.md]
+    ttsfarm bench shards [--jobs 240] [--nodes 1 2 3] [--doc docs/lab/shards.md]
 
 Per node count: that many private redis-servers on free ports (the first is ``redis.url``, the others
 ``redis.shards``); ``--jobs`` one-sentence English jobs (``joe``) submitted through the SDK before any worker runs

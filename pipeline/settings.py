@@ -78,13 +78,13 @@ class RuntimeSettings:
     """onnxruntime's CPU memory arena. On, allocation is fast (off cost 13 % of the farm's throughput), but it keeps
     a block for every tensor shape it has seen and never gives one back, and two-stage voices with windowed
     vocoding see new shapes every window: worker RSS grows in steps. Off, memory comes from the C allocator and
-    the trim gives part of it back (docs/BENCHMARKS.md, "Worker RSS flat")."""
+    the trim gives part of it back (docs/lab/memory.md, "What did not flatten it")."""
     cpu_mem_pattern: bool = False
     """onnxruntime's memory patterns on CPU sessions (``SessionOptions.enable_mem_pattern``, on by onnxruntime's
     default): for each input shape it plans all of a run's tensors as one block taken from the arena, and the arena
     keeps the largest block any shape ever needed. Off, each tensor takes its own block and blocks are reused across
     shapes: measured on joe with random shapes, the arena stayed at 51 MB instead of growing to 118 MB, at the
-    same speed (docs/BENCHMARKS.md, "Worker RSS flat"). CUDA sessions keep onnxruntime's default (their shapes are
+    same speed (docs/lab/memory.md). CUDA sessions keep onnxruntime's default (their shapes are
     padded to a few classes)."""
     coalesce_acoustic: bool = True
     """Where a voice's stages run on a device (CUDA; the null voice's fake one), the acoustic calls that the worker's
@@ -97,8 +97,8 @@ class RuntimeSettings:
     """``""``: each session keeps its own CPU arena (onnxruntime's default, grown by powers of two).
     ``kSameAsRequested`` or ``kNextPowerOfTwo``: one arena for every session of the process, registered with
     onnxruntime's environment and grown that way (by what a request needs, or by doubling); needs ``cpu_mem_arena``.
-    Measured over 10,000 jobs, one arena grown as requested held RSS no flatter than the default (docs/BENCHMARKS.md,
-    "Worker RSS flat")."""
+    Measured over 10,000 jobs, one arena grown as requested held RSS no flatter than the default (docs/lab/memory.md,
+    "Two sources found and fixed")."""
     malloc_trim_every_s: float = 10.0
     """A worker calls glibc's ``malloc_trim(0)`` this often (seconds, workers/allocator.py): memory freed inside
     the C heaps goes back to the OS, so RSS follows what is in use. 0: never."""

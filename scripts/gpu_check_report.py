@@ -1,4 +1,4 @@
-"""Markdown tables of a device check's result, for docs/BENCHMARKS.md ("GPU").
+"""Markdown tables of a device check's result, for the lab notes (docs/lab/gpu-h200.md holds the H200 runs).
 
     python -m scripts.gpu_check_report DIR/gpu_check.json
 """

@@ -1,8 +1,8 @@
-"""A block of README.md made by a script: the text between two marker lines, rewritten or checked.
+"""A block of a doc made by a script: the text between two marker lines, rewritten or checked.
 
-``scripts/settings_table.py`` (the settings table) and ``scripts/readme_numbers.py`` (the measured numbers) each
-own one block; their ``--check`` exits 1 with a diff when README.md's block is not what they make, and a test
-runs each check.
+``scripts/settings_table.py`` (the settings table of docs/SETTINGS.md) and ``scripts/readme_numbers.py`` (README.md's
+measured numbers) each own one block; their ``--check`` exits 1 with a diff when the doc's block is not what they
+make, and a test runs each check.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""The README's measured numbers, copied from the headline table of docs/BENCHMARKS.md so the two cannot disagree.
+"""The README's measured numbers, copied from the headline table of docs/PERFORMANCE.md so the two cannot disagree.
 
     .venv/bin/python -m scripts.readme_numbers           # rewrite the block between the markers in README.md
     .venv/bin/python -m scripts.readme_numbers --check   # exit 1 when README.md's block is not what this makes
 
-The headline table (between ``BEGIN`` and ``END`` in docs/BENCHMARKS.md) is edited by hand when a run replaces a
+The headline table (between ``BEGIN`` and ``END`` in docs/PERFORMANCE.md) is edited by hand when a run replaces a
 figure: one row per figure, its date (the run's, ``YYYY-MM-DD``) and a link to the section that holds the command
-and the run. ``headline_rows`` refuses a row without a date or whose link names no section; the README gets the
-same rows with the links pointing into docs/BENCHMARKS.md. tests/test_settings_loader.py runs the check.
+and the run (a section of docs/PERFORMANCE.md, or of a page beside it or under it: ``lab/memory.md#...``).
+``headline_rows`` refuses a row without a date or whose link names no section; the README gets the same rows with
+the links pointing into docs/. tests/test_readme_numbers.py runs the check.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import re
 
 from scripts.readme_block import ROOT, main, replace_block
 
-BENCHMARKS = ROOT / "docs" / "BENCHMARKS.md"
+PERFORMANCE = ROOT / "docs" / "PERFORMANCE.md"
 BEGIN = "<!-- headline numbers: scripts/readme_numbers.py copies this table into README.md -->"
 END = "<!-- end of the headline numbers -->"
-README_BEGIN = "<!-- measured numbers: made by scripts/readme_numbers.py from docs/BENCHMARKS.md; edit that, not this -->"
+README_BEGIN = "<!-- measured numbers: made by scripts/readme_numbers.py from docs/PERFORMANCE.md; edit that, not this -->"
 README_END = "<!-- end of the measured numbers -->"
 HEADER = ("what", "measured", "date", "where")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -45,16 +46,16 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
 
 
-def headline_rows(benchmarks: str) -> list[list[str]]:
+def headline_rows(performance: str) -> list[list[str]]:
     """The rows of the headline table; ``ValueError`` for a row without a date or with a link to no section."""
-    _, begin, rest = benchmarks.partition(BEGIN)
+    _, begin, rest = performance.partition(BEGIN)
     body, end, _ = rest.partition(END)
     if not begin or not end:
-        raise ValueError(f"docs/BENCHMARKS.md lacks the markers {BEGIN!r} ... {END!r}")
+        raise ValueError(f"docs/PERFORMANCE.md lacks the markers {BEGIN!r} ... {END!r}")
     lines = [ln for ln in body.strip().splitlines() if ln.startswith("|")]
     if not lines or tuple(_cells(lines[0])) != HEADER:
         raise ValueError(f"the headline table's header must be {' | '.join(HEADER)}")
-    known = anchors(benchmarks)
+    known = anchors(performance)
     rows = []
     for line in lines[2:]:
         cells = _cells(line)
@@ -65,35 +66,36 @@ def headline_rows(benchmarks: str) -> list[list[str]]:
             raise ValueError(f"headline row {what!r}: its date {date!r} is not YYYY-MM-DD")
         link = LINK.match(where)
         if not link or not _resolves(link.group(1), known):
-            raise ValueError(f"headline row {what!r}: {where!r} links to no section of docs/BENCHMARKS.md or of a doc beside it")
+            raise ValueError(f"headline row {what!r}: {where!r} links to no section of docs/PERFORMANCE.md or of a doc in docs/")
         rows.append(cells)
     return rows
 
 
 def _resolves(target: str, known: set[str]) -> bool:
-    """``#anchor`` names a heading of docs/BENCHMARKS.md (``known``); ``OTHER.md#anchor`` one of that doc in docs/."""
+    """``#anchor`` names a heading of docs/PERFORMANCE.md (``known``); ``OTHER.md#anchor`` (or ``lab/OTHER.md#anchor``)
+    one of that doc under docs/."""
     doc, _, anchor = target.partition("#")
     if doc:
-        path = BENCHMARKS.parent / doc
+        path = PERFORMANCE.parent / doc
         if not path.is_file():
             return False
         known = anchors(path.read_text(encoding="utf-8"))
     return not anchor or anchor in known
 
 
-def table(benchmarks: str) -> str:
+def table(performance: str) -> str:
     """The README's table: the headline rows, their links pointing into docs/."""
     out = ["| " + " | ".join(HEADER) + " |", "|---|---|---|---|"]
-    for what, measured, date, where in headline_rows(benchmarks):
+    for what, measured, date, where in headline_rows(performance):
         target = LINK.match(where).group(1)  # type: ignore[union-attr]
-        where = where.replace(f"({target})", f"(docs/BENCHMARKS.md{target})" if target.startswith("#") else f"(docs/{target})")
+        where = where.replace(f"({target})", f"(docs/PERFORMANCE.md{target})" if target.startswith("#") else f"(docs/{target})")
         out.append(f"| {what} | {measured} | {date} | {where} |")
     return "\n".join(out)
 
 
 def rewrite(readme: str) -> str:
-    """``readme`` with the text between its markers replaced by the headline table of docs/BENCHMARKS.md."""
-    return replace_block(readme, README_BEGIN, README_END, table(BENCHMARKS.read_text(encoding="utf-8")))
+    """``readme`` with the text between its markers replaced by the headline table of docs/PERFORMANCE.md."""
+    return replace_block(readme, README_BEGIN, README_END, table(PERFORMANCE.read_text(encoding="utf-8")))
 
 
 if __name__ == "__main__":

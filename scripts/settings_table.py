@@ -1,12 +1,12 @@
-"""The README's settings table, made from the settings classes so that it cannot drift from them.
+"""docs/SETTINGS.md's settings table, made from the settings classes so that it cannot drift from them.
 
-    .venv/bin/python -m scripts.settings_table           # rewrite the table between the markers in README.md
-    .venv/bin/python -m scripts.settings_table --check   # exit 1 when README.md's table is not what this makes
+    .venv/bin/python -m scripts.settings_table           # rewrite the table between the markers in docs/SETTINGS.md
+    .venv/bin/python -m scripts.settings_table --check   # exit 1 when docs/SETTINGS.md's table is not what this makes
 
 One row per key of every section the loader reads (``wire.settings.SECTIONS``): its TOML name, its
 default as TOML writes it, and its meaning: the string under the field in the class (an attribute docstring,
 the convention ``pipeline/settings.py`` and ``wire/settings.py`` follow). A field without one is an
-error, and tests/test_settings_loader.py fails on it and on a README that differs.
+error, and tests/test_settings_loader.py fails on it and on a docs/SETTINGS.md that differs.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from collections.abc import Mapping
 
 from scripts.readme_block import main, replace_block
 from wire.settings import SECTIONS
+
+SETTINGS_DOC = ROOT / "docs" / "SETTINGS.md"
 
 BEGIN = "<!-- settings table: made by scripts/settings_table.py from the settings classes; edit them, not this -->"
 END = "<!-- end of the settings table -->"
@@ -74,10 +76,10 @@ def table(sections: Mapping[str, type] = SECTIONS) -> str:
     return "\n".join(rows)
 
 
-def rewrite(readme: str) -> str:
-    """``readme`` with the text between the markers replaced by the table."""
-    return replace_block(readme, BEGIN, END, table())
+def rewrite(doc: str) -> str:
+    """``doc`` (docs/SETTINGS.md) with the text between the markers replaced by the table."""
+    return replace_block(doc, BEGIN, END, table(), name="docs/SETTINGS.md")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(__doc__.splitlines()[0], rewrite, what="settings table"))
+    raise SystemExit(main(__doc__.splitlines()[0], rewrite, path=SETTINGS_DOC, what="settings table"))

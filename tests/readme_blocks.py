@@ -1,5 +1,6 @@
-"""The shell commands of the README (its ```bash blocks), one per line, and each one's kind (its program and
-subcommand, or the block it belongs to): what tests/test_readme_commands.py and tests/test_make_recipes.py check.
+"""The shell commands of the README and of the docs pages its reference moved to (their ```bash blocks), one per
+line, and each one's kind (its program and subcommand, or the block it belongs to): what
+tests/test_readme_commands.py and tests/test_make_recipes.py check.
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ def strip_comment(line: str) -> str:
     return line.rstrip()
 
 
+# The pages whose every shell command works as written: the README, then the reference pages it links for the
+# commands it does not show (in this order: a block's commands run in order, and each block stays on one page).
+COMMAND_PAGES = ("README.md", "docs/USAGE.md", "docs/DEPLOY.md")
+
+
 def readme_commands(text: str | None = None) -> list[str]:
-    text = (ROOT / "README.md").read_text() if text is None else text
+    if text is None:
+        text = "\n".join((ROOT / page).read_text() for page in COMMAND_PAGES)
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():

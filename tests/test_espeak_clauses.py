@@ -1,6 +1,6 @@
 """espeak-ng read without piper-tts's bridge leak (``pipeline.text.espeak``): the same clauses and phonemes as
 ``espeakbridge.get_phonemes`` and ``EspeakPhonemizer.phonemize`` on the same texts, and nothing left alive per call,
-where the bridge keeps every clause it returned (a worker's RSS grew with every segment: docs/BENCHMARKS.md)."""
+where the bridge keeps every clause it returned (a worker's RSS grew with every segment: docs/lab/memory.md)."""
 
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def test_lone_job_starts_within_the_window(farm: Farm) -> None:
 
 
 def test_the_worker_gives_freed_heap_back_on_the_shipped_period(farm: Farm) -> None:
-    """The worker's periodic ``malloc_trim``, on by default (docs/BENCHMARKS.md, "Worker RSS flat"), seen in the
+    """The worker's periodic ``malloc_trim``, on by default (docs/lab/memory.md, "What did not flatten it"), seen in the
     heartbeat of a real worker process."""
     runtime = farm.settings.runtime
     assert runtime.malloc_trim_every_s > 0

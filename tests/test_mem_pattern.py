@@ -1,6 +1,6 @@
 """``runtime.cpu_mem_pattern``: CPU sessions are made without onnxruntime's per-shape memory plans unless the setting
 asks for them (a plan takes all of a run's tensors from the arena as one block per input shape, and the arena keeps
-the largest: docs/BENCHMARKS.md, "Worker RSS flat"); CUDA sessions keep onnxruntime's default; the output is the same
+the largest: docs/lab/memory.md, "Two sources found and fixed"); CUDA sessions keep onnxruntime's default; the output is the same
 either way."""
 
 from __future__ import annotations

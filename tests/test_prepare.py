@@ -186,7 +186,7 @@ def test_a_fresh_install_serves_the_int8_that_passed(base_settings: Settings, fp
     assert result.built and result.prepared.manifest["int8"]
     verdict = result.prepared.verdict("acoustic", "int8")
     assert verdict is not None and verdict["attempted"]
-    assert verdict["passed"], verdict["reason"]  # measured to pass (docs/BENCHMARKS.md); a failure here is a regression
+    assert verdict["passed"], verdict["reason"]  # measured to pass (docs/lab/voices-and-quality.md); a failure here is a regression
     assert verdict["spectral"]["value"] <= settings.quality_gate.max_logmel_l1_db
     assert verdict["measures"]["batch_solo_int8"]["identical"]
     assert all(unmeasured_figures(v) == [] for v in result.prepared.verdicts.values()), result.prepared.verdicts

@@ -1,4 +1,5 @@
-"""Every shell command the README shows (its ```bash blocks) works as written.
+"""Every shell command the README shows (its ```bash blocks), and those of the docs pages it links for the rest
+(``tests.readme_blocks.COMMAND_PAGES``: docs/USAGE.md, docs/DEPLOY.md), works as written.
 
 Each command has a check by its kind (the program and subcommand): it is run (offline commands, the farm's
 commands against a real worker the README's own worker command started), or started and seen ready, then

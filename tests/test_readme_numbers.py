@@ -1,11 +1,11 @@
-"""README.md's measured numbers are the headline table of docs/BENCHMARKS.md: one source, every row dated and
+"""README.md's measured numbers are the headline table of docs/PERFORMANCE.md: one source, every row dated and
 pointing at the section that holds its command (issue 25, item 6)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.readme_numbers import BEGIN, BENCHMARKS, END, README_BEGIN, anchors, headline_rows, rewrite
+from scripts.readme_numbers import BEGIN, END, PERFORMANCE, README_BEGIN, anchors, headline_rows, rewrite
 from scripts.readme_block import README
 
 
@@ -21,7 +21,7 @@ def test_the_readme_numbers_are_the_headline_table() -> None:
 
 
 def test_every_headline_row_is_dated_and_points_at_a_section() -> None:
-    rows = headline_rows(BENCHMARKS.read_text(encoding="utf-8"))
+    rows = headline_rows(PERFORMANCE.read_text(encoding="utf-8"))
     assert len(rows) >= 10
     assert all(row[2].startswith("2026-") for row in rows)
 
@@ -35,6 +35,9 @@ def test_a_row_without_a_date_or_with_a_dead_link_is_refused() -> None:
         headline_rows(_with_rows("| joe | 26 × | 2026-11-29 | [Voices](#voices-issue-3) |"))
     with pytest.raises(ValueError, match="links to no section"):
         headline_rows(_with_rows("| joe | 26 × | 2026-11-29 | [R](RELIABILITY.md#no-such-heading) |"))
+    assert headline_rows(_with_rows("| joe | 26 × | 2026-11-29 | [L](lab/README.md) |"))[0][3] == "[L](lab/README.md)"
+    with pytest.raises(ValueError, match="links to no section"):
+        headline_rows(_with_rows("| joe | 26 × | 2026-11-29 | [L](lab/no-such-page.md) |"))
 
 
 def test_anchors_follow_github() -> None:

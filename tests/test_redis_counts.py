@@ -3,7 +3,7 @@ to the worker's path fails here. One real worker (``celery -A workers.bench_app 
 with its round trips counted) on a private redis-server drains a backlog submitted before it starts, serving the null
 voice (the real English frontend and stage shapes, no model cost: ``pipeline/voices/null``). Commands are Redis's
 own count (``INFO commandstats``; a script's inner commands count as Redis counts them); round trips the worker's
-(``wire/redis/round_trips.py``). ``ttsfarm bench host`` measures the same path at scale (docs/BENCHMARKS.md).
+(``wire/redis/round_trips.py``). ``ttsfarm bench host`` measures the same path at scale (docs/lab/host-and-redis-path.md).
 
 Per segment counts what a worker draining the backlog sent, less what a worker's start costs and what it does by the
 clock (sweeps, reclaims, heartbeats: the idle rate over the drain's time), both measured first on a worker of the

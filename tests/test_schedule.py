@@ -163,7 +163,7 @@ def test_the_scheduling_section_is_loaded_and_checked() -> None:
 
 
 def test_with_the_shipped_settings_a_callers_second_window_follows_its_first_at_once() -> None:
-    """Measured (docs/BENCHMARKS.md): a listener holding only the small first window ran dry in 7-10 % of short jobs
+    """Measured (docs/lab/scheduling-and-first-audio.md): a listener holding only the small first window ran dry in 7-10 % of short jobs
     when a new caller's pass could go between its first two windows. The shipped margin exceeds the first window, so
     the second is due the moment the first is out and goes before a caller already waiting too long."""
     s = load_settings()

@@ -54,16 +54,16 @@ def test_farm_settings_extend_the_compute_packages_own() -> None:
     assert not {"redis", "queue", "storage", "worker", "streaming", "scheduling", "gateway"} & {f for f in PipelineSettings.__dataclass_fields__}
 
 
-# -- the settings' documentation: the README's table and configs/settings.toml --------------------------------
+# -- the settings' documentation: docs/SETTINGS.md's table and configs/settings.toml ---------------------------
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_readme_settings_table_is_made_from_the_classes() -> None:
-    from scripts.settings_table import rewrite
+def test_the_settings_table_is_made_from_the_classes() -> None:
+    from scripts.settings_table import SETTINGS_DOC, rewrite
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert rewrite(readme) == readme, "README.md's settings table is stale: run .venv/bin/python -m scripts.settings_table"
-    assert "| `streaming.window_ms` | `4000` |" in readme and "| `gateway.port` | `8000` |" in readme
+    doc = SETTINGS_DOC.read_text(encoding="utf-8")
+    assert rewrite(doc) == doc, "docs/SETTINGS.md's settings table is stale: run .venv/bin/python -m scripts.settings_table"
+    assert "| `streaming.window_ms` | `4000` |" in doc and "| `gateway.port` | `8000` |" in doc
 
 
 def test_every_setting_has_a_meaning() -> None:
@@ -87,7 +87,7 @@ def test_every_setting_has_a_meaning() -> None:
 
 def test_configs_settings_toml_holds_every_section_and_key_at_its_default() -> None:
     """configs/settings.toml is the deploy-time file a reader edits: it shows every key the classes have, each at
-    the classes' default (so the README's defaults are what a fresh checkout runs with)."""
+    the classes' default (so the documented defaults are what a fresh checkout runs with)."""
     data = tomllib.loads((ROOT / "configs" / "settings.toml").read_text(encoding="utf-8"))
     assert set(data) == set(SECTIONS), f"sections in the file but not the classes, or the other way: {set(data) ^ set(SECTIONS)}"
     loaded, defaults = load_settings(ROOT / "configs"), Settings()

@@ -449,7 +449,7 @@ def _repository_files() -> list[Path]:
 
 def test_nothing_cites_a_file_outside_the_repository() -> None:
     files = _repository_files()
-    assert ROOT / "README.md" in files and ROOT / "docs" / "BENCHMARKS.md" in files
+    assert ROOT / "README.md" in files and ROOT / "docs" / "PERFORMANCE.md" in files
     bad = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
            for path in files
            for n, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1)

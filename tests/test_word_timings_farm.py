@@ -3,7 +3,7 @@
 Each job's words are checked against what was submitted (every spoken word of the original text is
 covered, in order, by character offsets into it), against the audio (monotonic, inside it), across the
 streamed chunks (each word exactly once, in the chunk it ends in) and against a recognizer's forced
-alignment (faster-whisper word timestamps) within the bound docs/BENCHMARKS.md states.
+alignment (faster-whisper word timestamps) within the bound docs/lab/word-timings-and-encoders.md states.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.conftest import Farm
 pytestmark = pytest.mark.slow
 
 BOUND_ZH_S = 0.100  # the same, Chinese (baker) against whisper base: measured 46 ms
-BOUND_S = 0.120  # docs/BENCHMARKS.md, "Word timings": the bound this test holds (goal 60 ms; see there why)
+BOUND_S = 0.120  # docs/lab/word-timings-and-encoders.md: the bound this test holds (goal 60 ms; see there why)
 
 TEXTS = [
     "Dr. Smith paid $3.50 on 3/5/2024, and the train left at 7:30 pm.",

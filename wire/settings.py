@@ -100,7 +100,7 @@ class QueueSettings:
     waits out a batch of others' it was claimed with; ``fit``: by length like the rest (``tolerance``); ``auto``:
     ``any`` where the sessions run on CUDA (padded rows cost little there), ``fit`` elsewhere."""
     max_batch_cpu: int = 1
-    """The largest batch on CPU (batching brings no speed there: docs/BENCHMARKS.md)."""
+    """The largest batch on CPU (batching brings no speed there: docs/lab/cpu-layout-and-throughput.md)."""
     max_batch_cuda: int = 8
     """The largest batch on CUDA."""
     tolerance: float = 0.10
@@ -132,7 +132,7 @@ class QueueSettings:
     ~3 ms of CPU a segment otherwise (docs/SCALING.md, "Per node")."""
     interactive_loops: int = 1
     """Of those loops, how many take interactive work only: one keeps callers' first chunks from waiting behind
-    long bulk (book) segments (docs/BENCHMARKS.md)."""
+    long bulk (book) segments (docs/lab/scheduling-and-first-audio.md)."""
     bulk_nice: int = 19
     """The OS nice (Linux, per thread) bulk batches run at: a book's segments give the cores to interactive
     batches at once and take all the idle time (full effect with single-threaded sessions); 0: off."""
@@ -216,7 +216,8 @@ class WorkerSettings:
 @dataclass(frozen=True)
 class StreamingSettings:
     """How a worker streams a two-stage voice's segment: a window of audio at a time (workers/streaming.py, windows
-    cut by pipeline/voices/windows.py). Sizes in milliseconds of audio; measured defaults in docs/BENCHMARKS.md."""
+    cut by pipeline/voices/windows.py). Sizes in milliseconds of audio; measured defaults in
+    docs/lab/streaming-and-windows.md."""
 
     windowed: bool = True
     """Two-stage voices (joe, baker) vocode a segment in windows and publish each as it is made: the first chunk
@@ -227,7 +228,7 @@ class StreamingSettings:
     """Audio in each later window (large: each boundary vocodes 2 x the vocoder's context again)."""
     first_window_when_queued: bool = False
     """The small first window also while other work waits for the loop. It costs 10-15 % more model time per
-    short segment (docs/BENCHMARKS.md), so by default a job gets it only when nothing else waits: under a backlog
+    short segment (docs/lab/streaming-and-windows.md), so by default a job gets it only when nothing else waits: under a backlog
     the queue, not the window, is the wait."""
 
 
@@ -238,7 +239,8 @@ class SchedulingSettings:
     mode: str = "deadline"
     """``deadline``: earliest deadline first over acoustic passes and vocoder windows, by each job's playback
     clock (the unit whose listener runs dry first); ``fifo``: batches in arrival order per lane, a batch's windows
-    interleaved, and interactive work between a background batch's windows (docs/BENCHMARKS.md compares them)."""
+    interleaved, and interactive work between a background batch's windows (docs/lab/scheduling-and-first-audio.md
+    compares them)."""
     first_chunk_target_ms: int = 100
     """A new interactive job's first window is due this long after its arrival."""
     bulk_deadline_s: float = 20.0

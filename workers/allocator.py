@@ -4,8 +4,8 @@ Two-stage voices with windowed vocoding run every acoustic pass and vocoder wind
 worker keeps asking the C allocator for buffers of new sizes: numpy's audio and frames always, onnxruntime's
 tensors too when its CPU arena is off (``runtime.cpu_mem_arena``). glibc keeps what is freed inside its heaps (it
 gives back only a heap's top, and the worker's threads each grow heaps of their own), so RSS creeps up although
-the memory is free. ``malloc_trim(0)`` returns the free pages inside every heap too (docs/BENCHMARKS.md, "Worker
-RSS flat"). It is called from the heartbeat thread, which runs anyway, and needs nothing from how the worker was
+the memory is free. ``malloc_trim(0)`` returns the free pages inside every heap too (docs/lab/memory.md, "What did
+not flatten it"). It is called from the heartbeat thread, which runs anyway, and needs nothing from how the worker was
 started (no ``LD_PRELOAD``, no ``MALLOC_*`` variables).
 
 ``runtime.malloc_arena_max`` caps glibc's arenas at the worker's start (``limit_arenas``): every thread that

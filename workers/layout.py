@@ -1,7 +1,7 @@
 """How a worker process lays out its work on the cores: how many inference loops, with how many
 onnxruntime threads each (``resolve_loops``), and at what OS priority a batch runs (``urgency``,
-``lower_thread_priority``). Measured in docs/BENCHMARKS.md ("CPU tuning", "Interactive latency while an
-audiobook is made")."""
+``lower_thread_priority``). Measured in docs/lab/cpu-layout-and-throughput.md and
+docs/lab/scheduling-and-first-audio.md ("The reserved loop and background work at low priority")."""
 
 from __future__ import annotations
 
@@ -71,10 +71,10 @@ def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | 
 
     ``queue.inference_threads = 0`` (auto): on CPU one loop per ``runtime.intra_op_threads`` cores (1 when
     that is 0 too), so every core runs one single-threaded inference: on 2 cores this was faster than one
-    two-threaded session and than two processes (docs/BENCHMARKS.md, CPU tuning). On CUDA ``CUDA_LOOPS`` loops
+    two-threaded session and than two processes (docs/lab/cpu-layout-and-throughput.md). On CUDA ``CUDA_LOOPS`` loops
     (at most one per core), the reserved ones among them, all on the same sessions: one loop left the GPU idle
-    while it did a segment's host work (H200: 44 speech s/s with 1 + 1 loops, 115 with 6; docs/BENCHMARKS.md,
-    "GPU"). On CPU the loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
+    while it did a segment's host work (H200: 44 speech s/s with 1 + 1 loops, 115 with 6;
+    docs/lab/gpu-h200.md). On CPU the loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
     ``queue.interactive_loop_threads = 0``: on CPU the reserved loops run a session of their own with one
     thread per usable core (a caller's first chunk comes sooner when the cores are free); on CUDA they
     share the other loops' session.

@@ -160,7 +160,7 @@ class BatchRunner:
             if hold is not None and batch.live:
                 # A caller waiting for a first chunk gets it now: the acoustic pass is paid for and the first window
                 # is small, so no other unit runs between them (measured: other jobs' due windows between the two
-                # doubled deadline scheduling's claim-to-first-chunk against FIFO's; docs/BENCHMARKS.md)
+                # doubled deadline scheduling's claim-to-first-chunk against FIFO's; docs/lab/scheduling-and-first-audio.md)
                 if any(awaited(x.entry.job) for x in batch.live) and not self.window(batch, self.running or "urgent"):
                     return
                 hold(batch)  # reported when its last window is out (``window``)

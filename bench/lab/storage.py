@@ -4,7 +4,7 @@ it, so boto3's transfer threads count) against a private ``moto`` S3 server in a
 
     python -m bench.lab storage [--jobs 300] [--audio-s 3.0]
 
-Why (docs/BENCHMARKS.md, issue 23): the host-path proxy (``ttsfarm bench host``) stores into a local folder, but a
+Why (docs/lab/storage.md): the host-path proxy (``ttsfarm bench host``) stores into a local folder, but a
 deployment stores into S3, on the same process as the loops (the finisher thread) unless
 ``queue.finisher_processes`` moves it out. The S3 server is ``bench.local.MotoServer``.
 

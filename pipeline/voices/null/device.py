@@ -10,7 +10,7 @@ what several worker processes on one GPU get (docs/SCALING.md). The time of a ca
 its padded batch: rows rounded up to the next of the CUDA batch sizes and widths to their multiple, as the
 CUDA stages pad (``pipeline.voices.gpu.ShapePolicy``).
 
-``h200`` comes from the H200 sweep (docs/BENCHMARKS.md, "GPU", second run: the precisions served on CUDA, FP32
+``h200`` comes from the H200 sweep (docs/lab/gpu-h200.md, second run: the precisions served on CUDA, FP32
 acoustic and FP16 vocoder, items of the bench's English workload, about 1.87 s of speech, ~76 ids and ~161
 frames each):
 

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 PIPER_INPUTS = ("input", "input_lengths", "scales")  # phoneme ids [B, N] (pad 0), their lengths [B], the scales [3]
 AUDIO = "output"  # [B, 1, T * hop]
 FRAME_LENGTHS = "frame_lengths"  # [B]: exposed by ``prepare_piper_graph``
-# Node-name prefixes kept in FP32 when the graph is quantized (measured on joe, see docs/BENCHMARKS.md "INT8 quality"):
+# Node-name prefixes kept in FP32 when the graph is quantized (measured on joe: docs/lab/voices-and-quality.md):
 # - /dec/: the HiFi-GAN decoder is the sensitive part: quantized, it gave 9.9 dB (static) and 5.7 dB
 #   (dynamic) log-mel L1 against FP32, and static QDQ in it broke batch = solo (differences up to 0.013).
 # - /enc_p/ and /dp/: the text encoder and the duration predictor decide each phoneme's frame count

@@ -2,7 +2,7 @@
 
 Joe's graph draws its noise inside the graph (two ``RandomNormalLike`` nodes: the duration predictor's ``[B, 2, N]``
 and the prior's ``[B, 192, T]``), anew on every run, so a segment run twice gets other frames and even another
-length (docs/BENCHMARKS.md, "do a redo's frames need to pass through Redis?"). ``seed_noise`` replaces each such node
+length (docs/lab/host-and-redis-path.md, "The frames out of Redis"). ``seed_noise`` replaces each such node
 with a lookup into one fixed table of standard normal values (``NOISE_TABLE`` of them, an initializer drawn once at
 preparation from ``TABLE_SEED``): item ``b``'s value at channel ``c`` and time ``t`` is
 ``table[(offset[b] + c * CHANNEL_STRIDE + t) mod NOISE_TABLE]``, where ``offset`` is the new graph input
