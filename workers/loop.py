@@ -65,7 +65,8 @@ class InferenceLoop:
                 backoff = min(5.0, backoff * 2)
             except Exception:
                 log.exception("unexpected error in %s; entries stay pending and will be retried", self.queue.name)
-                self.claimer.carry, self.scheduler.held = [], []
+                self.claimer.forget()
+                self.scheduler.let_go()
                 self.ctx.stopping.wait(0.5)
         self.scheduler.drain()
         self.runner.close()

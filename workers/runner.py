@@ -120,7 +120,7 @@ class BatchRunner:
 
     def retry(self, e: Entry, exc: Exception) -> None:
         if self.outcomes.retry(e, exc):
-            self.claimer.carry.insert(0, e)
+            self.claimer.take_back([e])
 
     def _batch(self, entries: list[Entry], hold: Hold | None, between_windows: Callable[[], None] | None) -> None:
         live = self.outcomes.live(entries)

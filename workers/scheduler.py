@@ -8,7 +8,7 @@ playback clock (``workers/schedule.py``): the acoustic pass of a new batch (a st
 batching rules, or what the loop carries) or one window step of a batch it holds between windows (``held``).
 
 Both take their work from the loop's ``Claimer``, run it with its ``BatchRunner`` and end it through its
-``Outcomes``; adding a strategy means one class with ``held``, ``step`` and ``drain`` and a name in
+``Outcomes``; adding a strategy means one class with ``held``, ``step``, ``drain`` and ``let_go`` and a name in
 ``scheduler_for``.
 """
 
@@ -42,6 +42,10 @@ class Scheduler(Protocol):
         """On shutdown: finish what is held (warm shutdown: what was started ends and is acked)."""
         ...
 
+    def let_go(self) -> None:
+        """Hold nothing (after an unexpected error: the held segments' entries stay pending and are reclaimed)."""
+        ...
+
 
 class FifoScheduler:
     def __init__(self, ctx: LoopContext, claimer: Claimer, runner: BatchRunner, outcomes: Outcomes) -> None:
@@ -49,12 +53,11 @@ class FifoScheduler:
         self.held: list[StreamingBatch] = []
 
     def step(self) -> None:
-        if not self.claimer.carry:
-            self.claimer.carry = self.claimer.gather()
+        self.claimer.refill()
         self.run_carried()
 
     def run_carried(self) -> None:
-        self.claimer.carry = self.outcomes.drop_malformed(self.claimer.carry)
+        self.claimer.keep_runnable(self.outcomes.drop_malformed)
         batch = self.claimer.next_batch()
         if batch:
             self.runner.run(batch, between_windows=self.serve_waiting_interactive)
@@ -67,15 +70,15 @@ class FifoScheduler:
         claimed = self.claimer.gather(interactive_only=True)
         if not claimed:
             return
-        held, self.claimer.carry = self.claimer.carry, claimed
-        try:
+        with self.claimer.set_aside_for(claimed):
             while self.claimer.carry and not self.ctx.stopping.is_set():
                 self.run_carried()
-        finally:
-            self.claimer.carry = held + self.claimer.carry
 
     def drain(self) -> None:
         pass
+
+    def let_go(self) -> None:
+        self.held = []
 
 
 class DeadlineScheduler:
@@ -88,18 +91,19 @@ class DeadlineScheduler:
         """Run one unit, the one due first: a window step of a held batch, or the acoustic pass of a new batch
         (from what this loop carries, or a stream head, claimed now by the batching rules)."""
         c = self.claimer
-        c.carry = self.outcomes.drop_malformed(c.carry)
+        c.keep_runnable(self.outcomes.drop_malformed)
+        carried = c.carry
         s = self.sched
         heads: list[Head] = []
         if len(self.held) < s.max_open:  # what a loop claims it must be able to serve in time
-            busy = bool(self.held or c.carry)
+            busy = bool(self.held or carried)
             heads = c.heads(0 if busy else IDLE_BLOCK_MS, handover_wait=not busy)
         # the clocks of interactive jobs (bulk ones are due by their arrival): a held segment's job by what its last
         # publish found (its job's state too: a window of a job that ended meanwhile writes nothing and ends it there),
         # the others read
         own = _own_clocks(self.held)
         live = [x.entry for b in self.held for x in b.live]
-        clocks = {**self._clocks([e.job.job_id for e in (*live, *c.carry) if e.job and e.job.lane == "interactive"]
+        clocks = {**self._clocks([e.job.job_id for e in (*live, *carried) if e.job and e.job.lane == "interactive"]
                                  + [h.job_id for h in heads if h.lane == "interactive"], known=own), **own}
 
         def playing(job_id: str) -> bool:
@@ -111,7 +115,7 @@ class DeadlineScheduler:
             units.append(Unit(WINDOW, min(self._due(e, clocks) for e in entries),
                               min((e.arrived_ms, e.job.seg) for e in entries if e.job), b,
                               any(playing(e.job.job_id) for e in entries if e.job)))
-        for e in c.carry:
+        for e in carried:
             assert e.job is not None
             units.append(Unit(CARRIED, self._due(e, clocks), (e.arrived_ms, e.job.seg), e, playing(e.job.job_id)))
         for h in heads:
@@ -129,15 +133,12 @@ class DeadlineScheduler:
             self._run_carried(running)
         else:
             claimed = c.claim(unit.ref, [u.due for u in units if u.kind == WINDOW])
-            carried, c.carry = c.carry, claimed
-            try:
+            with c.set_aside_for(claimed):
                 while c.carry and not self.ctx.stopping.is_set():
                     self._run_carried(running)
-            finally:
-                c.carry = carried + c.carry
 
     def _run_carried(self, running: str) -> None:
-        self.claimer.carry = self.outcomes.drop_malformed(self.claimer.carry)
+        self.claimer.keep_runnable(self.outcomes.drop_malformed)
         batch = self.claimer.next_batch()
         if batch:
             self.runner.run(batch, running, hold=self.held.append)
@@ -167,7 +168,10 @@ class DeadlineScheduler:
                 self._window(self.held[0], "urgent")
             except (BrokerError, TransientError) as exc:
                 log.warning("could not finish held segments (they will be reclaimed): %s", exc)
-                self.held = []
+                self.let_go()
+
+    def let_go(self) -> None:
+        self.held = []
 
 
 def scheduler_for(ctx: LoopContext, claimer: Claimer, runner: BatchRunner, outcomes: Outcomes) -> Scheduler:
