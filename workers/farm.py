@@ -182,7 +182,7 @@ class FarmWorker:
             log.warning("stopping with %d finished jobs not yet stored: their last segments are reclaimed and end them",
                         self.finisher.pending)
         for loop in self.loops:
-            loop.queue.leave()
+            loop.leave()
 
     def _admit_until_stopped(self) -> None:
         """Admit staged segments that fell due between publishes (``wire.admission``), every

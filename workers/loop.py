@@ -72,6 +72,10 @@ class InferenceLoop:
         self.runner.close()
         self.claimer.give_back()
 
+    def leave(self) -> None:
+        """Once the loop has stopped: its consumer leaves the queue's groups unless something is still pending for it."""
+        self.queue.leave()
+
     # -- what the worker process reads of its loops ---------------------------------------------------------------
     @property
     def running(self) -> str | None:

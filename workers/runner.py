@@ -25,8 +25,7 @@ from pipeline.errors import InputError
 from pipeline.timing import synthesize_timed
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
-from pipeline.voices.twostage import TwoStageVoice
-from pipeline.voices.windows import WindowPlan
+from pipeline.voices.windows import StreamingVoice, WindowPlan
 from wire.errors import BrokerError, TransientError
 from wire.queue import Entry
 from workers.batcher import padding_waste
@@ -147,14 +146,14 @@ class BatchRunner:
                  "queue_wait_s": [(started * 1000 - e.arrived_ms) / 1000 for e, _ in ready],
                  "lanes": [e.job.lane for e, _ in ready],  # type: ignore[union-attr]
                  "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready], "started": started}
-        if isinstance(voice, TwoStageVoice) and self.ctx.settings.streaming.windowed:
+        if isinstance(voice, StreamingVoice) and self.ctx.settings.streaming.windowed:
             s = self.ctx.settings.streaming
             plan = WindowPlan.from_ms(s.first_window_ms, s.window_ms, sample_rate=voice.sample_rate, hop=voice.hop)
             # A job's first segment gets the small first window only when nothing else waits for this loop and it
             # holds no other segment between windows (or the setting says always): under a backlog its extra model
             # time would delay the jobs queued behind.
             small_first = s.first_window_when_queued or not (self.claimer.waiting or self.claimer.carry or self.holding())
-            batch = StreamingBatch(self.outcomes, voice, ready, opts, batch_id, plan, small_first=small_first)
+            batch = StreamingBatch(self.outcomes, self.ctx.metrics, voice, ready, opts, batch_id, plan, small_first=small_first)
             batch.base_stats = stats
             self.compute(batch.acoustic)
             if hold is not None and batch.live:
