@@ -26,7 +26,7 @@ from workers.allocator import HeapTrim, limit_arenas
 from workers.batcher import first_segments_any_length
 from workers.events import JobEvents
 from workers.finisher import Finisher
-from workers.layout import resolve_loops
+from workers.layout import Urgency, resolve_loops
 from workers.context import Chores, LoopContext, LoopHooks
 from workers.loop import InferenceLoop
 from workers.metrics import WorkerMetrics
@@ -114,7 +114,7 @@ class FarmWorker:
 
     def shared_loop_serving_interactive(self) -> bool:
         """Whether a loop that is not reserved is inside an urgent batch (a caller's first segment)."""
-        return any(not loop.reserved and loop.running == "urgent" for loop in self.loops)
+        return any(not loop.reserved and loop.running is Urgency.URGENT for loop in self.loops)
 
     def device_busy(self) -> bool:
         """Whether a stage call of this process is on the device now (``pipeline.voices.device_use``): while one is,

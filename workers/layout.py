@@ -1,6 +1,6 @@
 """How a worker process lays out its work on the cores: how many inference loops, with how many
-onnxruntime threads each (``resolve_loops``), and at what OS priority a batch runs (``urgency``,
-``lower_thread_priority``). Measured in docs/BENCHMARKS.md ("CPU tuning", "Interactive latency while an
+onnxruntime threads each (``resolve_loops``), and at what OS priority a batch runs (``Urgency``,
+``urgency_by_lane``, ``lower_thread_priority``). Measured in docs/BENCHMARKS.md ("CPU tuning", "Interactive latency while an
 audiobook is made")."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import threading
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,11 +97,20 @@ def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | 
                             queue={"inference_threads": loops, "interactive_loop_threads": interactive})
 
 
-def urgency(entries: list[Entry]) -> str:
-    """"urgent" for a batch holding the first segment of an interactive job (a caller waits for its first
-    chunk), else "background": bulk work, and an interactive job's later segments, whose audio is needed
+class Urgency(Enum):
+    """How a batch runs: ``URGENT`` on its loop's thread at the process's priority; ``BACKGROUND`` on the loop's
+    helper thread at ``queue.bulk_nice`` (``BatchRunner.compute``), so an urgent batch of another loop gets the
+    cores first."""
+
+    URGENT = "urgent"
+    BACKGROUND = "background"
+
+
+def urgency_by_lane(entries: list[Entry]) -> Urgency:
+    """URGENT for a batch holding the first segment of an interactive job (a caller waits for its first
+    chunk), else BACKGROUND: bulk work, and an interactive job's later segments, whose audio is needed
     only once the segments before them have played (each takes a few per cent of its playing time)."""
-    return "urgent" if any(awaited(e.job) for e in entries) else "background"
+    return Urgency.URGENT if any(awaited(e.job) for e in entries) else Urgency.BACKGROUND
 
 
 def awaited(job: SegmentJob | None) -> bool:

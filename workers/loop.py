@@ -24,6 +24,7 @@ from wire.errors import BrokerError
 from wire.keys import LANES
 from workers.claimer import Claimer
 from workers.context import LoopContext
+from workers.layout import Urgency
 from workers.outcomes import Outcomes
 from workers.runner import BatchRunner
 from workers.scheduler import scheduler_for
@@ -78,8 +79,8 @@ class InferenceLoop:
 
     # -- what the worker process reads of its loops ---------------------------------------------------------------
     @property
-    def running(self) -> str | None:
-        """"urgent" or "background" while a batch runs (``workers.layout.urgency``), else None."""
+    def running(self) -> Urgency | None:
+        """How urgent the batch it runs now is (``workers.layout.Urgency``); None between batches."""
         return self.runner.running
 
     @property

@@ -31,7 +31,7 @@ from wire.queue import Entry
 from workers.batcher import padding_waste
 from workers.claimer import Claimer
 from workers.context import LoopContext
-from workers.layout import awaited, lower_thread_priority, urgency
+from workers.layout import Urgency, awaited, lower_thread_priority, urgency_by_lane
 from workers.outcomes import Outcomes
 from workers.streaming import StreamingBatch
 from workers.timings import segment_words
@@ -55,7 +55,7 @@ class BatchRunner:
         self.claimer = claimer
         self.holding = holding
         self.reserved = reserved
-        self.running: str | None = None  # "urgent" or "background" while a batch runs (see urgency), else None
+        self.running: Urgency | None = None  # how urgent the batch it runs now is; None between batches
         self.batches = 0
         self.batch_ids = itertools.count()
         self.on_batch: Callable[[dict[str, Any]], None] | None = None
@@ -80,7 +80,7 @@ class BatchRunner:
         thread, so a book's segments yield the cores at once to a caller's first segment (another loop's),
         while they take all the idle time. This thread waits for it; its own Redis work stays at nice 0."""
         nice = self.ctx.settings.queue.bulk_nice
-        if self.running != "background" or nice <= 0 or self.reserved:
+        if self.running is not Urgency.BACKGROUND or nice <= 0 or self.reserved:
             return fn()
         if self._helper is None:
             def start() -> None:
@@ -90,13 +90,13 @@ class BatchRunner:
             self._helper = ThreadPoolExecutor(1, thread_name_prefix=f"ttsfarm-bulk-{self.index}", initializer=start)
         return self._helper.submit(fn).result()
 
-    def run(self, entries: list[Entry], running: str | None = None, *, hold: Hold | None = None,
+    def run(self, entries: list[Entry], running: Urgency | None = None, *, hold: Hold | None = None,
             between_windows: Callable[[], None] | None = None) -> None:
-        """Run a batch at ``running`` urgency (the lane rule's if None). With ``hold``, a streamed batch stops after
+        """Run a batch at ``running`` urgency (``urgency_by_lane`` if None). With ``hold``, a streamed batch stops after
         its acoustic pass and is handed to it, each window step left to the caller (``window``); else it runs to its
         last window, ``between_windows`` called between two."""
         outer = self.running
-        self.running = running or urgency(entries)
+        self.running = running or urgency_by_lane(entries)
         try:
             self._isolated(entries, hold, between_windows)
         finally:
@@ -160,7 +160,7 @@ class BatchRunner:
                 # A caller waiting for a first chunk gets it now: the acoustic pass is paid for and the first window
                 # is small, so no other unit runs between them (measured: other jobs' due windows between the two
                 # doubled deadline scheduling's claim-to-first-chunk against FIFO's; docs/BENCHMARKS.md)
-                if any(awaited(x.entry.job) for x in batch.live) and not self.window(batch, self.running or "urgent"):
+                if any(awaited(x.entry.job) for x in batch.live) and not self.window(batch, self.running or Urgency.URGENT):
                     return
                 hold(batch)  # reported when its last window is out (``window``)
                 return
@@ -181,7 +181,7 @@ class BatchRunner:
         if self.on_batch:
             self.on_batch({**stats, **done})
 
-    def window(self, batch: StreamingBatch, running: str) -> bool:
+    def window(self, batch: StreamingBatch, running: Urgency) -> bool:
         """One window step of a held batch at ``running`` urgency; False
         once its last window is out (then it is reported). If the step fails: on a backend error its entries stay
         pending (reclaimed and continued from their claimed frames) and the error is raised; on another error each

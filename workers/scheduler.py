@@ -23,6 +23,7 @@ from wire.queue import Entry, Head
 from workers import schedule
 from workers.claimer import IDLE_BLOCK_MS, Claimer
 from workers.context import LoopContext
+from workers.layout import Urgency
 from workers.outcomes import Outcomes, work_of
 from workers.runner import BatchRunner
 from workers.schedule import ACOUSTIC, CARRIED, WINDOW, Clock, Unit, Work
@@ -65,7 +66,7 @@ class FifoScheduler:
     def serve_waiting_interactive(self) -> None:
         """Between two windows of a background batch: run the interactive work waiting now (a caller's segment
         does not wait for a book's segment to end), unless a free reserved loop is taking it."""
-        if self.runner.running != "background" or self.claimer.lane_filter is not None:
+        if self.runner.running is not Urgency.BACKGROUND or self.claimer.lane_filter is not None:
             return
         claimed = self.claimer.gather(interactive_only=True)
         if not claimed:
@@ -126,7 +127,7 @@ class DeadlineScheduler:
         unit = schedule.choose(units, now)
         if unit is None:
             return
-        running = schedule.urgency(_lane_of(unit), unit.due, now, s)
+        running = schedule.urgency_by_slack(_lane_of(unit), unit.due, now, s)
         if unit.kind == WINDOW:
             self._window(unit.ref, running)
         elif unit.kind == CARRIED:
@@ -137,13 +138,13 @@ class DeadlineScheduler:
                 while c.carry and not self.ctx.stopping.is_set():
                     self._run_carried(running)
 
-    def _run_carried(self, running: str) -> None:
+    def _run_carried(self, running: Urgency) -> None:
         self.claimer.keep_runnable(self.outcomes.drop_malformed)
         batch = self.claimer.next_batch()
         if batch:
             self.runner.run(batch, running, hold=self.held.append)
 
-    def _window(self, batch: StreamingBatch, running: str) -> None:
+    def _window(self, batch: StreamingBatch, running: Urgency) -> None:
         """One window step of a held batch; the batch is let go after its last window, or when the step fails."""
         try:
             more = self.runner.window(batch, running)
@@ -165,7 +166,7 @@ class DeadlineScheduler:
     def drain(self) -> None:
         while self.held:
             try:
-                self._window(self.held[0], "urgent")
+                self._window(self.held[0], Urgency.URGENT)
             except (BrokerError, TransientError) as exc:
                 log.warning("could not finish held segments (they will be reclaimed): %s", exc)
                 self.let_go()
