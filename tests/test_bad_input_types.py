@@ -36,7 +36,7 @@ from books import BookOptions, submit_book
 from cli import main as cli
 from producer.client import Client, Job
 from gateway import create_app
-from gateway.serve import BackgroundServer
+from tests.gateway_server import BackgroundServer
 from wire.errors import JOB_ID_CONFLICT
 from wire.keys import Keys
 from wire.settings import Settings

@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from gateway import GatewaySettings, create_app
-from gateway.serve import BackgroundServer
+from tests.gateway_server import BackgroundServer
 from wire.errors import OverloadedError
 from wire.keys import Keys
 from wire.settings import load_settings
