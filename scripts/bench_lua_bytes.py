@@ -3,7 +3,7 @@ of each size, timed by Redis itself (``INFO commandstats``: microseconds per cal
 
     python scripts/bench_lua_bytes.py [--sizes 10000,100000] [--calls 300]
 
-Why (docs/BENCHMARKS.md, issue 23): the worker's publish script carries each piece's PCM. A value becomes a Lua
+Why (docs/BENCHMARKS.md): the worker's publish script carries each piece's PCM. A value becomes a Lua
 string when a script takes it as an argument or reads it with ``redis.call``, and Redis's Lua hashes every string it
 makes over its whole length; a value a script passes on (to ``SET``, ``XADD``, as its reply) is copied, not hashed.
 """

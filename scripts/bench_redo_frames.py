@@ -1,4 +1,4 @@
-"""Whether a redo needs the first attempt's acoustic frames (issue 23, item 3): joe's acoustic pass on one sentence,
+"""Whether a redo needs the first attempt's acoustic frames: joe's acoustic pass on one sentence,
 run twice alone and once in a batch of three, with the default synthesis options and noiseless, compared frame for
 frame; and what the frames weigh against the PCM16 they make.
 
