@@ -64,7 +64,7 @@ def usable_cores() -> int:
     return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
-CUDA_LOOPS = 6  # loops per CUDA worker by default (measured on an H200: 2.6x the throughput of one loop)
+CUDA_LOOPS = 6  # loops per CUDA worker by default: one loop leaves the device idle during its host work (docs/GPU.md)
 
 
 def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | None = None) -> Settings:
@@ -73,9 +73,9 @@ def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | 
     ``queue.inference_threads = 0`` (auto): on CPU one loop per ``runtime.intra_op_threads`` cores (1 when
     that is 0 too), so every core runs one single-threaded inference: on 2 cores this was faster than one
     two-threaded session and than two processes (docs/BENCHMARKS.md, CPU tuning). On CUDA ``CUDA_LOOPS`` loops
-    (at most one per core), the reserved ones among them, all on the same sessions: one loop left the GPU idle
-    while it did a segment's host work (H200: 44 speech s/s with 1 + 1 loops, 115 with 6; docs/BENCHMARKS.md,
-    "GPU"). On CPU the loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
+    (at most one per core), the reserved ones among them, all on the same sessions: one loop leaves the GPU idle
+    while it does a segment's host work (the GPU check's farm runs measure it: docs/GPU.md). On CPU the loops
+    reserved for the interactive lane (``queue.interactive_loops``) come on top.
     ``queue.interactive_loop_threads = 0``: on CPU the reserved loops run a session of their own with one
     thread per usable core (a caller's first chunk comes sooner when the cores are free); on CUDA they
     share the other loops' session.

@@ -182,10 +182,10 @@ def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings, stage: str = "")
     where sessions run on CUDA, FP16 for a vocoder (served only if its FP16 gate passed) and FP32 otherwise;
     on CPU the catalogue's precision (INT8 where its gate passes).
 
-    Measured on an H200 (docs/BENCHMARKS.md, "GPU"): ONNX Runtime's CUDA provider has no kernels for the
-    integer ops INT8 makes (ConvInteger, MatMulInteger run on the CPU), so INT8 stages ran 2-15x slower than
-    FP32 there; in FP16 the vocoders ran faster at batch 8 (1.2-1.3x) within 0.05 dB of FP32, the acoustic
-    stages no faster and with their frames moved."""
+    Why (the GPU check's sweep measures it: docs/GPU.md): ONNX Runtime's CUDA provider has no kernels for the
+    integer ops INT8 makes (ConvInteger, MatMulInteger run on the CPU), so INT8 stages run slower than FP32
+    there; in FP16 the vocoders run faster and sound the same, the acoustic stages are no faster and their
+    frames move."""
     if runtime.precision != "auto":
         return runtime.precision
     if cuda_wanted(runtime):
