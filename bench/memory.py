@@ -1,4 +1,4 @@
-"""What one process keeps per call: the two sources of worker RSS growth found for issue 25 (item 7).
+"""What one process keeps per call, for the two sources of worker RSS growth it compares.
 
     ttsfarm bench memory espeak --calls 20000   # piper-tts's bridge vs pipeline.text.espeak
     ttsfarm bench memory arena --runs 800        # joe's sessions, memory patterns on vs off

@@ -19,7 +19,6 @@ from typing import Any
 from pipeline.errors import BAD_OPTION, UNSUPPORTED_FORMAT, InputError
 from books.formats import Book, load_book
 from books.plan import (
-    CHAPTER_FORMATS,
     BookOptions,
     BookPlan,
     BookProgress,
@@ -48,6 +47,7 @@ from wire.records import SegmentJob, Submission
 from wire.tasks import (
     ASSEMBLE_BOOK_FILE,
     ASSEMBLE_CHAPTER,
+    CHAPTER_FORMATS,
     MEASURE_CHAPTER,
     OUTPUT_MARKER,
     REPLY_TTL_S,

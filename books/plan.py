@@ -20,9 +20,8 @@ from pipeline.errors import BAD_OPTION, NOTHING_TO_SPEAK, InputError
 from books.formats import Book
 from producer.checks import integer_arg, lexicon_arg, name_arg, number_arg, optional_name_arg, options_arg
 from wire.settings import Settings
-from wire.tasks import LOUDNESS_FLOOR_DB, LOUDNESS_STEP_DB
+from wire.tasks import CHAPTER_FORMATS, LOUDNESS_FLOOR_DB, LOUDNESS_STEP_DB
 
-CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")  # what a chapter file may be (workers.assembly encodes them)
 ID_VERSION = 1  # bump when the same inputs should no longer reuse earlier audio
 
 

@@ -66,14 +66,14 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.farm = GatewayState.open(settings, gateway)
+        app.state.gateway_state = GatewayState.open(settings, gateway)
         # load the text frontend's dictionaries now rather than in the first request
         await asyncio.to_thread(_warm_frontend, settings)
         try:
             yield
         finally:
-            farm, app.state.farm = app.state.farm, None
-            await farm.close()
+            state, app.state.gateway_state = app.state.gateway_state, None
+            await state.close()
 
     app = FastAPI(
         title="ttsfarm gateway",
@@ -84,7 +84,7 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     )
     app.state.settings = settings
     app.state.gateway = gateway
-    app.state.farm = None
+    app.state.gateway_state = None
     errors.install(app)
     if gateway.cors:
         app.add_middleware(CORSMiddleware, allow_origins=list(gateway.cors), allow_methods=["*"],
@@ -104,9 +104,9 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def health(request: Request) -> dict[str, Any]:
         """Liveness and readiness: Redis reachable, how many workers serve. Never needs a key."""
-        farm = state_of(request)
+        state = state_of(request)
         try:
-            return {"ok": True, "redis": True, "workers": await farm.fresh_workers()}
+            return {"ok": True, "redis": True, "workers": await state.fresh_workers()}
         except (BrokerError, TTSFarmError):  # out of reach, or refusing the credentials (BACKEND_AUTH_FAILED)
             return {"ok": False, "redis": False, "workers": 0}
 

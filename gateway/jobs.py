@@ -30,7 +30,7 @@ from gateway.schemas import (
     JobStatus,
     error_responses,
 )
-from gateway.state import state_of
+from gateway.state import GatewayState, state_of
 from wire.errors import JOB_NOT_DONE
 
 log = logging.getLogger(__name__)
@@ -58,14 +58,14 @@ def status_body(conn: HTTPConnection, job_id: str, st: dict[str, Any]) -> dict[s
 @router.post("", status_code=201, response_model=JobCreated, responses=error_responses(400, 401, 429, 503))
 async def submit_job(req: JobRequest, request: Request) -> dict[str, Any]:
     """Queue text for synthesis. Follow it with `events` (SSE) or `stream` (WebSocket); fetch `audio` when done."""
-    farm = state_of(request)
-    voice = farm.resolve_voice(req.voice)
+    state = state_of(request)
+    voice = state.resolve_voice(req.voice)
     options = dict(req.options or {})
     if req.speed is not None:
         options["speed"] = req.speed
     fmt = request_format(req.format)
-    await farm.require_workers()
-    job = await farm.client.submit(req.text, voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
+    await state.require_workers()
+    job = await state.client.submit(req.text, voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
                                    options=options, deadline_s=req.deadline_s, bitrate=req.bitrate,
                                    lexicon=req.lexicon, ssml=req.ssml)
     st = await job.status()
@@ -93,16 +93,16 @@ async def cancel_job(job_id: str, request: Request) -> dict[str, Any]:
     **error_responses(401, 404, 409)})
 async def job_audio(job_id: str, request: Request) -> Response:
     """The job's full stored output; 409 JOB_NOT_DONE while it runs (or if it failed)."""
-    farm = state_of(request)
-    st = await (await farm.job(job_id)).status()
-    state = st.get("state")
-    if state != "done" or not st.get("key"):
-        extra = {"state": state}
+    state = state_of(request)
+    st = await (await state.job(job_id)).status()
+    job_state = st.get("state")
+    if job_state != "done" or not st.get("key"):
+        extra = {"state": job_state}
         if st.get("error_code"):
             extra["job_error"] = st["error_code"]
-        raise GatewayError(409, f"job {job_id} is {state} ({st.get('done', 0)}/{st.get('total', 0)} segments); "
+        raise GatewayError(409, f"job {job_id} is {job_state} ({st.get('done', 0)}/{st.get('total', 0)} segments); "
                            "its audio is there once it is done", code=JOB_NOT_DONE, **extra)
-    return await stored_output(farm, st, f"{job_id}.{st['format']}")
+    return await stored_output(state, st, f"{job_id}.{st['format']}")
 
 
 @router.get("/{job_id}/captions", response_class=Response, responses={
@@ -115,8 +115,8 @@ async def job_captions(job_id: str, request: Request,
     from pipeline.captions import caption_format, render
 
     fmt = caption_format(format)
-    farm = state_of(request)
-    st = await (await farm.job(job_id)).status()
+    state = state_of(request)
+    st = await (await state.job(job_id)).status()
     if st.get("state") != "done":
         raise GatewayError(409, f"job {job_id} is {st.get('state')}; its captions are there once it is done",
                            code=JOB_NOT_DONE, state=st.get("state"))
@@ -126,7 +126,7 @@ async def job_captions(job_id: str, request: Request,
                     headers={"Content-Disposition": f'inline; filename="{job_id}.{fmt}"'})
 
 
-async def stored_output(farm: Any, st: dict[str, Any], filename: str) -> Response:
+async def stored_output(state: GatewayState, st: dict[str, Any], filename: str) -> Response:
     fmt, rate = str(st["format"]), int(st["sample_rate"])
     if fmt == "ogg":
         from pipeline.audio import output_rate
@@ -134,7 +134,7 @@ async def stored_output(farm: Any, st: dict[str, Any], filename: str) -> Respons
         rate = output_rate(fmt, rate)
     media = content_type(fmt, rate)
     headers = {"X-Sample-Rate": str(rate), "Content-Disposition": f'inline; filename="{filename}"'}
-    data = await farm.output_file(str(st["key"]))
+    data = await state.output_file(str(st["key"]))
     if isinstance(data, Path):
         return FileResponse(data, media_type=media, headers=headers)
     return Response(content=data, media_type=media, headers=headers)
@@ -148,17 +148,17 @@ async def job_events(job_id: str, request: Request, after_seq: int = Query(-1, g
                      last_event_id: str | None = Header(None, include_in_schema=False)) -> StreamingResponse:
     """Server-sent events: each `chunk` carries seq, seg, sample_rate, last and base64 PCM16 (`pcm`).
     Reconnecting EventSources resume by themselves (Last-Event-ID)."""
-    farm = state_of(request)
-    job = await farm.job(job_id)
+    state = state_of(request)
+    job = await state.job(job_id)
     if last_event_id and last_event_id.strip().lstrip("-").isdigit():
         after_seq = max(after_seq, min(MAX_SEQ, int(last_event_id)))
-    return streams.ClosingStreamingResponse(_sse(farm, job, after_seq, request), media_type="text/event-stream",
+    return streams.ClosingStreamingResponse(_sse(state, job, after_seq, request), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _sse(farm: Any, job: AsyncJob, after_seq: int, conn: HTTPConnection) -> AsyncIterator[bytes]:
+async def _sse(state: GatewayState, job: AsyncJob, after_seq: int, conn: HTTPConnection) -> AsyncIterator[bytes]:
     yield b"retry: 2000\n\n"
-    gw = farm.gateway
+    gw = state.gateway
     async for event in streams.follow(job, after_seq=after_seq, timeout_s=gw.job_timeout_s, keepalive_s=gw.keepalive_s):
         if event is None:
             yield streams.SSE_KEEPALIVE
@@ -178,8 +178,8 @@ async def job_stream(websocket: WebSocket, job_id: str, after_seq: int = -1, bin
     try:
         if not key_ok(websocket):
             raise unauthorized()
-        farm = state_of(websocket)
-        job = await farm.job(job_id)
+        state = state_of(websocket)
+        job = await state.job(job_id)
     except TTSFarmError as exc:
         await websocket.send_text(streams.dumps(streams.error_message(exc)))
         await websocket.close(code=4000 + status_for(exc))
@@ -187,16 +187,16 @@ async def job_stream(websocket: WebSocket, job_id: str, after_seq: int = -1, bin
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_listen, websocket, job, tg.cancel_scope)
-            await send_stream(websocket, farm, job, max(-1, after_seq), binary)
+            await send_stream(websocket, state, job, max(-1, after_seq), binary)
             tg.cancel_scope.cancel()
         await websocket.close(code=1000)
     except* (WebSocketDisconnect, OSError, RuntimeError) as group:
         log.debug("websocket for job %s ended early: %r", job_id, group.exceptions)
 
 
-async def send_stream(ws: WebSocket, farm: Any, job: AsyncJob, after_seq: int, binary: bool) -> None:
+async def send_stream(ws: WebSocket, state: GatewayState, job: AsyncJob, after_seq: int, binary: bool) -> None:
     """The job's stream as WebSocket messages (``job_stream``, and ``gateway.text_socket``'s jobs)."""
-    gw = farm.gateway
+    gw = state.gateway
     async for event in streams.follow(job, after_seq=after_seq, timeout_s=gw.job_timeout_s, keepalive_s=gw.keepalive_s):
         if event is None:
             continue  # the server's WebSocket pings keep the connection alive

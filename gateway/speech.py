@@ -50,8 +50,8 @@ async def create_speech(req: SpeechRequest, request: Request) -> Response:
     """Text to speech, OpenAI-compatible. `model` is tts-1, tts-1-hd or gpt-4o-mini-tts (the same voices);
     `voice` is a catalogue voice or an alias (OpenAI's names read with the default voice). `pcm` is 24 kHz
     mono s16le, as OpenAI's. `instructions` is accepted and ignored (header X-TTSFarm-Note)."""
-    farm = state_of(request)
-    gw = farm.gateway
+    state = state_of(request)
+    gw = state.gateway
     check_model(req.model)
     fmt = request_format(req.response_format)
     sse = (req.stream_format or "audio").strip().lower()
@@ -62,10 +62,10 @@ async def create_speech(req: SpeechRequest, request: Request) -> Response:
     if len(req.input) > gw.max_input_chars:
         raise InputError(f"input is {len(req.input)} characters; at most {gw.max_input_chars} per request "
                          "(use POST /v1/jobs for long texts)", code=TEXT_TOO_LONG)
-    voice = farm.resolve_voice(req.voice.id if isinstance(req.voice, VoiceRef) else req.voice)
+    voice = state.resolve_voice(req.voice.id if isinstance(req.voice, VoiceRef) else req.voice)
     rate = req.sample_rate or (gw.pcm_sample_rate if fmt == "pcm" else None)
-    await farm.require_workers()
-    job = await farm.client.submit(req.input, voice=voice, format=fmt, sample_rate=rate, lane="interactive",
+    await state.require_workers()
+    job = await state.client.submit(req.input, voice=voice, format=fmt, sample_rate=rate, lane="interactive",
                                    options={"speed": req.speed}, bitrate=req.bitrate, lexicon=req.lexicon)
     headers = {"X-Job-Id": job.id, "Cache-Control": "no-cache"}
     if req.instructions:
@@ -77,7 +77,7 @@ async def create_speech(req: SpeechRequest, request: Request) -> Response:
             await job.cancel()
             raise
         st = await job.status()
-        response = await stored_output(farm, st, f"speech.{fmt}")
+        response = await stored_output(state, st, f"speech.{fmt}")
         response.headers.update(headers)
         return response
     chunks = job.stream(timeout=gw.job_timeout_s)

@@ -122,7 +122,7 @@ def state_of(conn: HTTPConnection) -> GatewayState:
     """The app's ``GatewayState``, opened by the lifespan; opened here on first use if no lifespan ran
     (then it lives on the event loop of that first request)."""
     app_state = conn.app.state
-    farm: GatewayState | None = getattr(app_state, "farm", None)
-    if farm is None:
-        farm = app_state.farm = GatewayState.open(app_state.settings, app_state.gateway)
-    return farm
+    state: GatewayState | None = getattr(app_state, "gateway_state", None)
+    if state is None:
+        state = app_state.gateway_state = GatewayState.open(app_state.settings, app_state.gateway)
+    return state

@@ -67,16 +67,16 @@ async def text_job(websocket: WebSocket, binary: bool = False) -> None:
     try:
         if not key_ok(websocket):
             raise unauthorized()
-        farm = state_of(websocket)
+        state = state_of(websocket)
         req = _message(await websocket.receive_text(), OpenRequest)
         if req.type != "open" or req.text or req.ssml:
             raise InputError("the first message is {\"type\": \"open\", ...} with no text and no ssml", code=BAD_INPUT)
         options = dict(req.options or {})
         if req.speed is not None:
             options["speed"] = req.speed
-        voice, fmt = farm.resolve_voice(req.voice), request_format(req.format)
-        await farm.require_workers()
-        job = await farm.client.open(voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
+        voice, fmt = state.resolve_voice(req.voice), request_format(req.format)
+        await state.require_workers()
+        job = await state.client.open(voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
                                      options=options, deadline_s=req.deadline_s, bitrate=req.bitrate,
                                      lexicon=req.lexicon)
         await websocket.send_text(streams.dumps({"type": "opened", "id": job.id, "links": links(websocket, job.id)}))
@@ -88,7 +88,7 @@ async def text_job(websocket: WebSocket, binary: bool = False) -> None:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_take_text, websocket, job, tg.cancel_scope)
-            await send_stream(websocket, farm, job, -1, binary)
+            await send_stream(websocket, state, job, -1, binary)
             tg.cancel_scope.cancel()
         await websocket.close(code=1000)
     except* (WebSocketDisconnect, OSError, RuntimeError) as group:

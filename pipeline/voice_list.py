@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import TTSFarmError
 from pipeline.settings import PipelineSettings, VoiceSpec
-from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, wanted_precision
+from pipeline.voices.prepared import prepared_dir, read_prepared, source_fingerprint, wanted_precision
 
 
 def _prepared(spec: VoiceSpec, settings: PipelineSettings) -> tuple[Any, str]:
@@ -22,8 +22,8 @@ def _prepared(spec: VoiceSpec, settings: PipelineSettings) -> tuple[Any, str]:
 
     try:
         preparer = preparer_for(spec)
-        print_ = fingerprint(preparer.sources(spec), preparer.version)
-        prepared = read_prepared(prepared_dir(settings.runtime.cache_dir, spec.name, print_), verify=False)
+        fingerprint = source_fingerprint(preparer.sources(spec), preparer.version)
+        prepared = read_prepared(prepared_dir(settings.runtime.cache_dir, spec.name, fingerprint), verify=False)
     except TTSFarmError as exc:
         return None, str(exc)
     return prepared, "" if prepared else f"not prepared (run `ttsfarm voices prepare {spec.name}`)"

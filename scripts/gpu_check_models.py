@@ -199,7 +199,7 @@ def cache_files_to_carry(settings: Any) -> list[str]:
     """Model-cache files a bare device cannot rebuild: the prepared folders of voices whose preparation needs
     tools serving does not have (a conversion); voices prepared on first use (the Piper split) build there."""
     from pipeline.prepare.registry import preparer_for
-    from pipeline.voices.prepared import fingerprint, prepared_dir
+    from pipeline.voices.prepared import prepared_dir, source_fingerprint
 
     cache = settings.runtime.cache_dir
     out: list[str] = []
@@ -209,7 +209,7 @@ def cache_files_to_carry(settings: Any) -> list[str]:
         preparer = preparer_for(spec)
         if preparer.on_first_use:
             continue
-        folder = prepared_dir(cache, name, fingerprint(preparer.sources(spec), preparer.version))
+        folder = prepared_dir(cache, name, source_fingerprint(preparer.sources(spec), preparer.version))
         out += sorted(str(p.relative_to(cache)) for p in folder.rglob("*") if p.is_file())
     return out
 

@@ -36,7 +36,7 @@ from books import BookOptions, submit_book
 from cli import main as cli
 from producer.client import Client, Job
 from gateway import create_app
-from gateway.serve import BackgroundServer
+from tests.gateway_server import BackgroundServer
 from wire.errors import JOB_ID_CONFLICT
 from wire.keys import Keys
 from wire.settings import Settings
@@ -401,7 +401,7 @@ def test_gateway_answers_text_that_is_not_unicode_and_a_taken_job_id(settings: S
             raise InputError("job id 'taken-job-0001' is taken by another request", code=JOB_ID_CONFLICT,
                              job_id="taken-job-0001")
 
-        http.app.state.farm.client.submit = taken  # type: ignore[attr-defined]
+        http.app.state.gateway_state.client.submit = taken  # type: ignore[attr-defined]
         resp = _post(http, "/v1/jobs", {"text": "Hello there."})
         assert resp.status_code == 409, resp.text
         assert resp.json()["error"] == {"code": JOB_ID_CONFLICT, "message": "job id 'taken-job-0001' is taken by "

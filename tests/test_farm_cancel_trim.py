@@ -24,7 +24,7 @@ from websockets.sync.client import connect
 
 from producer.aio import AsyncClient
 from gateway import create_app
-from gateway.serve import BackgroundServer
+from tests.gateway_server import BackgroundServer
 from bench.processes import free_port
 from wire.errors import STREAM_TRIMMED, JobError
 from wire.keys import Keys

@@ -159,7 +159,7 @@ def test_the_gateway_websocket_takes_text_frames(farm: Farm) -> None:
     from websockets.sync.client import connect
 
     from gateway import create_app
-    from gateway.serve import BackgroundServer
+    from tests.gateway_server import BackgroundServer
 
     with BackgroundServer(create_app(farm.settings)) as server, \
             connect(f"{server.ws_url}/v1/jobs/text?binary=1", max_size=None) as ws:

@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from gateway import GatewaySettings, create_app
-from gateway.serve import BackgroundServer
+from tests.gateway_server import BackgroundServer
 from wire.errors import OverloadedError
 from wire.keys import Keys
 from wire.settings import load_settings
@@ -376,7 +376,7 @@ def test_overloaded_is_429(farm: Farm) -> None:
         async def shed(*args: Any, **kwargs: Any) -> Any:
             raise OverloadedError("backlog over its limit")
 
-        c.app.state.farm.client.submit = shed  # type: ignore[attr-defined]
+        c.app.state.gateway_state.client.submit = shed  # type: ignore[attr-defined]
         r = c.post("/v1/audio/speech", json={"input": "hello"})
         assert r.status_code == 429 and r.json()["error"]["code"] == "OVERLOADED" and r.headers["retry-after"]
         assert r.json()["error"]["retryable"] is True

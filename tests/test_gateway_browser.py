@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from gateway import create_app
-from gateway.serve import BackgroundServer
+from tests.gateway_server import BackgroundServer
 from tests.conftest import Farm
 
 pytestmark = pytest.mark.slow

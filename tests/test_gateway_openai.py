@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pipeline.encoders import MP3_PRIMING, mp3_frame_samples
-from gateway.serve import BackgroundServer
+from tests.gateway_server import BackgroundServer
 from tests.decode import decode_av
 from tests.test_gateway import farm, http, server  # noqa: F401  (the same farm, gateway and client fixtures)
 

@@ -7,7 +7,7 @@ import os
 import threading
 
 from wire.settings import load_settings
-from workers.layout import lower_thread_priority, resolve_loops
+from workers.layout import Urgency, lower_thread_priority, resolve_loops
 
 
 def _settings(**env: str):  # type: ignore[no-untyped-def]
@@ -97,14 +97,14 @@ def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp
     assert not farm.reserved_loop_free()  # not running yet
     reserved.native_id = shared.native_id = threading.get_native_id()
     assert farm.reserved_loop_free()
-    for shared_runs, bank in ((None, farm.interactive_bank), ("background", farm.interactive_bank), ("urgent", farm.bank)):
+    for shared_runs, bank in ((None, farm.interactive_bank), (Urgency.BACKGROUND, farm.interactive_bank), (Urgency.URGENT, farm.bank)):
         shared.runner.running = shared_runs
         assert reserved.runner.voice_bank() is bank, shared_runs
         assert shared.runner.voice_bank() is farm.bank
     shared.runner.running = None
     reserved.claimer.waiting = 3  # more callers wait: one thread per job does more work per core
     assert reserved.runner.voice_bank() is farm.bank
-    reserved.runner.running = "urgent"
+    reserved.runner.running = Urgency.URGENT
     assert not farm.reserved_loop_free()
     reserved.runner.running = None
     reserved.scheduler.held = [object()]  # type: ignore[list-item]  # between two windows of a segment it holds (deadline mode)
@@ -115,7 +115,7 @@ def test_reserved_loop_uses_its_threads_unless_a_shared_loop_serves_a_caller(tmp
 
 def test_only_a_callers_first_segment_is_urgent() -> None:
     from wire.records import SegmentJob
-    from workers.layout import urgency
+    from workers.layout import urgency_by_lane
     from wire.queue import Entry
 
     def entry(lane: str, seg: int) -> Entry:
@@ -123,8 +123,8 @@ def test_only_a_callers_first_segment_is_urgent() -> None:
                          format="wav", sample_rate=22050, lane=lane, est_s=1.0)
         return Entry("q", "1-0", {}, job)
 
-    assert urgency([entry("interactive", 0)]) == "urgent"
-    assert urgency([entry("interactive", 1), entry("interactive", 0)]) == "urgent"
-    assert urgency([entry("interactive", 1), entry("interactive", 2)]) == "background"
-    assert urgency([entry("bulk", 0)]) == "background"
-    assert urgency([Entry("q", "1-0", {}, None, ValueError("bad"))]) == "background"
+    assert urgency_by_lane([entry("interactive", 0)]) is Urgency.URGENT
+    assert urgency_by_lane([entry("interactive", 1), entry("interactive", 0)]) is Urgency.URGENT
+    assert urgency_by_lane([entry("interactive", 1), entry("interactive", 2)]) is Urgency.BACKGROUND
+    assert urgency_by_lane([entry("bulk", 0)]) is Urgency.BACKGROUND
+    assert urgency_by_lane([Entry("q", "1-0", {}, None, ValueError("bad"))]) is Urgency.BACKGROUND

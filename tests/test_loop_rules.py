@@ -218,7 +218,7 @@ def test_no_small_first_window_while_the_loop_has_other_work(make_loop: Any, sit
     if situation == "others wait":
         loop.claimer.waiting = 3  # entries of its lanes left in the queue when it claimed
     elif situation == "it carries a claimed batch":
-        loop.claimer.carry = [entry(loop, "interactive", CALLER)]
+        loop.claimer.take_back([entry(loop, "interactive", CALLER)])
     else:  # a segment between two windows, held by the scheduler (the runner asks the loop through ``holding``)
         loop.runner.run([entry(loop, "bulk", BOOK)], hold=loop.scheduler.held.append)
         assert len(loop.scheduler.held) == 1
@@ -236,7 +236,7 @@ def test_callers_first_segments_claimed_together_share_a_batch_where_the_setting
     assert short.job and long_.job and later.job
     long_.job = dataclasses.replace(long_.job, est_s=4.0)
     later.job = dataclasses.replace(later.job, seg=1, total=2, est_s=4.0)  # not a first segment: joins by length only
-    loop.claimer.carry = [short, long_, later]
+    loop.claimer.take_back([short, long_, later])
     assert loop.claimer.next_batch() == ([short, long_] if join == "any" else [short])
     assert loop.claimer.carry == ([later] if join == "any" else [long_, later])
 

@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.errors import InputError
 from wire.settings import SchedulingSettings, load_settings
+from workers.layout import Urgency
 from workers.schedule import (
     ACOUSTIC,
     CARRIED,
@@ -20,7 +21,7 @@ from workers.schedule import (
     deadline,
     due,
     publish_slack,
-    urgency,
+    urgency_by_slack,
     window_end_ms,
 )
 
@@ -148,9 +149,9 @@ def test_the_gathering_window_closes_when_a_held_unit_falls_due() -> None:
 
 
 def test_urgency_follows_slack() -> None:
-    assert urgency("interactive", NOW + 0.1, NOW, S) == "urgent"
-    assert urgency("interactive", NOW + 3.0, NOW, S) == "background"  # its listener holds 3 s: it can yield the cores
-    assert urgency("bulk", NOW - 5.0, NOW, S) == "background"
+    assert urgency_by_slack("interactive", NOW + 0.1, NOW, S) is Urgency.URGENT
+    assert urgency_by_slack("interactive", NOW + 3.0, NOW, S) is Urgency.BACKGROUND  # its listener holds 3 s: it can yield the cores
+    assert urgency_by_slack("bulk", NOW - 5.0, NOW, S) is Urgency.BACKGROUND
 
 
 def test_the_scheduling_section_is_loaded_and_checked() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from pipeline.voices import twostage
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import SynthesisOptions, Voice
 from pipeline.voices.stages import AcousticStage, VocoderStage
+from pipeline.voices.windows import StreamingVoice
 
 TEXTS = ["a", "hello there", "the quick brown fox", "tiny voices speak in clicks", "zz", "batch equals solo"]
 
@@ -59,6 +61,10 @@ def test_voice_and_stages_meet_their_protocols(voice: twostage.TwoStageVoice) ->
     assert isinstance(voice, Voice)
     assert isinstance(voice.acoustic, AcousticStage) and isinstance(voice.vocoder, VocoderStage)
     assert voice.hop == HOP and voice.vocoder.context == CONTEXT and voice.precision == "fp32"
+    assert isinstance(voice, StreamingVoice)  # the worker streams its batches window by window
+    one_graph = SimpleNamespace(name="g", sample_rate=22050, languages=("en",), max_batch=1, precision="fp32",
+                                phonemize=voice.phonemize, synthesize_batch=voice.synthesize_batch)
+    assert isinstance(one_graph, Voice) and not isinstance(one_graph, StreamingVoice)  # run whole
 
 
 def test_lengths_are_exact_and_durations_sum_to_frames(voice: twostage.TwoStageVoice) -> None:

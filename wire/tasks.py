@@ -19,6 +19,7 @@ ASSEMBLE_BOOK_FILE = "ttsfarm.assemble_book_file"
 PING = "ttsfarm.ping"
 
 # What the book runner and the assembly tasks agree on.
+CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")  # what a chapter file may be (the runner checks it, the task encodes it)
 REPLY_TTL_S = 3600  # a task's reply list lives this long
 OUTPUT_MARKER = ".ttsfarm-book-output"  # workers write chapters only into a local folder that holds it
 LOUDNESS_FLOOR_DB = -70.0  # measure_chapter's loudness histogram: absolute gate; blocks below it are silence

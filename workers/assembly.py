@@ -43,6 +43,7 @@ from wire.storage import LocalStorage, ObjectNotFoundError, Storage, safe_key, s
 from wire.storage.s3 import S3Storage
 from wire.tasks import (
     ASSEMBLE_CHAPTER,
+    CHAPTER_FORMATS,
     LOUDNESS_FLOOR_DB,
     LOUDNESS_STEP_DB,
     MEASURE_CHAPTER,
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 BOOK_FILES = {"manifest.json": "application/json", "playlist.m3u8": "audio/x-mpegurl; charset=utf-8"}
 BLOCK_S, HOP_S = 0.4, 0.1  # loudness blocks, as in BS.1770
 _SOUNDFILE = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16")}
-CHAPTER_FORMATS = ("flac", "ogg", "mp3", "wav")
 CONTENT_TYPES = {"wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg; codecs=opus", "mp3": "audio/mpeg",
             "m4b": "audio/mp4"}
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from wire.broker import Consumer
 from wire.errors import BrokerError
@@ -44,11 +46,11 @@ class Claimer:
 
     def __init__(self, ctx: LoopContext, consumer: Consumer, lanes: tuple[str, ...] | None) -> None:
         self.ctx = ctx
-        self.queue = consumer
-        self.q = ctx.settings.queue
+        self.consumer = consumer
+        self.queue_settings = ctx.settings.queue
         self.lane_filter = lanes
         self.lanes = LaneState()
-        self.carry: list[Entry] = []
+        self._carry: list[Entry] = []
         self.waiting = 0  # entries of its lanes still waiting when it took its last batch
         self._last_touch = 0.0
 
@@ -56,19 +58,21 @@ class Claimer:
         """Segments held between windows wait for their deadlines: keep them ours, well inside the idle time after
         which any loop (this one too) would reclaim them as a dead worker's, and before reclaiming. One shared loop of the
         process at a time takes over what dead workers left (never what it holds itself) and forgets dead consumers."""
-        every_s = RECLAIM_FRACTION * self.q.claim_idle_ms / 1000  # an entry idle that long is taken at most this late
+        idle_ms = self.queue_settings.claim_idle_ms
+        every_s = RECLAIM_FRACTION * idle_ms / 1000  # an entry idle that long is taken at most this late
         if held and time.monotonic() - self._last_touch > every_s:
             self._last_touch = time.monotonic()
-            self.queue.touch(held)
+            self.consumer.touch(held)
         if self.lane_filter is None and self.ctx.chores.due("reclaim", every_s):
             mine = {(e.stream, e.entry_id) for e in held}
-            self.carry += [e for e in self.queue.reclaim(self.q.claim_idle_ms) if (e.stream, e.entry_id) not in mine]
+            reclaimed = self.consumer.reclaim(idle_ms)
+            self._carry += [e for e in reclaimed if (e.stream, e.entry_id) not in mine]
         if self.lane_filter is None and self.ctx.chores.due("prune", PRUNE_EVERY_S):
-            self.queue.prune(min_idle_ms=10 * self.q.claim_idle_ms)
+            self.consumer.prune(min_idle_ms=10 * idle_ms)
 
     def heads(self, block_ms: int, *, interactive_only: bool = False, handover_wait: bool = True) -> list[Head]:
         """The stream heads this loop may take now (none of a stream another loop of the process gathers on)."""
-        heads = self.queue.heads(block_ms)
+        heads = self.consumer.heads(block_ms)
         taken = self.ctx.gathering.taken()
         if taken:  # another loop is gathering a batch there: its arrivals join that batch
             heads = [h for h in heads if h.stream not in taken]
@@ -92,7 +96,7 @@ class Claimer:
         """A batch by the lane rules (``batcher.choose_head``): waits up to ``IDLE_BLOCK_MS`` for work unless
         ``interactive_only``."""
         heads = self.heads(0 if interactive_only else IDLE_BLOCK_MS, interactive_only=interactive_only, handover_wait=not interactive_only)
-        head = choose_head(heads, now_ms(), self.lanes, self.q)
+        head = choose_head(heads, now_ms(), self.lanes, self.queue_settings)
         return self.claim(head) if head is not None else []
 
     def limit(self, voice: str) -> int:
@@ -106,14 +110,14 @@ class Claimer:
         only while a stage call of the process is on the device (``queue.continuous_batching``). One loop of the
         process gathers on a stream at a time (``LoopContext.gathering``): the others leave its heads to it."""
         limit = self.limit(head.voice)
-        window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.q.window_ms, held_dues or [])
-        undelivered = self.queue.undelivered
-        claimed = self.queue.claim(head.stream, limit)
+        window_end = schedule.window_end_ms(min(head.arrived_ms, now_ms()), self.queue_settings.window_ms, held_dues or [])
+        undelivered = self.consumer.undelivered
+        claimed = self.consumer.claim(head.stream, limit)
         if not claimed:
             return []
         self.lanes.record(head.lane)
         key = batch_key(claimed[0]) if claimed[0].job else None
-        continuous = self.q.continuous_batching
+        continuous = self.queue_settings.continuous_batching
         gathering = limit > 1 and self.ctx.gathering.enter(head.stream)
         try:
             while gathering and not self.ctx.stopping.is_set():
@@ -123,7 +127,7 @@ class Claimer:
                     break  # full, the window closed, or (continuous batching) the device is free for it now
                 # Not a blocking read: Redis times a BLOCK out only on its cron tick (every 1/hz s, 100 ms by
                 # default), which would stretch the window by up to that. Poll, and keep the time here.
-                more = self.queue.claim(head.stream, limit - same)
+                more = self.consumer.claim(head.stream, limit - same)
                 if not more:
                     self.ctx.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
                 claimed += more
@@ -133,24 +137,59 @@ class Claimer:
         self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
         return claimed
 
+    # -- what it carries: claimed, not yet run ----------------------------------------------------------------------
+    @property
+    def carry(self) -> list[Entry]:
+        """What this loop holds claimed but has not run yet, in the order it runs them (a copy: it changes only
+        through the methods below)."""
+        return list(self._carry)
+
+    def refill(self) -> None:
+        """Once it carries nothing, carry a new batch claimed by the lane rules (``gather``)."""
+        if not self._carry:
+            self._carry = self.gather()
+
+    def keep_runnable(self, runnable: Callable[[list[Entry]], list[Entry]]) -> None:
+        """Carry on only what ``runnable`` keeps of the carry (``Outcomes.drop_malformed`` ends the rest)."""
+        self._carry = runnable(self._carry)
+
+    def take_back(self, entries: list[Entry]) -> None:
+        """``entries`` run next, before the rest it carries (an item to run again after a failed attempt)."""
+        self._carry[:0] = entries
+
+    @contextmanager
+    def set_aside_for(self, claimed: list[Entry]) -> Iterator[None]:
+        """Inside, it carries only ``claimed`` (work that goes before what it carried: a stream head claimed now, a
+        caller's segment between two windows of a book's); after, what is left of them follows what it carried."""
+        carried, self._carry = self._carry, list(claimed)
+        try:
+            yield
+        finally:
+            self._carry = carried + self._carry
+
+    def forget(self) -> None:
+        """Carry nothing (after an unexpected error: the entries stay pending on their queues and are reclaimed)."""
+        self._carry = []
+
     def next_batch(self) -> list[Entry]:
         """One batch of what this loop carries, by the batching rules (callers' first segments first, whatever their
         lengths, where ``queue.first_segments_join`` says so); the rest stays carried."""
-        if not self.carry:
+        if not self._carry:
             return []
         lead = self.ctx.first_segments_any_length()
-        cands = [Candidate(e, e.arrived_ms, e.job.est_s, batch_key(e), lead and awaited(e.job)) for e in self.carry if e.job]
-        batch, rest = select_batch(cands, now_ms(), self.limit(self.carry[0].job.voice if self.carry[0].job else ""), self.q)
-        self.carry = [c.item for c in rest]
+        cands = [Candidate(e, e.arrived_ms, e.job.est_s, batch_key(e), lead and awaited(e.job)) for e in self._carry if e.job]
+        first = self._carry[0].job
+        batch, rest = select_batch(cands, now_ms(), self.limit(first.voice if first else ""), self.queue_settings)
+        self._carry = [c.item for c in rest]
         return [c.item for c in batch]
 
     def give_back(self) -> None:
         """On shutdown, entries claimed but not started go back on their queues at once (no idle wait)."""
-        if not self.carry:
+        if not self._carry:
             return
         try:
-            self.queue.requeue(self.carry)
-            log.info("%s: %d claimed entries returned to their queues", self.queue.name, len(self.carry))
+            self.consumer.requeue(self._carry)
+            log.info("%s: %d claimed entries returned to their queues", self.consumer.name, len(self._carry))
         except BrokerError as exc:
             log.warning("could not return claimed entries (they will be reclaimed): %s", exc)
-        self.carry = []
+        self._carry = []

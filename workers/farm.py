@@ -25,7 +25,7 @@ from workers.allocator import HeapTrim, limit_arenas
 from workers.batcher import first_segments_any_length
 from workers.events import JobEvents
 from workers.finisher import Finisher
-from workers.layout import resolve_loops
+from workers.layout import Urgency, resolve_loops
 from workers.context import Chores, LoopContext, LoopHooks
 from workers.loop import InferenceLoop
 from workers.metrics import WorkerMetrics
@@ -112,7 +112,7 @@ class FarmWorker:
 
     def shared_loop_serving_interactive(self) -> bool:
         """Whether a loop that is not reserved is inside an urgent batch (a caller's first segment)."""
-        return any(not loop.reserved and loop.running == "urgent" for loop in self.loops)
+        return any(not loop.reserved and loop.running is Urgency.URGENT for loop in self.loops)
 
     def device_busy(self) -> bool:
         """Whether a stage call of this process is on the device now (``pipeline.voices.device_use``): while one is,
@@ -180,7 +180,7 @@ class FarmWorker:
             log.warning("stopping with %d finished jobs not yet stored: their last segments are reclaimed and end them",
                         self.finisher.pending)
         for loop in self.loops:
-            loop.queue.leave()
+            loop.leave()
 
     def _admit_until_stopped(self) -> None:
         """Admit staged segments that fell due between publishes (``wire.admission``), every

@@ -4,7 +4,7 @@ When a job's last segment is published, what is left is host work that needs no 
 the parts, encode it (MP3, Opus, ...), store it (S3 or a folder), write its status and final record, tell
 Flower. Inline, a loop did all of it before its next batch, so the next segment (and on a GPU the device) waited
 for an encoder and an S3 round trip. The finisher runs these ends on a few threads of the worker process
-(``queue.finisher_threads``; 0: inline, as before) while the loops go on.
+(``queue.finisher_threads``; 0: inline, on the loop that published the last segment) while the loops go on.
 
 Nothing is lost by it: the entry of the segment that ended the job is acked only after its job is stored and
 finished. A worker that dies with a finish pending leaves that entry unacked; it is reclaimed, and its redo finds
@@ -14,7 +14,7 @@ counted and its entry left unacked for the same reclaim. A worker's warm shutdow
 With ``queue.finisher_processes``, the heavy part of an end (assembly, encoding, storage, status and final record:
 ``Publisher.store_and_finish``) runs in that many processes of its own (``StoreProcesses``), each with its own Redis
 connection and storage client, so it takes none of the loops' interpreter (their GIL): the finisher thread waits
-for it, then acks and tells Flower as before. A finisher process that dies fails no job: the pool is started again
+for it, then acks and tells Flower itself. A finisher process that dies fails no job: the pool is started again
 and the end runs on the thread this time.
 """
 

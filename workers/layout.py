@@ -1,6 +1,6 @@
 """How a worker process lays out its work on the cores: how many inference loops, with how many
-onnxruntime threads each (``resolve_loops``), and at what OS priority a batch runs (``urgency``,
-``lower_thread_priority``). Measured in docs/lab/cpu-layout-and-throughput.md and
+onnxruntime threads each (``resolve_loops``), and at what OS priority a batch runs (``Urgency``,
+``urgency_by_lane``, ``lower_thread_priority``). Measured in docs/lab/cpu-layout-and-throughput.md and
 docs/lab/scheduling-and-first-audio.md ("The reserved loop and background work at low priority")."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import threading
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,7 @@ def usable_cores() -> int:
     return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
-CUDA_LOOPS = 6  # loops per CUDA worker by default (measured on an H200: 2.6x the throughput of one loop)
+CUDA_LOOPS = 6  # loops per CUDA worker by default: one loop leaves the device idle during its host work (docs/GPU.md)
 
 
 def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | None = None) -> Settings:
@@ -72,9 +73,9 @@ def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | 
     ``queue.inference_threads = 0`` (auto): on CPU one loop per ``runtime.intra_op_threads`` cores (1 when
     that is 0 too), so every core runs one single-threaded inference: on 2 cores this was faster than one
     two-threaded session and than two processes (docs/lab/cpu-layout-and-throughput.md). On CUDA ``CUDA_LOOPS`` loops
-    (at most one per core), the reserved ones among them, all on the same sessions: one loop left the GPU idle
-    while it did a segment's host work (H200: 44 speech s/s with 1 + 1 loops, 115 with 6;
-    docs/lab/gpu-h200.md). On CPU the loops reserved for the interactive lane (``queue.interactive_loops``) come on top.
+    (at most one per core), the reserved ones among them, all on the same sessions: one loop leaves the GPU idle
+    while it does a segment's host work (the GPU check's farm runs measure it: docs/GPU.md). On CPU the loops
+    reserved for the interactive lane (``queue.interactive_loops``) come on top.
     ``queue.interactive_loop_threads = 0``: on CPU the reserved loops run a session of their own with one
     thread per usable core (a caller's first chunk comes sooner when the cores are free); on CUDA they
     share the other loops' session.
@@ -96,11 +97,20 @@ def resolve_loops(settings: Settings, *, cores: int | None = None, cuda: bool | 
                             queue={"inference_threads": loops, "interactive_loop_threads": interactive})
 
 
-def urgency(entries: list[Entry]) -> str:
-    """"urgent" for a batch holding the first segment of an interactive job (a caller waits for its first
-    chunk), else "background": bulk work, and an interactive job's later segments, whose audio is needed
+class Urgency(Enum):
+    """How a batch runs: ``URGENT`` on its loop's thread at the process's priority; ``BACKGROUND`` on the loop's
+    helper thread at ``queue.bulk_nice`` (``BatchRunner.compute``), so an urgent batch of another loop gets the
+    cores first."""
+
+    URGENT = "urgent"
+    BACKGROUND = "background"
+
+
+def urgency_by_lane(entries: list[Entry]) -> Urgency:
+    """URGENT for a batch holding the first segment of an interactive job (a caller waits for its first
+    chunk), else BACKGROUND: bulk work, and an interactive job's later segments, whose audio is needed
     only once the segments before them have played (each takes a few per cent of its playing time)."""
-    return "urgent" if any(awaited(e.job) for e in entries) else "background"
+    return Urgency.URGENT if any(awaited(e.job) for e in entries) else Urgency.BACKGROUND
 
 
 def awaited(job: SegmentJob | None) -> bool:

@@ -24,6 +24,7 @@ from wire.errors import BrokerError
 from wire.keys import LANES
 from workers.claimer import Claimer
 from workers.context import LoopContext
+from workers.layout import Urgency
 from workers.outcomes import Outcomes
 from workers.runner import BatchRunner
 from workers.scheduler import scheduler_for
@@ -65,16 +66,21 @@ class InferenceLoop:
                 backoff = min(5.0, backoff * 2)
             except Exception:
                 log.exception("unexpected error in %s; entries stay pending and will be retried", self.queue.name)
-                self.claimer.carry, self.scheduler.held = [], []
+                self.claimer.forget()
+                self.scheduler.let_go()
                 self.ctx.stopping.wait(0.5)
         self.scheduler.drain()
         self.runner.close()
         self.claimer.give_back()
 
+    def leave(self) -> None:
+        """Once the loop has stopped: its consumer leaves the queue's groups unless something is still pending for it."""
+        self.queue.leave()
+
     # -- what the worker process reads of its loops ---------------------------------------------------------------
     @property
-    def running(self) -> str | None:
-        """"urgent" or "background" while a batch runs (``workers.layout.urgency``), else None."""
+    def running(self) -> Urgency | None:
+        """How urgent the batch it runs now is (``workers.layout.Urgency``); None between batches."""
         return self.runner.running
 
     @property

@@ -25,7 +25,7 @@ from wire.queue import Entry
 from wire.records import CANCELLED_INFO, SegmentJob, dead_letter_fields
 from workers import schedule
 from workers.context import LoopContext
-from workers.publisher import SegmentOutcome
+from workers.publisher import PieceOut, PieceResult, SegmentOutcome
 from workers.schedule import Clock, Work
 
 log = logging.getLogger(__name__)
@@ -178,6 +178,11 @@ class Outcomes:
             return
         self.unit_published(job, "segment", outcome.started, outcome.delivered_before_s)
         self.published(e, outcome, len(pcm) / 2 / job.sample_rate, whole=True)
+
+    def publish_pieces(self, outs: list[PieceOut], batch_id: str) -> list[PieceResult]:
+        """A window step's pieces, one per segment, in one round trip (``Publisher.publish_pieces``), made by this
+        loop; what each result says is the caller's to end (``ended``, ``published``)."""
+        return self.publisher.publish_pieces(outs, batch_id=batch_id, worker=self.name)
 
     def unit_published(self, job: SegmentJob, unit: str, started: float, delivered_before_s: float) -> None:
         """Slack of a unit of audio just published, from its job's clock as the publisher found it (metrics)."""

@@ -25,14 +25,13 @@ from pipeline.errors import InputError
 from pipeline.timing import synthesize_timed
 from pipeline.voices.bank import VoiceBank
 from pipeline.voices.base import Phonemized, SynthesisOptions
-from pipeline.voices.twostage import TwoStageVoice
-from pipeline.voices.windows import WindowPlan
+from pipeline.voices.windows import StreamingVoice, WindowPlan
 from wire.errors import BrokerError, TransientError
 from wire.queue import Entry
 from workers.batcher import padding_waste
 from workers.claimer import Claimer
 from workers.context import LoopContext
-from workers.layout import awaited, lower_thread_priority, urgency
+from workers.layout import Urgency, awaited, lower_thread_priority, urgency_by_lane
 from workers.outcomes import Outcomes
 from workers.streaming import StreamingBatch
 from workers.timings import segment_words
@@ -56,7 +55,7 @@ class BatchRunner:
         self.claimer = claimer
         self.holding = holding
         self.reserved = reserved
-        self.running: str | None = None  # "urgent" or "background" while a batch runs (see urgency), else None
+        self.running: Urgency | None = None  # how urgent the batch it runs now is; None between batches
         self.batches = 0
         self.batch_ids = itertools.count()
         self.on_batch: Callable[[dict[str, Any]], None] | None = None
@@ -81,7 +80,7 @@ class BatchRunner:
         thread, so a book's segments yield the cores at once to a caller's first segment (another loop's),
         while they take all the idle time. This thread waits for it; its own Redis work stays at nice 0."""
         nice = self.ctx.settings.queue.bulk_nice
-        if self.running != "background" or nice <= 0 or self.reserved:
+        if self.running is not Urgency.BACKGROUND or nice <= 0 or self.reserved:
             return fn()
         if self._helper is None:
             def start() -> None:
@@ -91,13 +90,13 @@ class BatchRunner:
             self._helper = ThreadPoolExecutor(1, thread_name_prefix=f"ttsfarm-bulk-{self.index}", initializer=start)
         return self._helper.submit(fn).result()
 
-    def run(self, entries: list[Entry], running: str | None = None, *, hold: Hold | None = None,
+    def run(self, entries: list[Entry], running: Urgency | None = None, *, hold: Hold | None = None,
             between_windows: Callable[[], None] | None = None) -> None:
-        """Run a batch at ``running`` urgency (the lane rule's if None). With ``hold``, a streamed batch stops after
+        """Run a batch at ``running`` urgency (``urgency_by_lane`` if None). With ``hold``, a streamed batch stops after
         its acoustic pass and is handed to it, each window step left to the caller (``window``); else it runs to its
         last window, ``between_windows`` called between two."""
         outer = self.running
-        self.running = running or urgency(entries)
+        self.running = running or urgency_by_lane(entries)
         try:
             self._isolated(entries, hold, between_windows)
         finally:
@@ -120,7 +119,7 @@ class BatchRunner:
 
     def retry(self, e: Entry, exc: Exception) -> None:
         if self.outcomes.retry(e, exc):
-            self.claimer.carry.insert(0, e)
+            self.claimer.take_back([e])
 
     def _batch(self, entries: list[Entry], hold: Hold | None, between_windows: Callable[[], None] | None) -> None:
         live = self.outcomes.live(entries)
@@ -147,21 +146,21 @@ class BatchRunner:
                  "queue_wait_s": [(started * 1000 - e.arrived_ms) / 1000 for e, _ in ready],
                  "lanes": [e.job.lane for e, _ in ready],  # type: ignore[union-attr]
                  "buckets": [e.stream.rsplit(":", 1)[-1] for e, _ in ready], "started": started}
-        if isinstance(voice, TwoStageVoice) and self.ctx.settings.streaming.windowed:
+        if isinstance(voice, StreamingVoice) and self.ctx.settings.streaming.windowed:
             s = self.ctx.settings.streaming
             plan = WindowPlan.from_ms(s.first_window_ms, s.window_ms, sample_rate=voice.sample_rate, hop=voice.hop)
             # A job's first segment gets the small first window only when nothing else waits for this loop and it
             # holds no other segment between windows (or the setting says always): under a backlog its extra model
             # time would delay the jobs queued behind.
             small_first = s.first_window_when_queued or not (self.claimer.waiting or self.claimer.carry or self.holding())
-            batch = StreamingBatch(self.outcomes, voice, ready, opts, batch_id, plan, small_first=small_first)
+            batch = StreamingBatch(self.outcomes, self.ctx.metrics, voice, ready, opts, batch_id, plan, small_first=small_first)
             batch.base_stats = stats
             self.compute(batch.acoustic)
             if hold is not None and batch.live:
                 # A caller waiting for a first chunk gets it now: the acoustic pass is paid for and the first window
                 # is small, so no other unit runs between them (measured: other jobs' due windows between the two
                 # doubled deadline scheduling's claim-to-first-chunk against FIFO's; docs/lab/scheduling-and-first-audio.md)
-                if any(awaited(x.entry.job) for x in batch.live) and not self.window(batch, self.running or "urgent"):
+                if any(awaited(x.entry.job) for x in batch.live) and not self.window(batch, self.running or Urgency.URGENT):
                     return
                 hold(batch)  # reported when its last window is out (``window``)
                 return
@@ -182,7 +181,7 @@ class BatchRunner:
         if self.on_batch:
             self.on_batch({**stats, **done})
 
-    def window(self, batch: StreamingBatch, running: str) -> bool:
+    def window(self, batch: StreamingBatch, running: Urgency) -> bool:
         """One window step of a held batch at ``running`` urgency; False
         once its last window is out (then it is reported). If the step fails: on a backend error its entries stay
         pending (reclaimed and continued from their claimed frames) and the error is raised; on another error each

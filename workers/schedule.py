@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 
 from wire.records import text_of
 from wire.settings import SchedulingSettings
+from workers.layout import Urgency
 
 T = TypeVar("T")
 
@@ -128,10 +129,10 @@ def window_end_ms(opened_ms: int, window_ms: int, held_dues: Sequence[float]) ->
     return end
 
 
-def urgency(lane: str, due_s: float, now: float, s: SchedulingSettings) -> str:
-    """"background" (run at ``queue.bulk_nice``) for bulk work and for a unit whose listener holds more than
-    ``risk_slack_ms``; else "urgent"."""
-    return "background" if lane == "bulk" or due_s - now > s.risk_slack_ms / 1000 else "urgent"
+def urgency_by_slack(lane: str, due_s: float, now: float, s: SchedulingSettings) -> Urgency:
+    """BACKGROUND (run at ``queue.bulk_nice``) for bulk work and for a unit whose listener holds more than
+    ``risk_slack_ms``; else URGENT."""
+    return Urgency.BACKGROUND if lane == "bulk" or due_s - now > s.risk_slack_ms / 1000 else Urgency.URGENT
 
 
 def _float(v: object) -> float | None:

@@ -8,7 +8,7 @@ playback clock (``workers/schedule.py``): the acoustic pass of a new batch (a st
 batching rules, or what the loop carries) or one window step of a batch it holds between windows (``held``).
 
 Both take their work from the loop's ``Claimer``, run it with its ``BatchRunner`` and end it through its
-``Outcomes``; adding a strategy means one class with ``held``, ``step`` and ``drain`` and a name in
+``Outcomes``; adding a strategy means one class with ``held``, ``step``, ``drain`` and ``let_go`` and a name in
 ``scheduler_for``.
 """
 
@@ -23,6 +23,7 @@ from wire.queue import Entry, Head
 from workers import schedule
 from workers.claimer import IDLE_BLOCK_MS, Claimer
 from workers.context import LoopContext
+from workers.layout import Urgency
 from workers.outcomes import Outcomes, work_of
 from workers.runner import BatchRunner
 from workers.schedule import ACOUSTIC, CARRIED, WINDOW, Clock, Unit, Work
@@ -42,6 +43,10 @@ class Scheduler(Protocol):
         """On shutdown: finish what is held (warm shutdown: what was started ends and is acked)."""
         ...
 
+    def let_go(self) -> None:
+        """Hold nothing (after an unexpected error: the held segments' entries stay pending and are reclaimed)."""
+        ...
+
 
 class FifoScheduler:
     def __init__(self, ctx: LoopContext, claimer: Claimer, runner: BatchRunner, outcomes: Outcomes) -> None:
@@ -49,12 +54,11 @@ class FifoScheduler:
         self.held: list[StreamingBatch] = []
 
     def step(self) -> None:
-        if not self.claimer.carry:
-            self.claimer.carry = self.claimer.gather()
+        self.claimer.refill()
         self.run_carried()
 
     def run_carried(self) -> None:
-        self.claimer.carry = self.outcomes.drop_malformed(self.claimer.carry)
+        self.claimer.keep_runnable(self.outcomes.drop_malformed)
         batch = self.claimer.next_batch()
         if batch:
             self.runner.run(batch, between_windows=self.serve_waiting_interactive)
@@ -62,20 +66,20 @@ class FifoScheduler:
     def serve_waiting_interactive(self) -> None:
         """Between two windows of a background batch: run the interactive work waiting now (a caller's segment
         does not wait for a book's segment to end), unless a free reserved loop is taking it."""
-        if self.runner.running != "background" or self.claimer.lane_filter is not None:
+        if self.runner.running is not Urgency.BACKGROUND or self.claimer.lane_filter is not None:
             return
         claimed = self.claimer.gather(interactive_only=True)
         if not claimed:
             return
-        held, self.claimer.carry = self.claimer.carry, claimed
-        try:
+        with self.claimer.set_aside_for(claimed):
             while self.claimer.carry and not self.ctx.stopping.is_set():
                 self.run_carried()
-        finally:
-            self.claimer.carry = held + self.claimer.carry
 
     def drain(self) -> None:
         pass
+
+    def let_go(self) -> None:
+        self.held = []
 
 
 class DeadlineScheduler:
@@ -88,18 +92,19 @@ class DeadlineScheduler:
         """Run one unit, the one due first: a window step of a held batch, or the acoustic pass of a new batch
         (from what this loop carries, or a stream head, claimed now by the batching rules)."""
         c = self.claimer
-        c.carry = self.outcomes.drop_malformed(c.carry)
+        c.keep_runnable(self.outcomes.drop_malformed)
+        carried = c.carry
         s = self.sched
         heads: list[Head] = []
         if len(self.held) < s.max_open:  # what a loop claims it must be able to serve in time
-            busy = bool(self.held or c.carry)
+            busy = bool(self.held or carried)
             heads = c.heads(0 if busy else IDLE_BLOCK_MS, handover_wait=not busy)
         # the clocks of interactive jobs (bulk ones are due by their arrival): a held segment's job by what its last
         # publish found (its job's state too: a window of a job that ended meanwhile writes nothing and ends it there),
         # the others read
         own = _own_clocks(self.held)
         live = [x.entry for b in self.held for x in b.live]
-        clocks = {**self._clocks([e.job.job_id for e in (*live, *c.carry) if e.job and e.job.lane == "interactive"]
+        clocks = {**self._clocks([e.job.job_id for e in (*live, *carried) if e.job and e.job.lane == "interactive"]
                                  + [h.job_id for h in heads if h.lane == "interactive"], known=own), **own}
 
         def playing(job_id: str) -> bool:
@@ -111,7 +116,7 @@ class DeadlineScheduler:
             units.append(Unit(WINDOW, min(self._due(e, clocks) for e in entries),
                               min((e.arrived_ms, e.job.seg) for e in entries if e.job), b,
                               any(playing(e.job.job_id) for e in entries if e.job)))
-        for e in c.carry:
+        for e in carried:
             assert e.job is not None
             units.append(Unit(CARRIED, self._due(e, clocks), (e.arrived_ms, e.job.seg), e, playing(e.job.job_id)))
         for h in heads:
@@ -122,27 +127,24 @@ class DeadlineScheduler:
         unit = schedule.choose(units, now)
         if unit is None:
             return
-        running = schedule.urgency(_lane_of(unit), unit.due, now, s)
+        running = schedule.urgency_by_slack(_lane_of(unit), unit.due, now, s)
         if unit.kind == WINDOW:
             self._window(unit.ref, running)
         elif unit.kind == CARRIED:
             self._run_carried(running)
         else:
             claimed = c.claim(unit.ref, [u.due for u in units if u.kind == WINDOW])
-            carried, c.carry = c.carry, claimed
-            try:
+            with c.set_aside_for(claimed):
                 while c.carry and not self.ctx.stopping.is_set():
                     self._run_carried(running)
-            finally:
-                c.carry = carried + c.carry
 
-    def _run_carried(self, running: str) -> None:
-        self.claimer.carry = self.outcomes.drop_malformed(self.claimer.carry)
+    def _run_carried(self, running: Urgency) -> None:
+        self.claimer.keep_runnable(self.outcomes.drop_malformed)
         batch = self.claimer.next_batch()
         if batch:
             self.runner.run(batch, running, hold=self.held.append)
 
-    def _window(self, batch: StreamingBatch, running: str) -> None:
+    def _window(self, batch: StreamingBatch, running: Urgency) -> None:
         """One window step of a held batch; the batch is let go after its last window, or when the step fails."""
         try:
             more = self.runner.window(batch, running)
@@ -164,10 +166,13 @@ class DeadlineScheduler:
     def drain(self) -> None:
         while self.held:
             try:
-                self._window(self.held[0], "urgent")
+                self._window(self.held[0], Urgency.URGENT)
             except (BrokerError, TransientError) as exc:
                 log.warning("could not finish held segments (they will be reclaimed): %s", exc)
-                self.held = []
+                self.let_go()
+
+    def let_go(self) -> None:
+        self.held = []
 
 
 def scheduler_for(ctx: LoopContext, claimer: Claimer, runner: BatchRunner, outcomes: Outcomes) -> Scheduler:

@@ -16,7 +16,7 @@ Guarantees kept from whole-segment publishing:
   redo (the worker died mid-segment, its entry was reclaimed) finds the first attempt's claim there instead: its window
   is not written, and it gets that tag and plan back, has the same frames, vocodes them again from the start, skips the
   windows already published, and publishes the rest under the same tag: a reader sees one attempt's chunks, seamless.
-  The same frames: a replayable voice (``TwoStageVoice.replayable``: joe prepared with seeded noise, baker, the null
+  The same frames: a replayable voice (``StreamingVoice.replayable``: joe prepared with seeded noise, baker, the null
   voice) makes them again from the segment's seed (``noise_seed``), so they never pass through Redis; any other voice
   (a two-stage graph that draws its own noise, e.g. a Piper voice prepared before seeded noise) stores them with its
   claim (1.5 x the audio's PCM16 for a Piper voice), and a redo reads them back.
@@ -38,12 +38,12 @@ import numpy as np
 
 from pipeline.voices.base import Phonemized, SynthesisOptions
 from pipeline.voices.stages import AcousticOutput
-from pipeline.voices.twostage import TwoStageVoice
-from pipeline.voices.windows import WindowedItem, WindowPlan
+from pipeline.voices.windows import StreamingVoice, WindowedItem, WindowPlan
 from wire.pieces import ClaimReply, FrameClaim
 from wire.queue import Entry
 from wire.records import SegmentJob
 from workers.layout import awaited
+from workers.metrics import WorkerMetrics
 from workers.outcomes import Outcomes
 from workers.publisher import PieceOut, SegmentProgress
 from workers.timings import segment_words
@@ -124,9 +124,14 @@ class Streamed:
 
 
 class StreamingBatch:
-    def __init__(self, outcomes: Outcomes, voice: TwoStageVoice, ready: Sequence[tuple[Entry, Phonemized]],
-                 opts: SynthesisOptions, batch_id: str, plan: WindowPlan, *, small_first: bool = True) -> None:
+    """``outcomes``: the loop's, where each window goes out and each segment ends; ``metrics``: where the windows
+    made and the redos that made other frames are counted."""
+
+    def __init__(self, outcomes: Outcomes, metrics: WorkerMetrics, voice: StreamingVoice,
+                 ready: Sequence[tuple[Entry, Phonemized]], opts: SynthesisOptions, batch_id: str, plan: WindowPlan, *,
+                 small_first: bool = True) -> None:
         self.outcomes = outcomes
+        self.metrics = metrics
         self.voice = voice
         self.ready = list(ready)
         self.opts = opts
@@ -161,7 +166,7 @@ class StreamingBatch:
         assert job is not None
         words = segment_words(job, ph, out.durations, hop=self.voice.hop, voice_rate=self.voice.sample_rate,
                               model_samples=int(out.frames.shape[0]) * self.voice.hop)
-        return Streamed(e, ph, out, plan, WindowedItem.of(e, out.frames, self.voice.vocoder, plan),
+        return Streamed(e, ph, out, plan, self.voice.windowed(e, out.frames, plan),
                         SegmentProgress(job, tag, words=words, frames_stored=frames_stored),
                         PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), claim=claim, skip=skip)
 
@@ -192,7 +197,7 @@ class StreamingBatch:
         if frames != int(out.frames.shape[0]):  # another precision or provider rounded a duration the other way
             log.warning("segment %s/%d: made %d frames again where attempt %s had %d; its later windows may not join "
                         "seamlessly", job.job_id, job.seg, int(out.frames.shape[0]), claim.attempt, frames)
-            self.outcomes.metrics.replay_mismatch(self.voice.name)
+            self.metrics.replay_mismatch(self.voice.name)
         return out, plan
 
     # -- unit 2: the next window of every live job --------------------------------------------------
@@ -211,7 +216,7 @@ class StreamingBatch:
         made = self.voice.vocode_windows([s.item for s in self.live], urgent=urgent)
         self.infer_s += time.perf_counter() - start
         self.windows += len(made)
-        self.outcomes.metrics.windows(self.voice.name, len(made))
+        self.metrics.windows(self.voice.name, len(made))
         by_item = {id(s.item): s for s in self.live}
         outs = []
         for item, window, audio in made:
@@ -220,7 +225,7 @@ class StreamingBatch:
             s.samples += len(pcm) // 2
             publish = window.index >= s.skip
             outs.append(PieceOut(s.progress, pcm, window.last, publish=publish, claim=s.claim if publish else None))
-        results = self.outcomes.publisher.publish_pieces(outs, batch_id=self.batch_id, worker=self.outcomes.name)
+        results = self.outcomes.publish_pieces(outs, self.batch_id)
         followed: dict[int, Streamed | None] = {}
         for (item, window, _), res in zip(made, results):  # every window of the step is out: now what follows
             s = by_item[id(item)]
@@ -237,7 +242,7 @@ class StreamingBatch:
             if window.index >= s.skip:
                 self.outcomes.unit_published(job, "window", s.progress.started, s.progress.delivered_before_s)
             if window.index == 0 and window.index >= s.skip:
-                self.outcomes.metrics.first_chunk(job)
+                self.metrics.first_chunk(job)
             if res.outcome is not None:
                 audio_s = s.samples / job.sample_rate
                 self.audio_s += len(item.whole()) / self.voice.sample_rate

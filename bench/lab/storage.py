@@ -8,8 +8,8 @@ Why (docs/lab/storage.md): the host-path proxy (``ttsfarm bench host``) stores i
 deployment stores into S3, on the same process as the loops (the finisher thread) unless
 ``queue.finisher_processes`` moves it out. The S3 server is ``bench.local.MotoServer``.
 
-Rows: the local folder (fsync and rename per object); S3 through boto3's transfer manager for every object (the
-code before 2026-12-06); ``S3Storage.put`` as it is (one PUT below the multipart threshold).
+Rows: the local folder (fsync and rename per object); S3 through boto3's transfer manager for every object (what
+``S3Storage.put`` is compared against); ``S3Storage.put`` itself (one PUT below the multipart threshold).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         s3 = S3Storage(StorageSettings(backend="s3", s3_bucket=moto.bucket, s3_endpoint_url=moto.url, s3_region="us-east-1"))
 
-        def transfer_manager(key: str, data: bytes, content_type: str) -> None:  # every object, as before
+        def transfer_manager(key: str, data: bytes, content_type: str) -> None:  # every object, whatever its size
             s3.client.upload_fileobj(io.BytesIO(data), s3.bucket, s3.object_key(key), ExtraArgs={"ContentType": content_type},
                                      Config=s3.transfer_config)
 

@@ -1,8 +1,8 @@
 """The FP16 vocoder a two-stage voice serves on CUDA, built and judged at preparation time.
 
-Measured on an H200 (docs/lab/gpu-h200.md): in FP16 (FP32 inputs and outputs, ``pipeline/prepare/precision.py``)
-the vocoders are faster at batch 8 (joe 4.04 -> 3.15 ms, baker 4.19 -> 3.48 ms per call) with a log-mel distance
-of 0.02-0.04 dB from FP32, while the acoustic stages are not faster and move their frames (so they stay FP32).
+Why (the GPU check's sweep measures it: docs/GPU.md): in FP16 (FP32 inputs and outputs,
+``pipeline/prepare/precision.py``) the vocoders run faster at the farm's batch and sound the same as in FP32, while
+the acoustic stages are not faster and move their frames (so they stay FP32).
 Serving picks the FP16 vocoder only where sessions run on CUDA and this gate passed
 (``pipeline/voices/prepared.py: wanted_precision``).
 

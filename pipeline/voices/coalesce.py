@@ -1,7 +1,7 @@
 """One acoustic call for what several threads ask of a voice at once: a device batcher.
 
 A worker's loops each run their own batches. On a GPU, an acoustic call costs nearly the same for one item as for
-eight (joe on an H200: 11.70 ms at batch 1, 11.95 ms at 8; docs/lab/gpu-h200.md), so six loops that each send a
+eight (it is launch-bound; the GPU check's sweep measures it: docs/GPU.md), so six loops that each send a
 small batch spend the device six times on what one call could do. ``Coalescer`` puts the requests that wait while a
 call runs into the next call: a thread that finds no call running runs its own request with every waiting request
 of the same options (up to the stage's batch cap), then hands the lead to the first request still waiting. So a

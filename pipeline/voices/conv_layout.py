@@ -4,10 +4,10 @@ onnxruntime's CPU provider runs a rank-4 ``Conv`` through its blocked-layout (NC
 through a slower general path. The same convolution over ``[B, C, 1, T]`` with a ``[O, I, 1, K]`` kernel gives the
 same numbers: each ``Conv`` or ``ConvTranspose`` whose weight is a rank-3 initializer becomes
 ``Unsqueeze(axis 2) -> Conv(rank 4) -> Squeeze(axis 2)``, so the tensors between the nodes keep their shapes and
-every other node is untouched. Measured on joe's decoder, one intra-op thread: 112 -> 91 ms for 200 frames, 21 ->
-16 ms for 40 (max abs difference 2e-7); on its acoustic stage 42 -> 37 ms for 80 phonemes (commit 44b0095's
-message holds the farm's figures). On CUDA nothing changes: cuDNN runs a one-dimensional convolution as a
-two-dimensional one anyway.
+every other node is untouched. On one intra-op thread joe's decoder and acoustic stage run faster so, with the same
+numbers to 2e-7 (the figures: docs/lab/voices-and-quality.md, "Convolutions in two dimensions";
+``tests/test_conv_layout.py`` checks the numbers). On CUDA nothing changes: cuDNN runs a one-dimensional convolution
+as a two-dimensional one anyway.
 """
 
 from __future__ import annotations
@@ -65,4 +65,4 @@ def _widened(name: str, value: Any) -> Any:
         return [0, *value]
     if name == "output_shape":
         return [1, *value]
-    return value  # group, auto_pad ("SAME_*" pads along the time axis only, as before)
+    return value  # group, auto_pad ("SAME_*" pads the time axis alone: the kernel is one row tall)

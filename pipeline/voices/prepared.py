@@ -55,7 +55,7 @@ MANIFEST = "manifest.json"
 PRECISIONS = ("fp32", "int8")
 
 
-def fingerprint(files: Sequence[Path], version: int) -> str:
+def source_fingerprint(files: Sequence[Path], version: int) -> str:
     """Identifies what a preparation starts from: the sha256 of each source file and the preparer's version."""
     h = hashlib.sha256(f"v{version}".encode())
     for path in files:
@@ -113,8 +113,8 @@ def voice_root(cache_dir: Path, voice: str) -> Path:
     return cache_dir / "prepared" / voice
 
 
-def prepared_dir(cache_dir: Path, voice: str, print_: str) -> Path:
-    return voice_root(cache_dir, voice) / print_[:16]
+def prepared_dir(cache_dir: Path, voice: str, fingerprint: str) -> Path:
+    return voice_root(cache_dir, voice) / fingerprint[:16]
 
 
 def verdict_name(stage: str, precision: str) -> str:
@@ -182,10 +182,10 @@ def wanted_precision(spec: VoiceSpec, runtime: RuntimeSettings, stage: str = "")
     where sessions run on CUDA, FP16 for a vocoder (served only if its FP16 gate passed) and FP32 otherwise;
     on CPU the catalogue's precision (INT8 where its gate passes).
 
-    Measured on an H200 (docs/lab/gpu-h200.md): ONNX Runtime's CUDA provider has no kernels for the
-    integer ops INT8 makes (ConvInteger, MatMulInteger run on the CPU), so INT8 stages ran 2-15x slower than
-    FP32 there; in FP16 the vocoders ran faster at batch 8 (1.2-1.3x) within 0.05 dB of FP32, the acoustic
-    stages no faster and with their frames moved."""
+    Why (the GPU check's sweep measures it: docs/GPU.md): ONNX Runtime's CUDA provider has no kernels for the
+    integer ops INT8 makes (ConvInteger, MatMulInteger run on the CPU), so INT8 stages run slower than FP32
+    there; in FP16 the vocoders run faster and sound the same, the acoustic stages are no faster and their
+    frames move."""
     if runtime.precision != "auto":
         return runtime.precision
     if cuda_wanted(runtime):
@@ -227,9 +227,9 @@ def _root_failure(root: str, stamp: int) -> str:
     return ""
 
 
-def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, print_: str) -> Prepared:
+def require_prepared(spec: VoiceSpec, runtime: RuntimeSettings, fingerprint: str) -> Prepared:
     """The prepared voice for this fingerprint, or ``MODEL_NOT_PREPARED`` saying which command makes it."""
-    prepared = read_prepared(prepared_dir(runtime.cache_dir, spec.name, print_))
+    prepared = read_prepared(prepared_dir(runtime.cache_dir, spec.name, fingerprint))
     if prepared is None:
         raise ModelError(f"voice {spec.name} is not prepared in {runtime.cache_dir}: run `ttsfarm voices prepare {spec.name}`",
                          code=MODEL_NOT_PREPARED)
@@ -246,17 +246,17 @@ def build_prepared(spec: VoiceSpec, settings: PipelineSettings, preparer: Prepar
     prepared, build into a work folder, checksums in the manifest (written last), and the folder renamed into
     place in one step; folders of older fingerprints are removed."""
     start = time.perf_counter()
-    print_ = fingerprint(preparer.sources(spec), preparer.version)
-    final = prepared_dir(settings.runtime.cache_dir, spec.name, print_)
+    fingerprint = source_fingerprint(preparer.sources(spec), preparer.version)
+    final = prepared_dir(settings.runtime.cache_dir, spec.name, fingerprint)
     existing = None if force else read_prepared(final, verify=False)
     if existing is not None and (existing.manifest.get("int8") or not int8):
         return PrepareResult(spec.name, existing, built=False, seconds=time.perf_counter() - start)
     final.parent.mkdir(parents=True, exist_ok=True)
-    work = final.parent / f".tmp-{print_[:16]}-{os.getpid()}-{time.monotonic_ns()}"
+    work = final.parent / f".tmp-{fingerprint[:16]}-{os.getpid()}-{time.monotonic_ns()}"
     work.mkdir()
     try:
         built = preparer.build(spec, settings, work, int8)
-        _write_records(spec, work, built, print_, int8)
+        _write_records(spec, work, built, fingerprint, int8)
         done = None if force else read_prepared(final, verify=False)
         if done is not None and (done.manifest.get("int8") or not int8):  # another process finished first
             shutil.rmtree(work, ignore_errors=True)
@@ -277,7 +277,7 @@ def build_prepared(spec: VoiceSpec, settings: PipelineSettings, preparer: Prepar
     return PrepareResult(spec.name, prepared, built=True, seconds=time.perf_counter() - start)
 
 
-def _write_records(spec: VoiceSpec, work: Path, built: PreparedVoice, print_: str, int8: bool) -> None:
+def _write_records(spec: VoiceSpec, work: Path, built: PreparedVoice, fingerprint: str, int8: bool) -> None:
     for verdict in built.verdicts:
         record = {"voice": spec.name, "created": now(), "recognizer": None, **verdict}
         _write_json(work / verdict_name(record["stage"], record["precision"]), record)
@@ -286,7 +286,7 @@ def _write_records(spec: VoiceSpec, work: Path, built: PreparedVoice, print_: st
         for precision, name in files.items():
             path = work / name
             stages.setdefault(stage, {})[precision] = {"file": name, "sha256": sha256_file(path), "bytes": path.stat().st_size}
-    manifest = {"voice": spec.name, "source": spec.source or spec.engine, "engine": spec.engine, "fingerprint": print_,
+    manifest = {"voice": spec.name, "source": spec.source or spec.engine, "engine": spec.engine, "fingerprint": fingerprint,
                 "int8": int8, "created": now(), "stages": stages, "info": built.info}
     _write_json(work / MANIFEST, manifest)  # last: a folder with a manifest is complete
 
@@ -308,12 +308,12 @@ def _swap_in(work: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def prepare_on_first_use(spec: VoiceSpec, settings: PipelineSettings, preparer: Preparer, print_: str) -> Prepared | None:
+def prepare_on_first_use(spec: VoiceSpec, settings: PipelineSettings, preparer: Preparer, fingerprint: str) -> Prepared | None:
     """Serving's fallback for a voice never prepared: the FP32 stages, if ``preparer`` allows it here."""
     if not preparer.on_first_use:
         return None
     log.warning("voice %s was not prepared (`ttsfarm voices prepare %s`); building its FP32 stages now", spec.name, spec.name)
     result = build_prepared(spec, settings, preparer, int8=False)
-    if result.prepared.manifest.get("fingerprint") != print_:
+    if result.prepared.manifest.get("fingerprint") != fingerprint:
         return None
     return result.prepared

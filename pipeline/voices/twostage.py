@@ -42,7 +42,7 @@ from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
 from pipeline.voices.coalesce import Coalescer
 from pipeline.voices.runtime import SessionFactory, StageSession, StageState
 from pipeline.voices.stages import AcousticOutput, AcousticStage, VocoderStage
-from pipeline.voices.windows import Window, WindowedItem, vocode_next
+from pipeline.voices.windows import Window, WindowedItem, WindowPlan, vocode_next
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,8 @@ class OnnxVocoder:
 
 
 class TwoStageVoice:
-    """A voice made of a phonemizer, an acoustic stage and a vocoder (thread-safe like its sessions)."""
+    """A voice made of a phonemizer, an acoustic stage and a vocoder (thread-safe like its sessions); a
+    ``windows.StreamingVoice``: the worker streams its batches window by window."""
 
     def __init__(self, *, name: str, languages: Sequence[str], sample_rate: int, phonemizer: Phonemizer,
                  acoustic: AcousticStage, vocoder: VocoderStage, max_batch: int,
@@ -275,6 +276,10 @@ class TwoStageVoice:
         for part in chunks(frames, self.vocoder.max_batch):
             out.extend(run(part))
         return out
+
+    def windowed(self, key: object, frames: np.ndarray, plan: WindowPlan) -> WindowedItem:
+        """``frames`` cut into ``plan``'s windows for this voice's vocoder (its context and shortest input)."""
+        return WindowedItem.of(key, frames, self.vocoder, plan)
 
     def vocode_windows(self, items: Sequence[WindowedItem], *, urgent: bool = False) -> list[tuple[WindowedItem, Window, np.ndarray]]:
         """The next window of each item (``windows.vocode_next``); on a device the calls are shared with other threads'

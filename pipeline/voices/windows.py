@@ -14,6 +14,9 @@ the window before it). ``WindowedItem`` is one item's frames, plan and progress;
 the next window of several items in batched vocoder calls. Who goes next is the caller's choice (the worker
 gives every job of a batch its first window before any gets its second; a deadline scheduler may choose
 otherwise), which is why the window, not the segment, is the step here.
+
+``StreamingVoice`` is what a voice offers a caller that streams it this way (``TwoStageVoice`` has it; a one-graph
+voice does not): the acoustic pass of a batch, its frames cut into windows, and the next window of several items.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from pipeline.voices.stages import VocoderStage
+from pipeline.voices.base import PhonemeIds, SynthesisOptions, Voice
+from pipeline.voices.stages import AcousticOutput, VocoderStage
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +147,28 @@ def vocode_windowed(vocoder: VocoderStage, frames: Sequence[np.ndarray], plan: W
     while not all(item.done for item in items):
         vocode_next(vocoder, items)
     return [item.whole() for item in items]
+
+
+@runtime_checkable
+class StreamingVoice(Voice, Protocol):
+    """A voice whose batches stream from inside a sentence: an acoustic pass of the whole batch, then its vocoder a
+    window at a time. A caller asks ``isinstance(voice, StreamingVoice)``; a voice without it is run whole
+    (``synthesize_batch``)."""
+
+    hop: int  # samples per frame
+
+    @property
+    def replayable(self) -> bool:
+        """Whether ``acoustic_outputs`` with the same seeds gives the same frames again (a redo can make them
+        instead of reading them back)."""
+
+    def acoustic_outputs(self, batch: Sequence[PhonemeIds], opts: SynthesisOptions,
+                         seeds: Sequence[int] | None = None, *, urgent: bool = False) -> list[AcousticOutput]:
+        """Frames and per-id durations of each item, as it gets them alone; ``seeds`` (one per item) fix the noise of
+        a replayable voice; ``urgent``: a caller waits for one of the items."""
+
+    def windowed(self, key: object, frames: np.ndarray, plan: WindowPlan) -> WindowedItem:
+        """``frames`` cut into ``plan``'s windows for this voice's vocoder, to be vocoded by ``vocode_windows``."""
+
+    def vocode_windows(self, items: Sequence[WindowedItem], *, urgent: bool = False) -> list[tuple[WindowedItem, Window, np.ndarray]]:
+        """The next window of each item, as ``vocode_next`` returns them (``urgent``: a caller waits for one)."""

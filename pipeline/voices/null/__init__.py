@@ -3,8 +3,8 @@ to no model cost, for measuring the host and Redis path of a worker without a de
 How an engine package is laid out: ``pipeline/voices/__init__.py``.
 
 * ``device.py``: ``FakeDevice``, a device made of sleeps: each stage call holds the stage's lock for the time the
-  calibrated profile gives for its padded batch (``PROFILES``: ``h200``, from the H200 sweep in docs/lab/gpu-h200.md,
-  and ``none``), and counts how long the device was busy.
+  calibrated profile gives for its padded batch (``PROFILES``: ``h200``, calibrated from the GPU check's sweep on
+  an H200, docs/GPU.md, and ``none``), and counts how long the device was busy.
 * ``stages.py``: ``NullAcoustic``, ``NullVocoder`` and the builder ``STAGE_BUILDERS["null"]``.
 
 It speaks silence: it is served only from a catalogue entry that names it (``engine = "twostage"``, ``source =

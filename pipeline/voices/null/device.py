@@ -5,25 +5,24 @@ on one stream), while an acoustic call and a vocoder call may overlap. Each proc
 voice names a ``device_lock`` folder: then a stage's calls also take a file lock there (``flock``), so the worker
 processes of a host share one device, a stage's calls one at a time across them (a GPU time-sliced between
 processes). Without it, several processes each with their own device stand for CUDA MPS with launch-bound stages:
-their calls overlap in full (joe's acoustic call is launch-bound: 11.70 ms at batch 1, 11.95 at 8). The two bracket
+their calls overlap in full (joe's acoustic call is launch-bound). The two bracket
 what several worker processes on one GPU get (docs/SCALING.md). The time of a call is the profile's for
 its padded batch: rows rounded up to the next of the CUDA batch sizes and widths to their multiple, as the
 CUDA stages pad (``pipeline.voices.gpu.ShapePolicy``).
 
-``h200`` comes from the H200 sweep (docs/lab/gpu-h200.md, second run: the precisions served on CUDA, FP32
-acoustic and FP16 vocoder, items of the bench's English workload, about 1.87 s of speech, ~76 ids and ~161
-frames each):
+``h200`` is calibrated from the GPU check's sweep on an H200 (docs/GPU.md; the run's figures are in docs/lab/gpu-h200.md): the precisions served on CUDA, FP32 acoustic and FP16 vocoder, on items of the bench's English workload (the
+reference item, ``Profile.ref_*``):
 
-* acoustic: 11.70 ms at batch 1, 11.95 ms at batch 8 (and 13.81 / 13.31 = 1.04 x that at batch 16 in the first
-  run): launch-bound, flat in the batch. Eight items take no longer than one, so neither does one item eight
-  times longer: the time grows only past 16 reference items' worth of ids (rows x width > 16 x 76).
-* vocoder: 1.17 ms at batch 1 and 3.15 ms at batch 8 of 161-frame items, taken as linear in the padded frames
-  (0.887 ms + 1.757 us per frame; the FP32 rows at batch 1/2/4/8/16 fit such a line within 10 %).
+* acoustic: launch-bound, flat in the batch (batch 16 scaled from batch 8 by what the sweep's first run measured
+  between them). Eight items take no longer than one, so neither does one item eight times longer: the time grows
+  only past 16 reference items' worth of ids (rows x width > 16 x ``acoustic_ref_ids``).
+* vocoder: taken as linear in the padded frames (``vocoder_base_ms`` plus ``vocoder_ms_per_frame`` per frame; the
+  sweep's FP32 rows at every batch fit such a line within 10 %).
 
-``h200_chained`` is ``h200`` scaled by 1.61 so that a batch of 8 reference items through both stages takes the
-24.25 ms that the raw batched ceiling measured for joe (stages chained in-process, host glue included: 618 speech
-s/s) instead of the sweep's 11.95 + 3.15 ms: the real calls' own host work (input staging, output copies, the
-acoustic graph's nodes that run on the CPU) counted as device time.
+``h200_chained`` is ``h200`` scaled by ``CHAINED`` so that a batch of 8 reference items through both stages takes
+what the raw batched ceiling measured for joe (stages chained in-process, host glue included) instead of the sweep's
+two stage calls: the real calls' own host work (input staging, output copies, the acoustic graph's nodes that run
+on the CPU) counted as device time.
 """
 
 from __future__ import annotations
@@ -79,13 +78,13 @@ class Profile:
 
     def ceiling(self, batch: int) -> float | None:
         """The raw batched ceiling in speech seconds per second: ``batch`` reference items through both stages,
-        one call after the other (as the GPU check's ``ceiling`` section measures a real device: 618 for joe on the
-        H200, which ``h200_chained`` is scaled to). None for a device without time."""
+        one call after the other (as the GPU check's ``ceiling`` section measures a real device; ``h200_chained`` is
+        scaled to joe's). None for a device without time."""
         ms = self.acoustic(batch, self.acoustic_ref_ids) + self.vocoder(batch, self.ref_frames)
         return batch * self.ref_speech_s / (ms / 1000) if ms > 0 else None
 
 
-CHAINED = 24.25 / (11.95 + 3.15)
+CHAINED = 24.25 / (11.95 + 3.15)  # the ceiling's ms for 8 reference items over the sweep's two stage calls at batch 8
 PROFILES: dict[str, Profile] = {
     "h200": Profile(acoustic_ms=((1, 11.70), (8, 11.95), (16, 12.43)), acoustic_ref_ids=76,
                     vocoder_base_ms=0.887, vocoder_ms_per_frame=0.001757),

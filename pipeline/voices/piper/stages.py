@@ -25,8 +25,8 @@ from pipeline.voices.piper.graph import AUDIO, FRAME_LENGTHS, PIPER_INPUTS, prep
 from pipeline.voices.piper.noise import NOISE_OFFSETS
 from pipeline.voices.piper.split import DECODER_CONTEXT, DURATIONS, LATENT, split_piper_graph
 from pipeline.voices.piper.voice import PiperConfig
-from pipeline.voices.prepared import (Prepared, PreparedVoice, Preparer, fingerprint, prepare_on_first_use, prepared_dir,
-                                      read_prepared, require_prepared, wanted_precision)
+from pipeline.voices.prepared import (Prepared, PreparedVoice, Preparer, prepare_on_first_use, prepared_dir, read_prepared,
+                                      require_prepared, source_fingerprint, wanted_precision)
 from pipeline.voices.runtime import SessionFactory, StageSession, resolve_resource
 from pipeline.voices.twostage import AcousticGraph, OnnxAcoustic, OnnxVocoder, TwoStageVoice, coalesce_on_device
 
@@ -52,7 +52,7 @@ def piper_sources(spec: VoiceSpec) -> list[Path]:
 
 
 def piper_fingerprint(spec: VoiceSpec) -> str:
-    return fingerprint(piper_sources(spec), PIPER_PREPARER_VERSION)
+    return source_fingerprint(piper_sources(spec), PIPER_PREPARER_VERSION)
 
 
 def piper_two_stage(spec: VoiceSpec, factory: SessionFactory, files: dict[str, tuple[Path, str]], info: Mapping[str, Any]) -> TwoStageVoice:
@@ -140,11 +140,11 @@ PIPER_SPLIT = Preparer(sources=piper_sources, build=build_fp32, version=PIPER_PR
 
 # -- serving ----------------------------------------------------------------------------------------------------
 def _prepared(spec: VoiceSpec, factory: SessionFactory) -> Prepared:
-    print_ = piper_fingerprint(spec)
-    prepared = read_prepared(prepared_dir(factory.settings.cache_dir, spec.name, print_))
+    fingerprint = piper_fingerprint(spec)
+    prepared = read_prepared(prepared_dir(factory.settings.cache_dir, spec.name, fingerprint))
     if prepared is None:
-        prepared = prepare_on_first_use(spec, PipelineSettings(runtime=factory.settings), PIPER_SPLIT, print_)
-    return prepared or require_prepared(spec, factory.settings, print_)
+        prepared = prepare_on_first_use(spec, PipelineSettings(runtime=factory.settings), PIPER_SPLIT, fingerprint)
+    return prepared or require_prepared(spec, factory.settings, fingerprint)
 
 
 def build_piper_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageVoice:

