@@ -16,13 +16,13 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
+from bench.processes import free_port
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
 from wire import errors as codes
 from wire import storage as st
@@ -35,48 +35,6 @@ from tests.bad_keys import BAD_KEYS
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-" + uuid.uuid4().hex  # never allowed in an error message
 MIB = 1024 * 1024
-
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("moto_server did not start in time")
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    if url := os.environ.get("TTSFARM_TEST_S3_ENDPOINT"):
-        yield url
-        return
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(autouse=True)
