@@ -13,6 +13,7 @@ A test whose farm lives and dies inside it (a worker killed, Redis restarted) bu
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import uuid
@@ -221,7 +222,7 @@ def farm(request: pytest.FixtureRequest, make_module_farm: Callable[..., Farm]) 
 def make_farm(request: pytest.FixtureRequest, redis_url: str, base_settings: Settings,
               tmp_path: Path) -> Iterator[Callable[..., Farm]]:
     """``make_farm(spec, **env)``: a farm for this test (``env`` over the spec's own), stopped after it."""
-    made = iter(range(1_000))
+    made = itertools.count()
 
     def root() -> Path:
         (path := tmp_path / f"farm{next(made)}").mkdir()
