@@ -362,14 +362,9 @@ GATEWAY_QUERIES = ["x", "-2", "1.5", str(10**30), "nan", "true"]
 
 
 @pytest.fixture(scope="module")
-def gateway(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    farm = Farm(redis_url, tmp_path_factory.mktemp("bad-input-farm"))
-    farm.start_worker()
-    try:
-        with BackgroundServer(create_app(farm.settings)) as server, httpx.Client(base_url=server.url, timeout=30) as http:
-            yield http
-    finally:
-        farm.stop()
+def gateway(farm: Farm) -> Iterator[httpx.Client]:
+    with BackgroundServer(create_app(farm.settings)) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        yield http
 
 
 def _post(http: httpx.Client, path: str, body: dict[str, Any]) -> httpx.Response:

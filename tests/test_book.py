@@ -9,12 +9,10 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,58 +24,11 @@ from books import BookOptions, BookPlan, BookResult, plan_book, run_book, segmen
 from books.formats import load_book
 from producer.client import Client
 from tests.book_files import BOOK_ID, MD, epub_of, join_steps, layout, typical_step
-from tests.conftest import Farm
+from tests.conftest import AWS_ENV, Farm, FarmSpec
 from workers.assembly import join_chapter
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    if url := os.environ.get("TTSFARM_TEST_S3_ENDPOINT"):
-        yield url
-        return
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-       "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
-
-
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Iterator[Farm]:
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in AWS.items():
-            mp.setenv(k, v)
-        f = Farm(redis_url, tmp_path_factory.mktemp("bookfarm"), TTSFARM_STORAGE_S3_ENDPOINT_URL=s3_endpoint,
-                 TTSFARM_QUEUE_CLAIM_IDLE_MS="10000", **AWS)  # a dead worker's entries come back after 10 s
-        f.start_worker()
-        try:
-            yield f
-        finally:
-            f.stop()
+FARM = FarmSpec(s3=True, env={"TTSFARM_QUEUE_CLAIM_IDLE_MS": "10000"})  # a dead worker's entries come back after 10 s
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +108,7 @@ def test_epub_of_the_same_book_into_s3_reuses_every_segment(farm: Farm, md_run: 
     from wire.settings import StorageSettings
     from wire.storage.s3 import S3Storage
 
-    for k, v in AWS.items():
+    for k, v in AWS_ENV.items():
         monkeypatch.setenv(k, v)
     first, md_out, _ = md_run
     epub = epub_of(load_book(MD), tmp_path / "small_farm.epub")

@@ -7,8 +7,7 @@ tests read them to check the length buckets, the batching window and the two lan
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from producer.client import Job
 from producer.submit import prepare_submission
 from wire.keys import bucket_of
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 
 pytestmark = pytest.mark.slow
 
@@ -34,23 +33,9 @@ FAR = [
 ]
 
 
-@pytest.fixture
-def make_farm(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Farm]]:
-    """Farms on private key prefixes, each to start its worker when the test is ready; stopped after.
-    Their workers run one inference loop (unless a test asks for more), so that which batch takes which
-    job depends on the batcher alone."""
-    farms: list[Farm] = []
-
-    def make(**env: str) -> Farm:
-        one_loop = {"TTSFARM_QUEUE_INFERENCE_THREADS": "1", "TTSFARM_QUEUE_INTERACTIVE_LOOPS": "0"}
-        farm = Farm(redis_url, tmp_path / f"farm{len(farms)}", **{**one_loop, **env})
-        farm.root.mkdir()
-        farms.append(farm)
-        return farm
-
-    yield make
-    for farm in farms:
-        farm.stop()
+# Each test's farms: the test starts a farm's worker when it is ready, and the worker runs one inference loop (unless
+# a test asks for more), so that which batch takes which job depends on the batcher alone.
+ONE_LOOP = FarmSpec(workers=0, env={"TTSFARM_QUEUE_INFERENCE_THREADS": "1", "TTSFARM_QUEUE_INTERACTIVE_LOOPS": "0"})
 
 
 def _wait_all(jobs: list[Job], timeout: float = 60) -> list[dict[str, Any]]:
@@ -64,7 +49,7 @@ def _rel(a: float, b: float) -> float:
 
 
 def test_close_lengths_share_a_batch_and_far_ones_do_not(make_farm: Callable[..., Farm]) -> None:
-    farm = make_farm(TTSFARM_QUEUE_MAX_BATCH_CPU="4")
+    farm = make_farm(ONE_LOOP, TTSFARM_QUEUE_MAX_BATCH_CPU="4")
     q = farm.settings.queue
     est = {t: prepare_submission(farm.settings, t, voice="joe").segments for t in CLOSE + FAR}
     assert all(len(segs) == 1 for segs in est.values())
@@ -97,8 +82,8 @@ def test_lone_job_waits_out_the_window_and_no_longer(make_farm: Callable[..., Fa
     (the default) a lone job on an idle device starts at once."""
     # A 1 s window rather than the shipped 200 ms: a slow CI machine's scheduling delay (tens of ms) stays small
     # beside it, so "waits it out and no longer" and "starts at once" keep their meaning there.
-    farm = make_farm(TTSFARM_QUEUE_MAX_BATCH_CPU="4", TTSFARM_QUEUE_CONTINUOUS_BATCHING=str(continuous).lower(),
-                     TTSFARM_QUEUE_WINDOW_MS="1000")
+    farm = make_farm(ONE_LOOP, TTSFARM_QUEUE_MAX_BATCH_CPU="4",
+                     TTSFARM_QUEUE_CONTINUOUS_BATCHING=str(continuous).lower(), TTSFARM_QUEUE_WINDOW_MS="1000")
     window = farm.settings.queue.window_ms / 1000
     assert window == 1.0
     farm.start_worker()
@@ -118,7 +103,7 @@ def test_lone_job_waits_out_the_window_and_no_longer(make_farm: Callable[..., Fa
 
 
 def test_interactive_job_overtakes_a_bulk_backlog_and_bulk_still_finishes(make_farm: Callable[..., Farm]) -> None:
-    farm = make_farm(TTSFARM_QUEUE_MAX_BATCH_CPU="1")
+    farm = make_farm(ONE_LOOP, TTSFARM_QUEUE_MAX_BATCH_CPU="1")
     client = farm.client()
     bulk = [client.submit(f"Bulk job number {i} reads a plain sentence aloud for the archive.", voice="joe", lane="bulk")
             for i in range(12)]

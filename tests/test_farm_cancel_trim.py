@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -25,10 +25,9 @@ from websockets.sync.client import connect
 from producer.aio import AsyncClient
 from gateway import create_app
 from tests.gateway_server import BackgroundServer
-from bench.processes import free_port
 from wire.errors import STREAM_TRIMMED, JobError
 from wire.keys import Keys
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 from tests.test_metrics import scrape, value_or_zero
 
 pytestmark = pytest.mark.slow
@@ -42,12 +41,10 @@ TRIMMED = " ".join(f"This is sentence {w} of a job whose stream gets trimmed."
 IN_FLIGHT = 2  # segments a worker may finish after a cancel: the one it runs (and one it had just started)
 
 
-def _running(farm: Farm) -> Iterator[Farm]:
-    farm.start_worker()
-    try:
-        yield farm
-    finally:
-        farm.stop()
+FARM = FarmSpec(metrics=True, env={"TTSFARM_QUEUE_INFERENCE_THREADS": "1", "TTSFARM_QUEUE_RESULTS_MAXLEN": "10"})
+# The trim tests' farm: 100 ms windows, so that a job makes many results entries.
+TRIM_FARM = FarmSpec(env={"TTSFARM_QUEUE_INFERENCE_THREADS": "1", "TTSFARM_QUEUE_RESULTS_MAXLEN": "10",
+                          "TTSFARM_STREAMING_FIRST_WINDOW_MS": "100", "TTSFARM_STREAMING_WINDOW_MS": "100"})
 
 
 def _gateway(farm: Farm) -> Iterator[BackgroundServer]:
@@ -56,22 +53,13 @@ def _gateway(farm: Farm) -> Iterator[BackgroundServer]:
 
 
 @pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    yield from _running(Farm(redis_url, tmp_path_factory.mktemp("cancel-farm"), TTSFARM_WORKER_METRICS_PORT=str(free_port()),
-                             TTSFARM_QUEUE_INFERENCE_THREADS="1", TTSFARM_QUEUE_RESULTS_MAXLEN="10"))
-
-
-@pytest.fixture(scope="module")
 def server(farm: Farm) -> Iterator[BackgroundServer]:
     yield from _gateway(farm)
 
 
 @pytest.fixture(scope="module")
-def trim_farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    """The trim tests' farm: 100 ms windows, so that a job makes many results entries."""
-    yield from _running(Farm(redis_url, tmp_path_factory.mktemp("trim-farm"), TTSFARM_QUEUE_INFERENCE_THREADS="1",
-                             TTSFARM_QUEUE_RESULTS_MAXLEN="10", TTSFARM_STREAMING_FIRST_WINDOW_MS="100",
-                             TTSFARM_STREAMING_WINDOW_MS="100"))
+def trim_farm(make_module_farm: Callable[..., Farm]) -> Farm:
+    return make_module_farm(TRIM_FARM)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from wire.keys import Keys
 from wire.connect import connect_url
 from wire.redis.broker import RedisBroker
 from wire.records import SegmentJob
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 
 pytestmark = pytest.mark.slow
 
@@ -47,12 +46,7 @@ MIXED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("farm"), TTSFARM_QUEUE_MAX_BATCH_CPU="4")
-    f.start_worker()
-    yield f
-    f.stop()
+FARM = FarmSpec(env={"TTSFARM_QUEUE_MAX_BATCH_CPU": "4"})
 
 
 def test_the_gpu_checks_agreement_on_a_real_farm(farm: Farm) -> None:

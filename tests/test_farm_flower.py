@@ -23,7 +23,7 @@ from pipeline.errors import NOTHING_TO_SPEAK
 from bench.processes import free_port
 from wire.keys import Keys
 from wire.records import SegmentJob
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 
 pytestmark = pytest.mark.slow
 
@@ -82,15 +82,14 @@ def poll(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 
 @pytest.fixture
-def farm_and_flower(redis_url: str, tmp_path: Path) -> Iterator[tuple[Farm, Flower]]:
-    farm = Farm(redis_url, tmp_path)
-    flower = Flower(farm.env, tmp_path / "flower.log")
+def farm_and_flower(make_farm: Callable[..., Farm]) -> Iterator[tuple[Farm, Flower]]:
+    farm = make_farm(FarmSpec(workers=0))  # its worker starts once Flower listens
+    flower = Flower(farm.env, farm.root / "flower.log")
     try:
         flower.wait_up()
         farm.start_worker()
         yield farm, flower
     finally:
-        farm.stop()
         flower.stop()
 
 

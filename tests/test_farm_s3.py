@@ -8,13 +8,8 @@ from __future__ import annotations
 
 import io
 import re
-import socket
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import boto3
 import numpy as np
@@ -22,19 +17,12 @@ import pytest
 import soundfile as sf
 
 from pipeline.audio import from_pcm16
-from bench.processes import free_port
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 
 pytestmark = pytest.mark.slow
 
 MIB = 1024 * 1024
 THRESHOLD_MB = 1
-AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
 LONG = (
     "The farm keeps its full outputs in a bucket, one folder for each job. "
     "A long job like this one makes a file larger than the multipart threshold. "
@@ -43,59 +31,14 @@ LONG = (
 )
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"moto_server exited with {proc.returncode}"
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "moto_server did not start"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 @pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
-    """Dummy credentials for this process and the workers; nothing from the real machine."""
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(var, raising=False)
-    env = {**AWS_ENV, "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials")}
-    for var, value in env.items():
-        monkeypatch.setenv(var, value)
-    return env
-
-
-@pytest.fixture
-def s3_farm(redis_url: str, tmp_path: Path, s3_endpoint: str, aws_env: dict[str, str]) -> Iterator[tuple[Farm, object]]:
-    bucket = f"ttsfarm-e2e-{uuid.uuid4().hex[:12]}"
-    s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    s3.create_bucket(Bucket=bucket)
-    farm = Farm(redis_url, tmp_path,
-                TTSFARM_STORAGE_S3_BUCKET=bucket,
-                TTSFARM_STORAGE_S3_ENDPOINT_URL=s3_endpoint,
-                TTSFARM_STORAGE_PREFIX=f"e2e-{uuid.uuid4().hex[:6]}/out",
-                TTSFARM_STORAGE_MULTIPART_THRESHOLD_MB=str(THRESHOLD_MB),
-                TTSFARM_STORAGE_MULTIPART_CHUNK_MB=str(THRESHOLD_MB),
-                **aws_env)
-    try:
-        farm.start_worker()
-        yield farm, s3
-    finally:
-        farm.stop()
+def s3_farm(make_farm: Callable[..., Farm], s3_endpoint: str) -> tuple[Farm, object]:
+    farm = make_farm(FarmSpec(s3_outputs=True, env={
+        "TTSFARM_STORAGE_PREFIX": f"e2e-{uuid.uuid4().hex[:6]}/out",
+        "TTSFARM_STORAGE_MULTIPART_THRESHOLD_MB": str(THRESHOLD_MB),
+        "TTSFARM_STORAGE_MULTIPART_CHUNK_MB": str(THRESHOLD_MB),
+    }))
+    return farm, boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
 
 
 def test_outputs_land_in_the_bucket_under_the_prefix(s3_farm: tuple[Farm, object]) -> None:

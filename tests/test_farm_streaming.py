@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.processes import free_port
 from wire.keys import Keys
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 from tests.faults import FAULT_APP, worker_faults
 
 pytestmark = pytest.mark.slow
@@ -104,14 +103,13 @@ def test_worker_killed_mid_segment_first_chunk_out_then_one_clean_redo(redis_url
         farm.stop()
 
 
+FARM = FarmSpec(metrics=True, env={"TTSFARM_STREAMING_WINDOW_MS": "300"})  # the module's farm; a test that kills
+# its worker or changes its settings makes its own
+
+
 @pytest.fixture(scope="module")
-def metered(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Farm, int]:
-    port = free_port()
-    farm = Farm(redis_url, tmp_path_factory.mktemp("streaming"), TTSFARM_STREAMING_WINDOW_MS="300",
-                TTSFARM_WORKER_METRICS_PORT=str(port), TTSFARM_WORKER_METRICS_HOST="127.0.0.1")
-    farm.start_worker()
-    yield farm, port
-    farm.stop()
+def metered(farm: Farm) -> tuple[Farm, int]:
+    return farm, farm.settings.worker.metrics_port
 
 
 def test_a_long_segment_arrives_window_by_window(metered: tuple[Farm, int]) -> None:

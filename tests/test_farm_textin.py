@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,6 @@ pytestmark = pytest.mark.slow
 
 SENTENCES = ["The first sentence arrives on its own. ", "Then the model writes a second one, ",
              "word by word, while the first is already playing. ", "And a short last one."]
-
-
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("textin-farm"))
-    f.start_worker()
-    yield f
-    f.stop()
 
 
 def _words(text: str) -> list[str]:

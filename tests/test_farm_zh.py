@@ -4,8 +4,6 @@ a recognizer understands (scored on syllables: pipeline.prepare.listening.syllab
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import soundfile as sf
@@ -15,8 +13,7 @@ from pipeline.prepare.intelligibility import transcribe
 from pipeline.prepare.listening import syllable_error_rate
 from pipeline.synth import Synthesizer, plan
 from pipeline.voices.base import SynthesisOptions
-from tests.baker_voice import prepared_baker
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +25,7 @@ TEXTS = [  # a polyphone (行), a number (2024 read out), sandhi (很好), and m
 ]
 
 
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory, base_settings) -> Iterator[Farm]:  # type: ignore[no-untyped-def]
-    prepared_baker(base_settings)  # setup.sh does this; a no-op when done
-    f = Farm(redis_url, tmp_path_factory.mktemp("farm_zh"), TTSFARM_QUEUE_MAX_BATCH_CPU="4",
-             TTSFARM_RUNTIME_MODEL_CACHE_DIR=str(base_settings.runtime.cache_dir))
-    f.start_worker()
-    yield f
-    f.stop()
+FARM = FarmSpec(baker=True, env={"TTSFARM_QUEUE_MAX_BATCH_CPU": "4"})
 
 
 def test_default_voice_routes_chinese_to_the_native_voice(farm: Farm) -> None:

@@ -50,14 +50,6 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("browser-farm"))
-    f.start_worker()
-    yield f
-    f.stop()
-
-
-@pytest.fixture(scope="module")
 def server(farm: Farm) -> Iterator[BackgroundServer]:
     with BackgroundServer(create_app(farm.settings)) as s:
         yield s

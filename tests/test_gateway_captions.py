@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.gateway_server import BackgroundServer
-from tests.test_gateway import _sse_events, _ws_messages, farm, http, server  # noqa: F401 - its farm, gateway, client
+from tests.test_gateway import _sse_events, _ws_messages, http, server  # noqa: F401 - its gateway and client
 from tests.test_word_timings_farm import _parse_srt, _parse_vtt
 
 pytestmark = pytest.mark.slow

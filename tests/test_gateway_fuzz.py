@@ -8,7 +8,6 @@ two cores), and every request must be answered within REQUEST_TIMEOUT_S (a hang 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,14 +23,6 @@ pytestmark = pytest.mark.slow
 MAX_EXAMPLES = 12
 MAX_CHARS = 40
 REQUEST_TIMEOUT_S = 60
-
-
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("fuzz-farm"))
-    f.start_worker()
-    yield f
-    f.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from pipeline.encoders import MP3_PRIMING, mp3_frame_samples
 from tests.gateway_server import BackgroundServer
 from tests.decode import decode_av
-from tests.test_gateway import farm, http, server  # noqa: F401  (the same farm, gateway and client fixtures)
+from tests.test_gateway import http, server  # noqa: F401  (the same gateway and client fixtures, on this module's farm)
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,7 @@ from grpcfront import BackgroundServer
 from grpcfront.asks import read_request
 from grpcfront.errors import CODE_KEY
 from grpcfront.service import JOB_KEY
-from tests.baker_voice import prepared_baker
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +30,7 @@ EN = "The farm speaks Riva's protocol now. A second sentence follows the first, 
 ZH = "今天天气很好，我们去公园散步吧。"
 
 
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory, base_settings) -> Iterator[Farm]:  # type: ignore[no-untyped-def]
-    prepared_baker(base_settings)
-    f = Farm(redis_url, tmp_path_factory.mktemp("grpc-farm"),
-             TTSFARM_RUNTIME_MODEL_CACHE_DIR=str(base_settings.runtime.cache_dir))
-    f.start_worker()
-    yield f
-    f.stop()
+FARM = FarmSpec(baker=True)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import sys
 import time
 import tomllib
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,7 +28,7 @@ from cli.status import render, run, snapshot
 from wire.keys import GROUP, Keys
 from wire.records import SegmentJob
 from wire.redis.broker import RedisBroker
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 from workers.metrics import WorkerMetrics, metric_names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -260,16 +259,12 @@ def test_status_screen_shows_workers_lanes_and_errors(r: redis.Redis, capsys: py
 
 
 # -- a real worker -------------------------------------------------------------------------------
+FARM = FarmSpec(configs=joe_only_config, metrics=True, env={"TTSFARM_QUEUE_MAX_BATCH_CPU": "4"})
+
+
 @pytest.fixture(scope="module")
-def metered(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Farm, int]]:
-    root = tmp_path_factory.mktemp("metrics")
-    port = free_port()
-    farm = Farm(redis_url, root, TTSFARM_CONFIG_DIR=str(joe_only_config(root / "configs")),
-                TTSFARM_WORKER_METRICS_PORT=str(port), TTSFARM_WORKER_METRICS_HOST="127.0.0.1",
-                TTSFARM_QUEUE_MAX_BATCH_CPU="4")
-    farm.start_worker()
-    yield farm, port
-    farm.stop()
+def metered(farm: Farm) -> tuple[Farm, int]:
+    return farm, farm.settings.worker.metrics_port
 
 
 @pytest.mark.slow

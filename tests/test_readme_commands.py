@@ -54,7 +54,7 @@ CHECKS = {
     "ttsfarm doctor": "test_offline_commands",
     "celery worker": "test_workers_start",
     "ttsfarm worker": "test_workers_start",
-    "celery worker metered": "farm (fixture)",
+    "celery worker metered": "metrics_worker (fixture)",
     "curl metrics": "test_metrics_and_farm_commands",
     "ttsfarm submit": "test_metrics_and_farm_commands",
     "ttsfarm status": "test_metrics_and_farm_commands",
@@ -289,7 +289,7 @@ def test_workers_start(shell: Shell) -> None:
 
 
 @pytest.fixture(scope="module")
-def farm(shell: Shell) -> Iterator[subprocess.Popen[bytes]]:
+def metrics_worker(shell: Shell) -> Iterator[subprocess.Popen[bytes]]:
     """The README's metrics worker command, serving (voices loaded and warm) for the farm commands."""
     (cmd,) = of_kind("celery worker metered")
     r = redis.Redis.from_url(shell.env["TTSFARM_REDIS_URL"])
@@ -303,7 +303,7 @@ def farm(shell: Shell) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @pytest.mark.slow
-def test_metrics_and_farm_commands(shell: Shell, farm: subprocess.Popen[bytes]) -> None:
+def test_metrics_and_farm_commands(shell: Shell, metrics_worker: subprocess.Popen[bytes]) -> None:
     for cmd in readme_commands():
         k = kind(cmd)
         if k == "curl metrics":
@@ -338,7 +338,7 @@ def test_metrics_and_farm_commands(shell: Shell, farm: subprocess.Popen[bytes]) 
 
 
 @pytest.mark.slow
-def test_gateway_and_its_curl_commands(shell: Shell, farm: subprocess.Popen[bytes]) -> None:
+def test_gateway_and_its_curl_commands(shell: Shell, metrics_worker: subprocess.Popen[bytes]) -> None:
     (cmd,) = of_kind("ttsfarm gateway")
     port = shell.ports["8000"]
     proc = shell.start(cmd, "gateway.log")
@@ -359,7 +359,7 @@ def test_gateway_and_its_curl_commands(shell: Shell, farm: subprocess.Popen[byte
 
 
 @pytest.mark.slow
-def test_grpc_serves_the_riva_client(shell: Shell, farm: subprocess.Popen[bytes]) -> None:
+def test_grpc_serves_the_riva_client(shell: Shell, metrics_worker: subprocess.Popen[bytes]) -> None:
     import grpc
     import riva.client
     from grpc_health.v1 import health_pb2, health_pb2_grpc

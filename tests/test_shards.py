@@ -14,21 +14,18 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from producer.client import Client
-from bench.processes import RedisServer
 from wire.broker import Broker, Consumer
 from wire.keys import LANES, Keys
 from wire.redis.broker import RedisBroker
 from wire.settings import load_settings
 from wire.connect import connect
 from wire.shards import ShardedBroker, shard_of
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 NOISELESS = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -63,25 +60,12 @@ def test_shard_setting_reads_and_refuses() -> None:
         assert getattr(exc.value, "code", "") == "BAD_OPTION", bad
 
 
-@pytest.fixture(scope="module")
-def nodes(redis_url: str) -> Iterator[list[str]]:
-    more = [RedisServer().start(), RedisServer().start()]
-    try:
-        yield [redis_url, *(s.url for s in more)]
-    finally:
-        for s in more:
-            s.stop()
+FARM = FarmSpec(shards=2, env={"TTSFARM_QUEUE_MAX_BATCH_CPU": "4"})  # the session's redis-server and two of its own
 
 
 @pytest.fixture(scope="module")
-def farm(nodes: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(nodes[0], tmp_path_factory.mktemp("shards"), TTSFARM_REDIS_SHARDS=",".join(nodes[1:]),
-             TTSFARM_QUEUE_MAX_BATCH_CPU="4")
-    f.start_worker()
-    try:
-        yield f
-    finally:
-        f.stop()
+def nodes(farm: Farm) -> list[str]:
+    return farm.nodes
 
 
 def _ids(per_shard: int, shards: int, tag: str) -> list[str]:

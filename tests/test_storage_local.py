@@ -1,4 +1,6 @@
-"""Tests for wire.storage: key checking, and the local folder backend on a real folder."""
+"""The local folder backend (wire/storage/local.py) on a real folder: puts, gets and URLs, refused keys and links
+out of the tree, and writes that are atomic. The other backend is tests/test_storage_s3.py; what every backend
+shares (the key check, the choice of backend) is tests/test_storage_common.py."""
 
 from __future__ import annotations
 
@@ -14,34 +16,8 @@ from pipeline.errors import InputError
 from wire import errors as codes
 from wire import storage as st
 from wire.errors import BAD_KEY, TransientError
-from wire.storage import LocalStorage, ObjectNotFoundError, safe_key
+from wire.storage import LocalStorage, ObjectNotFoundError
 from tests.bad_keys import BAD_KEYS
-
-# -- safe_key --------------------------------------------------------------------------------------
-
-
-def test_safe_key_joins_and_normalises() -> None:
-    assert safe_key("jobs", "abc/123", "audio.wav") == "jobs/abc/123/audio.wav"
-    assert safe_key("日本語/声.wav") == "日本語/声.wav"
-    assert safe_key("a..b/..c/d..") == "a..b/..c/d.."  # dots inside names are fine
-    key = safe_key("jobs", "x", "y.flac")
-    assert safe_key(key) == key
-
-
-@pytest.mark.parametrize("key", BAD_KEYS)
-def test_safe_key_refuses(key: str) -> None:
-    with pytest.raises(InputError) as err:
-        safe_key(key)
-    assert err.value.code == BAD_KEY
-    assert isinstance(err.value, ValueError)
-
-
-@pytest.mark.parametrize("parts", [(), ("jobs", ""), ("jobs", "/abs"), ("jobs", ".."), ("jobs", 3)])
-def test_safe_key_refuses_bad_parts(parts: tuple[object, ...]) -> None:
-    with pytest.raises(InputError) as err:
-        safe_key(*parts)  # type: ignore[arg-type]
-    assert err.value.code == BAD_KEY
-
 
 # -- local folder ----------------------------------------------------------------------------------
 

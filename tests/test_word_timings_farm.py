@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -33,14 +32,6 @@ TEXTS = [
     "2024年3月5日，我花了12.5元。Hello world, it is 5km away!",
     "We sell coffee and tea.\n\nThe second paragraph has 1,500 people in it.",
 ]
-
-
-@pytest.fixture(scope="module")
-def farm(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    f = Farm(redis_url, tmp_path_factory.mktemp("farm"))
-    f.start_worker()
-    yield f
-    f.stop()
 
 
 def _spoken_chars(text: str) -> list[int]:

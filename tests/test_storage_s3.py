@@ -1,82 +1,39 @@
-"""Tests for wire.storage against a real S3 endpoint (moto's standalone server), and choosing a backend.
-Key checking and the local folder backend: tests/test_storage_local.py.
+"""The S3 backend (wire/storage/s3.py) against a real S3 endpoint: puts, gets, multipart above the threshold only,
+presigned URLs, refused keys, and errors that are clear, classified and free of secrets. The other backend is
+tests/test_storage_local.py; what every backend shares (the key check, the choice of backend) is
+tests/test_storage_common.py.
 
-The S3 endpoint is a ``moto_server`` process started on a free port for the session, or the one named
-by ``TTSFARM_TEST_S3_ENDPOINT`` (e.g. a MinIO), with the credentials in the environment.
+The S3 endpoint is the session's (tests/conftest.py ``s3_endpoint``): a ``moto_server`` process on a free port, or
+the one named by ``TTSFARM_TEST_S3_ENDPOINT`` (e.g. a MinIO), with the credentials in the environment.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
+from bench.processes import free_port
 from pipeline.errors import BAD_OPTION, InputError, TTSFarmError
 from wire import errors as codes
 from wire import storage as st
 from wire.errors import BAD_KEY, TransientError
 from wire.settings import StorageSettings
-from wire.storage import LocalStorage, ObjectNotFoundError, StorageError
+from wire.storage import ObjectNotFoundError, StorageError
 from wire.storage.s3 import S3Storage
 from tests.bad_keys import BAD_KEYS
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-" + uuid.uuid4().hex  # never allowed in an error message
 MIB = 1024 * 1024
-
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("moto_server did not start in time")
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    if url := os.environ.get("TTSFARM_TEST_S3_ENDPOINT"):
-        yield url
-        return
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(autouse=True)
@@ -336,31 +293,3 @@ def test_service_errors_are_classified(
     assert err.value.retryable == (expect_cls is TransientError)
     assert "s3://b/p/a.wav" in err.value.message
     no_secrets(err.value)
-
-
-# -- choosing a backend ----------------------------------------------------------------------------
-
-
-def test_storage_from_settings(tmp_path: Path) -> None:
-    local = st.storage_from_settings(StorageSettings(local_dir=str(tmp_path), prefix="pre"))
-    assert isinstance(local, LocalStorage)
-    assert local.put("a.wav", b"a", "audio/wav") == (tmp_path.resolve() / "pre" / "a.wav").as_uri()
-    assert isinstance(st.storage_from_settings(StorageSettings(s3_bucket="b")), S3Storage)
-    assert isinstance(
-        st.storage_from_settings(StorageSettings(backend="local", s3_bucket="b", local_dir=str(tmp_path))), LocalStorage
-    )
-    assert isinstance(st.storage_from_settings(StorageSettings(backend="S3", s3_bucket="b")), S3Storage)
-    for bad in (StorageSettings(backend="s3"), StorageSettings(backend="gcs")):
-        with pytest.raises(InputError) as err:
-            st.storage_from_settings(bad)
-        assert err.value.code == BAD_OPTION
-
-
-def test_importing_storage_does_not_import_celery() -> None:
-    code = ("import sys, wire.storage; assert 'celery' not in sys.modules, 'celery imported'; "
-            "assert 'boto3' not in sys.modules, 'boto3 imported'")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
