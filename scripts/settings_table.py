@@ -17,10 +17,12 @@ import inspect
 import json
 import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 
 from scripts.readme_block import main, replace_block
 from wire.settings import SECTIONS
 
+ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_DOC = ROOT / "docs" / "SETTINGS.md"
 
 BEGIN = "<!-- settings table: made by scripts/settings_table.py from the settings classes; edit them, not this -->"
