@@ -331,6 +331,32 @@ def test_the_benches_worker_module_is_started_by_name_only() -> None:
     assert not bad, "workers.bench_app is a Celery app module the benches start by name, never an import:\n" + "\n".join(bad)
 
 
+SCRIPTS_MAX_LINES = 1500
+
+
+def test_scripts_hold_what_install_ci_and_the_product_run_and_nothing_edits_sys_path() -> None:
+    """scripts/ is setup, the GPU check and the README generators (the lab is ``ttsfarm bench`` and ``bench.lab``);
+    no file of the repository's code edits ``sys.path``: modules run as ``python -m``, from the root."""
+    files = [p for p in (ROOT / "scripts").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files)
+    assert lines <= SCRIPTS_MAX_LINES, f"scripts/ is {lines} lines: the lab belongs in bench/"
+    code = [p for top in (*PACKAGES, "scripts", "tests") for p in (ROOT / top).rglob("*.py")]
+    edits = [f"{p.relative_to(ROOT)}:{n}" for p in code
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"sys\.path\.(insert|append)\(", line)]
+    assert not edits, "sys.path edited:\n" + "\n".join(edits)
+
+
+# Docs a user reads: the README a newcomer reads in five minutes, the performance page short enough to answer.
+DOC_MAX_LINES = {"README.md": 350, "docs/PERFORMANCE.md": 400}
+
+
+def test_the_docs_a_user_reads_stay_short() -> None:
+    for name, most in DOC_MAX_LINES.items():
+        lines = len((ROOT / name).read_text(encoding="utf-8").splitlines())
+        assert lines <= most, f"{name} is {lines} lines (at most {most}): reference goes to docs/, lab notes to docs/lab/"
+
+
 # Who may import the broker's client library: the wire (its Broker implementation). Tests, bench/ and scripts/
 # drive a real Redis themselves and stay outside this rule.
 REDIS_OUTSIDE_THE_WIRE_EXEMPT = ("bench",)
