@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import redis
+import dataclasses
+
 import pytest
+import redis
 
 from producer.client import Client
 from wire.errors import OverloadedError
@@ -71,9 +73,11 @@ def test_an_empty_lane_admits_a_job_larger_than_the_limit(settings: Settings, r:
     assert int(r.hget(Keys(s.redis.key_prefix).backlog("interactive"), "n")) == 5
 
 
-def test_job_ids_that_could_escape_a_storage_prefix_are_malformed() -> None:
-    job = SegmentJob(job_id="../../etc/passwd", seg=0, total=1, text="x", lang="en", voice="joe",
+@pytest.mark.parametrize("job_id", ["../../etc/passwd", "jobs/../../x", "job.0001.wav", "back\\slash01", "short"])
+def test_job_ids_that_could_escape_a_storage_prefix_are_malformed(job_id: str) -> None:
+    job = SegmentJob(job_id=job_id, seg=0, total=1, text="x", lang="en", voice="joe",
                      request_voice="joe", format="wav", sample_rate=22050)
     with pytest.raises(ValueError):
         SegmentJob.from_fields(job.to_fields())
-    assert GROUP == "workers"
+    fine = SegmentJob.from_fields(dataclasses.replace(job, job_id="job_0001-ok").to_fields())
+    assert fine.job_id == "job_0001-ok"

@@ -43,12 +43,13 @@ def farm(request: pytest.FixtureRequest, base_settings: Settings, redis_url: str
     broker.close()
 
 
-def job_ids(n: int, prefix: str = "contract") -> list[str]:
-    """New job ids, all on the first of two shards (so a sharded broker's lane holds them all, as one node's does)."""
+def job_ids(n: int, prefix: str = "contract", *, shard: int = 0) -> list[str]:
+    """New job ids, all on one of two shards (the first by default, so a sharded broker's lane holds them all, as one
+    node's does)."""
     out: list[str] = []
     while len(out) < n:
         job_id = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        if shard_of(job_id, 2) == 0:
+        if shard_of(job_id, 2) == shard:
             out.append(job_id)
     return out
 
@@ -130,10 +131,34 @@ def test_a_long_interactive_job_is_staged_and_admitted_as_it_plays(farm: tuple[B
     assert sum(b.length for b in snap.buckets) == 2
     # the farm has others queued (its two segments): nothing is due before the job's first chunk plays
     assert broker.admit_due(Admission(idle_ahead=2), 10) == 0
-    assert broker.cancel_jobs([job]) == [1]  # staged segments go with the job
-    snap = broker.queue_snapshot(settings.queue.n_buckets)
-    assert (snap.backlog["interactive"].segments, snap.backlog["interactive"].staged) == (2, 0)
+    assert broker.cancel_jobs([job]) == [1]  # staged segments go with the job, and their backlog counts
+    lane = broker.queue_snapshot(settings.queue.n_buckets).backlog["interactive"]
+    assert (lane.segments, lane.seconds, lane.staged) == (2, pytest.approx(6.0), 0)
     assert broker.admit_due(Admission(idle_ahead=2), 10) == -1
+
+
+@pytest.mark.parametrize("end", ["failed", "expired"])
+def test_a_job_that_ends_otherwise_than_done_drops_its_staged_segments(farm: tuple[Broker, Settings], end: str) -> None:
+    broker, settings = farm
+    (job,) = job_ids(1)
+    run_blocking(broker, broker.admit(submission(settings, job, 4, lane="interactive", est_s=3.0), settings.queue))
+    assert broker.finalize(job, end, {}, maxlen=100, ttl_s=60) == 1
+    lane = broker.queue_snapshot(settings.queue.n_buckets).backlog["interactive"]
+    # its two admitted segments leave the counters as workers ack them; the two staged ones left with its end
+    assert (lane.segments, lane.seconds, lane.staged) == (2, pytest.approx(6.0), 0)
+    assert broker.admit_due(Admission(idle_ahead=2), 10) == -1
+
+
+def test_the_sweep_admits_due_segments_on_every_shard(farm: tuple[Broker, Settings]) -> None:
+    """A job on the second of two shards (on one node: anywhere): before its first chunk, its staged segments fall
+    due a moment after the submit, and with fewer than idle_ahead in flight and nothing else queued the sweep
+    admits one more."""
+    broker, settings = farm
+    (job,) = job_ids(1, shard=1)
+    run_blocking(broker, broker.admit(submission(settings, job, 4, lane="interactive", est_s=3.0), settings.queue))
+    time.sleep(0.3)
+    assert broker.admit_due(Admission(idle_ahead=3), 10) == 1
+    assert broker.queue_snapshot(settings.queue.n_buckets).backlog["interactive"].staged == 1
 
 
 def test_a_publish_admits_the_next_segments_while_the_farm_is_idle(farm: tuple[Broker, Settings]) -> None:
@@ -228,6 +253,9 @@ def test_heads_claims_and_acks_count_each_entry_once(farm: tuple[Broker, Setting
     consumer.ack(claimed[:1])  # a second ack of the same entry does not count again (other entries in the lane)
     backlog = broker.queue_snapshot(settings.queue.n_buckets).backlog["bulk"]
     assert backlog.segments == 2 and backlog.seconds == pytest.approx(3.0)
+    consumer.ack(claimed)  # the first entry again, with the second: only the second counts
+    backlog = broker.queue_snapshot(settings.queue.n_buckets).backlog["bulk"]
+    assert backlog.segments == 1 and backlog.seconds == pytest.approx(1.5)
 
 
 def test_a_dead_consumers_entries_are_reclaimed_unless_touched(farm: tuple[Broker, Settings]) -> None:
