@@ -105,3 +105,44 @@ def test_a_blocking_client_packs_with_it_and_talks_to_redis(redis_url: str) -> N
     client.close()
     assert "command_packer" not in connect(redis_url, asyncio=True).connection_pool.connection_kwargs
     assert "command_packer" not in connect(redis_url, encoding="latin-1").connection_pool.connection_kwargs
+
+
+def test_a_sentinel_client_sends_a_command_again_when_its_connection_is_lost() -> None:
+    """A Sentinel group's client re-sends a command whose connection was lost mid-command, on a fresh connection to
+    the master the Sentinel names (docs/RELIABILITY.md, "Failover"): here the connection is killed while the
+    command blocks on the master, the way a failover drops it."""
+    import threading
+    import time
+
+    import redis
+
+    from bench.processes import RedisServer
+
+    master = RedisServer().start()
+    guard = RedisServer(sentinel=f"sentinel monitor m 127.0.0.1 {master.port} 1\n").start()
+    try:
+        client = connect(f"sentinel://127.0.0.1:{guard.port}", master_name="m", socket_timeout=5)
+        assert client.ping()
+        admin = redis.Redis(port=master.port)
+        got: list[object] = []
+        waiter = threading.Thread(target=lambda: got.append(_blpop(client)))
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while not any(c["cmd"] == "blpop" for c in admin.client_list()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert admin.client_kill_filter(_type="normal", skipme=True) >= 1  # the blocked command's connection
+        while admin.llen("waiting") == 0 and time.monotonic() < deadline:
+            admin.rpush("waiting", "there")  # for the command sent again, once it blocks anew
+            time.sleep(0.1)
+        waiter.join(10)
+        assert got == [(b"waiting", b"there")]
+    finally:
+        guard.stop()
+        master.stop()
+
+
+def _blpop(client: redis.Redis) -> object:
+    try:
+        return client.blpop(["waiting"], timeout=4)
+    except redis.exceptions.ConnectionError as exc:
+        return exc

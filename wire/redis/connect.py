@@ -7,8 +7,10 @@ are the data nodes'; the Sentinels' own password is ``redis.sentinel_password``.
 asked only for the master's address.
 
 With a group, the client is redis-py's ``Sentinel(...).master_for(name)``: each new connection asks the Sentinels
-where the master is, a connection to a demoted master is dropped (its ``READONLY`` error), and redis-py's retries
-(10, backing off to 1 s) re-send a command whose connection was lost on a fresh connection to the new master.
+where the master is, a connection to a demoted master is dropped (its ``READONLY`` error), and the client's retries
+(``SENTINEL_RETRIES``, backing off to 1 s) re-send a command whose connection was lost on a fresh connection to the
+new master. redis-py gives a client built on a pool (``master_for``, ``from_url``) no retries of its own: the group's
+client is given them here.
 Which wire steps are safe to re-send is docs/RELIABILITY.md's "Failover" section. Celery gets the same group with
 ``celery_url`` and ``celery_transport_options`` (kombu reads credentials and database from the first address).
 """
@@ -22,8 +24,11 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.retry
 import redis.asyncio.sentinel
+import redis.retry
 import redis.sentinel
+from redis.backoff import ExponentialBackoff
 from redis.connection import HIREDIS_AVAILABLE, Encoder, HiredisRespSerializer, PythonRespSerializer
 
 from pipeline.errors import BAD_OPTION, InputError
@@ -32,6 +37,7 @@ if HIREDIS_AVAILABLE:
     import hiredis
 
 SCHEME = "sentinel://"
+SENTINEL_RETRIES = 10  # a command's tries after the first on a Sentinel group's client, 50 ms doubling to 1 s apart
 TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_ca_path")
 
 
@@ -185,7 +191,9 @@ def connect(url: str, *, master_name: str = "", sentinel_password: str = "", asy
         sentinel_kwargs["password"] = sentinel_password
     module: Any = redis.asyncio.sentinel if asyncio else redis.sentinel
     group = module.Sentinel(list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs)
-    return group.master_for(master_name, **{**parsed.node_kwargs(), **redis_kwargs})
+    retry = (redis.asyncio.retry if asyncio else redis.retry).Retry(ExponentialBackoff(cap=1.0, base=0.05),
+                                                                    SENTINEL_RETRIES)
+    return group.master_for(master_name, **{"retry": retry, **parsed.node_kwargs(), **redis_kwargs})
 
 
 def master_address(client: Any) -> str:
