@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ from grpcfront import BackgroundServer
 from grpcfront.asks import read_request
 from grpcfront.errors import CODE_KEY
 from grpcfront.service import JOB_KEY
+from producer.client import Client
 from tests.conftest import Farm, FarmSpec
+from wire.connect import connect
+from wire.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -234,6 +238,40 @@ def test_a_deadline_cancels_the_job_of_a_reader_that_stopped_reading(farm: Farm,
         list(call)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     channel.close()
+
+
+def test_a_deadline_cancels_the_job_of_a_unary_synthesize(farm: Farm, server: BackgroundServer) -> None:
+    """Synthesize answers once the whole job is done: a deadline that comes first ends the call and cancels the job
+    (its id is not sent before the end, so the job is found as the one this call added)."""
+    r = farm.client().redis
+    jobs = lambda: {k.decode().rpartition(":")[2] for k in r.scan_iter(f"{farm.prefix}:job:*") if  # noqa: E731
+                    k.decode().count(":") == 2}
+    before = jobs()
+    stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel := grpc.insecure_channel(server.target))
+    with pytest.raises(grpc.RpcError) as info:  # ~240 s of audio: the deadline comes mid-job however slow the machine
+        stub.Synthesize(riva_tts_pb2.SynthesizeSpeechRequest(text=" ".join([EN] * 40)), timeout=3)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    (job_id,) = jobs() - before
+    job = farm.client().job(job_id)
+    deadline = time.monotonic() + 10
+    while job.status().state != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.status().state == "cancelled"
+    channel.close()
+
+
+def test_a_full_lane_is_resource_exhausted(settings: Settings) -> None:
+    """OVERLOADED (the lane at its backlog limit) is RESOURCE_EXHAUSTED with its code, as the README says: on the
+    stub broker, with a serving worker's heartbeat written by hand (no worker runs)."""
+    s = settings.replace(redis={"url": f"memory://grpc-full-{uuid.uuid4().hex}"},
+                         queue={"max_backlog_interactive_segments": 1})
+    broker = connect(s.redis)
+    broker.write_heartbeat("host", 1, {"state": "serving", "ts": time.time()})
+    Client(None, s, broker=broker).submit("One sentence fills the lane.")
+    with BackgroundServer(s) as full:
+        err = _refused(riva.client.SpeechSynthesisService(riva.client.Auth(uri=full.target)).synthesize, "Hello.")
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and err.details().startswith("OVERLOADED:")
+    assert dict(err.trailing_metadata())[CODE_KEY] == "OVERLOADED"
 
 
 def test_keys_are_required_when_configured_and_health_needs_none(farm: Farm) -> None:
