@@ -11,6 +11,8 @@ leaves what it measured) and summarised in ``DIR/gpu_check.txt``:
 1. ``env``: onnxruntime build and providers, both-distributions check, GPU name/driver, torch/CUDA, pinning.
    With ``--device cuda`` and no CUDA provider the check stops here with exit status 2: a GPU host on the
    CPU wheel is an error, not a slow pass.
+   ``paths``: the stage's host paths on a generated graph of two float outputs (``scripts/gpu_check_paths.py``):
+   pageable and pinned copies equal to ``session.run``, outputs kept across a second call unchanged (``ok``).
 2. ``sweep``: for every stage model of every served voice (acoustic, vocoder; or the whole graph of a
    one-graph voice), in FP32, FP16 (converted with I/O kept FP32) and dynamic INT8: items/s, speech
    seconds per second and ms per call at batch 1/2/4/8/16/32 (items of similar length, as the length
@@ -47,15 +49,9 @@ from typing import Any
 
 from pipeline.settings import CONFIG_DIR
 from scripts.gpu_check_models import LEFT_OUT, StageModel, discover_models, precision_variant
-from scripts.gpu_check_run import (
-    StageRunner,
-    process_memory_mb,
-    cuda_graph_row,
-    device_memory,
-    device_utilization,
-    quality,
-    time_calls,
-)
+from scripts.gpu_check_paths import paths_section
+from scripts.gpu_check_run import (StageRunner, cuda_graph_row, device_memory, device_utilization, process_memory_mb,
+                                   quality, time_calls)
 
 log = logging.getLogger("gpu_check")
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -437,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default=",".join(PRECISIONS))
     ap.add_argument("--voices", default="", help="comma-separated voices (default: every served voice with a stage model)")
     ap.add_argument("--min-time-s", type=float, default=0.4, help="time each cell at least this long")
-    ap.add_argument("--sections", default="sweep,transfer,ceiling,farm", help="which measurements to make")
+    ap.add_argument("--sections", default="paths,sweep,transfer,ceiling,farm", help="which checks to make")
     ap.add_argument("--farm-loops", default="0", type=farm_specs,
                     help="farm runs, one per value: inference loops per worker (0 = default), LxW for W worker processes "
                          "on the device (6x2: two workers of six loops), a suffix fN for N finisher processes each (0f2)")
@@ -465,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     batches = tuple(int(b) for b in args.batches.split(","))
     precisions = tuple(p for p in args.precisions.split(",") if p)
     sections = set(args.sections.split(","))
+    if "paths" in sections:  # the host paths on a graph of two float outputs: equal to session.run, outputs kept
+        try:
+            check.section("paths", paths_section(work, dataclasses.replace(settings.runtime, device=args.device)))
+        except Exception as exc:  # noqa: BLE001
+            check.error("paths", exc)
     if "sweep" in sections:
         sweep_section(check, models, args.device, batches, precisions, work, args.min_time_s)
     if "transfer" in sections:

@@ -6,6 +6,7 @@ binding and copy-back logic is checked here against plain ``session.run`` on a s
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.prepare.precision import to_dynamic_int8, to_fp16
 from pipeline.voices.binding import StageBinding
+from wire.settings import Settings
 
 
 def conv_vocoder(path: Path) -> Path:
@@ -111,3 +113,16 @@ def test_precision_is_chosen_per_device(monkeypatch: pytest.MonkeyPatch) -> None
     assert wanted_precision(spec, RuntimeSettings(device="cuda", precision="int8")) == "int8"
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
     assert wanted_precision(spec, RuntimeSettings(device="auto")) == "int8"
+
+
+def test_two_float_outputs_and_outputs_kept_across_calls_on_every_host_path(tmp_path: Path, device_torch: None,
+                                                                             base_settings: Settings) -> None:
+    """A graph with two float outputs of different shapes (as joe's): through the pageable and the pinned copy each
+    output equals ``session.run``'s, and a stage's outputs kept across its next call on the thread stay as they were
+    (scripts/gpu_check_paths.py: the GPU check makes the same assertions on a device)."""
+    from scripts.gpu_check_paths import check_paths, two_float_outputs
+
+    runtime = dataclasses.replace(base_settings.runtime, device="cpu", intra_op_threads=1)
+    found = check_paths(two_float_outputs(tmp_path / "two.onnx"), runtime, pinned=True)
+    assert found == {"pageable_frames": 0.0, "pageable_audio": 0.0, "pinned_frames": 0.0, "pinned_audio": 0.0,
+                     "stage": 0.0, "kept": 0.0}

@@ -39,6 +39,7 @@ def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
     assert all(r["items_per_s"] > 0 and r["speech_s_per_s"] > 0 for r in sweep)
     int8 = [r for r in sweep if r["precision"] == "int8"]
     assert all("max_abs_vs_fp32" in r or "shape_vs_fp32" in r for r in int8)
+    assert doc["sections"]["paths"]["ok"], doc["sections"]["paths"]  # two float outputs, outputs kept (CPU: pageable)
     modes = {r["mode"] for r in doc["sections"]["transfer"]}
     assert {"session.run", "iobinding-pageable"} <= modes
     assert all(v["speech_s_per_s"] > 0 for v in doc["sections"]["ceiling"].values())
