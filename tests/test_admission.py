@@ -24,6 +24,7 @@ def test_a_submit_admits_the_first_segments_up_to_the_horizon() -> None:
     assert admitted_at_submit([5.0, 2.0], "interactive", 4.0) == 1  # at least one, even past the horizon
     assert admitted_at_submit([1.0, 1.0], "interactive", 4.0) == 2  # a short job: all of it
     assert admitted_at_submit([1.0, 2.0, 3.0], "bulk", 4.0) == 3  # no listener: all at once
+    assert admitted_at_submit([3.0, 3.0, 3.0], "bulk", 4.0) == 3  # all of it, though its first two reach the horizon
     assert admitted_at_submit([1.0, 2.0, 3.0], "interactive", 0.0) == 3  # the horizon off: all at once
 
 

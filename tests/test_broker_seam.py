@@ -445,6 +445,24 @@ def test_an_ack_deletes_its_entries_and_counts_each_xack_once(settings: Settings
         e.job.est_s for e in entries if e.job), q - 3])
 
 
+def test_a_dead_letter_two_operators_read_is_requeued_once(r: redis.Redis) -> None:
+    """Two operators read the same dead letter, then both requeue it: the second requeue finds it gone in the step
+    itself (its read came before the first requeue), so the segment is queued and counted once."""
+    from wire.records import SegmentJob, dead_letter_fields
+
+    broker = RedisBroker(r, Keys("dl"))
+    job = SegmentJob(job_id="dead-letter-0001", seg=0, total=1, text="Hello.", lang="en", voice="joe",
+                     request_voice="joe", format="wav", sample_rate=16000, lane="bulk")
+    stream = broker.keys.queue("bulk", 0)
+    broker.dead_letter(dead_letter_fields(stream, "1-1", "SEGMENT_FAILED", "boom", 3, job.to_fields()))
+    (read,) = broker.dead_letters(1)
+    broker.requeue_dead_letter(read.id)
+    broker.find_dead_letter = lambda entry_id: read  # type: ignore[method-assign]  # the other operator's read
+    with pytest.raises(KeyError):
+        broker.requeue_dead_letter(read.id)
+    assert r.xlen(stream) == 1 and int(r.hget(broker.keys.backlog("bulk"), "n")) == 1
+
+
 def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
     """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back, and it
     equals what the parts hash holds. A job of two pieces is read by its finisher with a plain HGETALL: the publish
