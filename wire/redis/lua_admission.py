@@ -109,12 +109,10 @@ end
 ADMIT = ADMISSION_FUNCTIONS + """
 local counts = redis.call('HMGET', KEYS[2], 'n', 's')
 local n, s = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
-local taken = redis.call('HGET', KEYS[1], 'fingerprint')
-if taken then
-  if taken == ARGV[9] then return {2, n, tostring(s)} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'fingerprint') == ARGV[9] then return {2, n, tostring(s)} end
   return {3, n, tostring(s)}
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {3, n, tostring(s)} end
 local max_n, max_s, add_s = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local add_n = #KEYS - 5
 if n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and s + add_s > max_s)) then
