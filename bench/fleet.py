@@ -26,7 +26,6 @@ Writes ``<out>/fleet.json`` and ``<out>/fleet.md``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import multiprocessing
@@ -45,7 +44,7 @@ from bench.host import NULL_VOICE, config_dir, counters_delta, per, redis_counte
 from bench.load import SHORT_EN, underruns
 from bench.processes import RedisServer, WorkerProcess
 from bench.report import pct
-from wire.connect import connect_url
+from wire.connect import connect_url, script_names
 
 log = logging.getLogger(__name__)
 
@@ -104,18 +103,6 @@ def caller(env: dict[str, str], work: list[tuple[int, str]], out: str) -> None:
 
 
 # -- Redis's own time per script -----------------------------------------------------------------------------------
-def script_names() -> dict[str, str]:
-    """The SHA1 of each Lua script of the wire, to its name."""
-    from wire.redis import lua, lua_admission
-
-    out = {}
-    for module in (lua, lua_admission):
-        for name, value in vars(module).items():
-            if name.isupper() and isinstance(value, str) and "redis.call" in value:
-                out[hashlib.sha1(value.encode()).hexdigest()] = name
-    return out
-
-
 def slowlog_on(r: redis.Redis) -> None:
     r.config_set("slowlog-max-len", 1_000_000)
     r.config_set("slowlog-log-slower-than", 0)

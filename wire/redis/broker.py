@@ -9,6 +9,8 @@ speaks Redis: nothing outside ``wire`` imports ``redis`` (``tests/test_structure
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import threading
 import time
@@ -25,6 +27,7 @@ from wire.broker import Op
 from wire.errors import BrokerUnavailable
 from wire.keys import GROUP, LANES, Keys
 from wire.pieces import ClaimReply, Piece, PieceReply, parts_output
+from wire.redis import lua, lua_admission
 from wire.redis.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from wire.redis.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
@@ -459,3 +462,9 @@ def _sent_output(p: Piece) -> tuple[dict[int, bytes], dict[int, Any]]:
     """The output of a job that is one piece (``PUBLISH_PIECES`` answers 2): that piece's PCM and words, as sent."""
     assert p.end is not None
     return {p.seg: p.pcm}, {p.seg: json.loads(p.end.words_json)}
+
+
+def script_names() -> dict[str, str]:
+    """The wire's Lua scripts by SHA1 (what ``EVALSHA`` names, in ``SLOWLOG`` or ``MONITOR``), to their names."""
+    return {hashlib.sha1(source.encode()).hexdigest(): name for module in (lua, lua_admission)
+            for name, source in vars(module).items() if name.isupper() and isinstance(source, str) and "redis." in source}
