@@ -46,6 +46,14 @@ MAX_IDLE_ROUND_TRIPS_PER_S = 8.0  # 4.6 (10.8-14.8 before; 33)
 PREFIX = "counts"
 
 
+def farm_env(work_dir: Path, server: RedisServer) -> dict[str, str]:
+    """A private farm's settings: the null voice, outputs in a local folder, one worker of two loops."""
+    return {"TTSFARM_CONFIG_DIR": str(config_dir(work_dir, "none", work_dir / "device.json", 8)),
+            "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX, "TTSFARM_STORAGE_BACKEND": "local",
+            "TTSFARM_STORAGE_LOCAL_DIR": str(work_dir / "storage"), "TTSFARM_RUNTIME_DEVICE": "cpu",
+            "TTSFARM_QUEUE_MAX_BATCH_CPU": "8", "TTSFARM_QUEUE_INFERENCE_THREADS": "2"}
+
+
 def start_worker(env: dict[str, str], trips: Path, work_dir: Path, r: redis.Redis, keys: Keys,
                  own: Counter[str]) -> tuple[WorkerProcess, float]:
     """A counted worker, and when its heartbeat first said serving (the bench's heartbeat reads go into ``own``)."""
@@ -71,10 +79,7 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     server = RedisServer().start()
     workers: list[WorkerProcess] = []
     try:
-        env = {"TTSFARM_CONFIG_DIR": str(config_dir(work_dir, "none", work_dir / "device.json", 8)),
-               "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX, "TTSFARM_STORAGE_BACKEND": "local",
-               "TTSFARM_STORAGE_LOCAL_DIR": str(work_dir / "storage"), "TTSFARM_RUNTIME_DEVICE": "cpu",
-               "TTSFARM_QUEUE_MAX_BATCH_CPU": "8", "TTSFARM_QUEUE_INFERENCE_THREADS": "2"}
+        env = farm_env(work_dir, server)
         r = redis.Redis.from_url(server.url)
         keys = Keys(PREFIX)
 
@@ -176,10 +181,7 @@ def streamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     server = RedisServer().start()
     worker = None
     try:
-        env = {"TTSFARM_CONFIG_DIR": str(config_dir(work_dir, "none", work_dir / "device.json", 8)),
-               "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX, "TTSFARM_STORAGE_BACKEND": "local",
-               "TTSFARM_STORAGE_LOCAL_DIR": str(work_dir / "storage"), "TTSFARM_RUNTIME_DEVICE": "cpu",
-               "TTSFARM_QUEUE_MAX_BATCH_CPU": "8", "TTSFARM_QUEUE_INFERENCE_THREADS": "2"}
+        env = farm_env(work_dir, server)
         r = redis.Redis.from_url(server.url)
         own: Counter[str] = Counter()
         worker, _ = start_worker(env, work_dir / "s.json", work_dir, r, Keys(PREFIX), own)
