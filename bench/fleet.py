@@ -2,7 +2,7 @@
 the farm, with what each Redis node spends per segment and per second of streamed speech.
 
     ttsfarm bench fleet --out bench-results/fleet [--workers 2] [--loops 2] [--listeners 8] [--jobs 160] \
-        [--sentences 1] [--shards 1] [--device h200] [--scripts]
+        [--sentences 1] [--shards 1] [--device h200] [--scripts] [--cpu-workers 1 --kill-gpu-at 1.5]
 
 One run: ``--shards`` private redis-servers on free ports (the first is ``redis.url``, the others ``redis.shards``);
 ``--workers`` worker processes (``celery -A workers.bench_app worker``, ``--loops`` loops each) serving the null voice
@@ -20,6 +20,11 @@ Measured on each node from Redis itself (``INFO commandstats``: commands inside 
 - with ``--scripts``, Redis's own time per script and per command (``SLOWLOG`` with every command logged: the time
   inside the server, without the wait for its core), per segment.
 Per caller: first audio after submit (P50/P95/P99) and playback gaps (``bench.load.underruns``; > 100 ms counted).
+
+A mixed fleet (``--cpu-workers K``): K more workers of one loop serving the same voice name with the real model
+(``joe``'s catalogue entry and prepared stages) on CPU, on the same queue; ``--kill-gpu-at S`` kills the proxy GPU
+workers (SIGKILL) S seconds after the first submit. Then also: who made each job's first segment, the jobs lost (not
+done, and not refused as OVERLOADED), and what callers saw by whether they submitted before or after the kill.
 Writes ``<out>/fleet.json`` and ``<out>/fleet.md``.
 """
 
@@ -44,7 +49,9 @@ from bench.host import NULL_VOICE, config_dir, counters_delta, per, redis_counte
 from bench.load import SHORT_EN, underruns
 from bench.processes import RedisServer, WorkerProcess
 from bench.report import pct
+from pipeline.settings import CONFIG_DIR
 from wire.connect import connect_url, script_names
+from wire.settings import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +69,10 @@ def texts(jobs: int, sentences: int) -> list[str]:
 
 
 # -- the callers (in processes of their own) ---------------------------------------------------------------------
-def caller(env: dict[str, str], work: list[tuple[int, str]], out: str) -> None:
+def caller(env: dict[str, str], work: list[tuple[int, str]], out: str, submitted: Any = None) -> None:
     """One client process: ``THREADS_PER_PROCESS`` callers, each taking the next job of ``work``, submitting it and
-    streaming it to its end. Writes a JSON list of the jobs' records to ``out``."""
+    streaming it to its end. Writes a JSON list of the jobs' records to ``out``; sets ``submitted`` (an event) once a
+    job is submitted."""
     from producer.client import Client
     from wire.settings import load_settings
 
@@ -78,10 +86,13 @@ def caller(env: dict[str, str], work: list[tuple[int, str]], out: str) -> None:
                     return
                 _, text = todo.pop(0)
             t0 = time.time()
-            rec: dict[str, Any] = {"state": "done", "first_s": None, "bytes": 0, "segments": 0, "chunks": []}
+            rec: dict[str, Any] = {"state": "done", "first_s": None, "bytes": 0, "segments": 0, "chunks": [], "t0": t0,
+                                   "id": None, "code": ""}
             try:
                 job = client.submit(text, voice=NULL_VOICE, lane="interactive", format="wav")
-                rec["segments"] = job.total
+                rec["segments"], rec["id"] = job.total, job.id
+                if submitted is not None:
+                    submitted.set()
                 for chunk in job.stream(timeout=120):
                     seen = time.time()
                     if rec["first_s"] is None:
@@ -89,7 +100,7 @@ def caller(env: dict[str, str], work: list[tuple[int, str]], out: str) -> None:
                     rec["bytes"] += len(chunk.pcm)
                     rec["chunks"].append((seen, len(chunk.pcm) / 2 / chunk.sample_rate))
             except Exception as exc:  # a caller's failure is a figure of the run, not the end of it
-                rec["state"] = f"{type(exc).__name__}: {exc}"
+                rec["state"], rec["code"] = f"{type(exc).__name__}: {exc}", str(getattr(exc, "code", ""))
             with lock:
                 records.append(rec)
 
@@ -100,6 +111,39 @@ def caller(env: dict[str, str], work: list[tuple[int, str]], out: str) -> None:
         for t in threads:
             t.join()
     Path(out).write_text(json.dumps(records))
+
+
+# -- a mixed fleet: CPU workers serving the same voice name with the real model ---------------------------------------
+def cpu_config(work: Path) -> dict[str, str]:
+    """Settings of a CPU worker whose ``null-en`` is the real ``joe`` (its shipped catalogue entry, its prepared stages
+    through a model cache that names them so): the same voice as the proxy GPU workers', made for real on CPU."""
+    out = work / "cpu-configs"
+    out.mkdir()
+    shutil.copy(CONFIG_DIR / "settings.toml", out / "settings.toml")
+    lines, keep = [], False
+    for line in (CONFIG_DIR / "voices.toml").read_text(encoding="utf-8").splitlines():
+        if line.startswith("["):
+            keep = line.startswith("[voices.joe]") or line.startswith("[voices.joe.")
+        if keep:
+            lines.append(line.replace("[voices.joe", f"[voices.{NULL_VOICE}", 1))
+    (out / "voices.toml").write_text(f'default_voice = "{NULL_VOICE}"\n\n' + "\n".join(lines) + "\n", encoding="utf-8")
+    real = load_settings().runtime.cache_dir
+    cache = work / "cpu-cache"
+    (cache / "prepared").mkdir(parents=True)
+    for entry in real.iterdir():
+        if entry.name != "prepared":
+            (cache / entry.name).symlink_to(entry)
+    (cache / "prepared" / NULL_VOICE).symlink_to(real / "prepared" / "joe")
+    return {"TTSFARM_CONFIG_DIR": str(out), "TTSFARM_RUNTIME_MODEL_CACHE_DIR": str(cache),
+            "TTSFARM_QUEUE_INFERENCE_THREADS": "1"}
+
+
+def served_by(r: redis.Redis, records: list[dict[str, Any]]) -> list[str]:
+    """Per job, the worker that made its first segment (the status's ``worker:0``), '' where none did."""
+    pipe = r.pipeline(transaction=False)
+    for rec in records:
+        pipe.hget(f"{PREFIX}:job:{rec['id']}", "worker:0")
+    return [(w or b"").decode() for w in pipe.execute()]
 
 
 # -- Redis's own time per script -----------------------------------------------------------------------------------
@@ -144,6 +188,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             workers.append(WorkerProcess(f"fleet{k}-{os.getpid()}@bench",
                                          {**env, "TTSFARM_BENCH_ROUND_TRIPS": str(work / f"round_trips.{k}.json")},
                                          log_path=work / f"worker.{k}.log", app="workers.bench_app").start())
+        cpu_env = cpu_config(work) if args.cpu_workers else {}
+        for k in range(args.cpu_workers):
+            workers.append(WorkerProcess(f"cpu{k}-{os.getpid()}@bench", {**env, **cpu_env},
+                                         log_path=work / f"cpu-worker.{k}.log").start())
         for w in workers:
             wait_serving(broker, w)
         time.sleep(1.0)  # past the start's own steps
@@ -164,18 +212,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         outs = [work / f"callers.{p}.json" for p in range(procs)]
         c0 = [redis_counters(r) for r in nodes]
         t0 = time.time()
-        children = [ctx.Process(target=caller, args=(env, planned[p::procs], str(outs[p]))) for p in range(procs)]
+        submitted = ctx.Event()
+        children = [ctx.Process(target=caller, args=(env, planned[p::procs], str(outs[p]), submitted)) for p in range(procs)]
         for child in children:
             child.start()
+        killed_at = None
+        if args.kill_gpu_at is not None:  # counted from the first submit
+            submitted.wait(120)
+            time.sleep(args.kill_gpu_at)
+            for w in workers[:args.workers]:
+                w.kill()
+            killed_at = time.time()
         for child in children:
             child.join()
         wall = time.time() - t0
         c1 = [redis_counters(r) for r in nodes]
         scripts = [slowlog_times(r, names) for r in nodes] if args.scripts else []
-        if any(w.proc is None or w.proc.poll() is not None for w in workers):
+        alive = workers[args.workers:] if killed_at is not None else workers
+        if any(w.proc is None or w.proc.poll() is not None for w in alive):
             raise RuntimeError("a worker exited during the run")
         records = [rec for out in outs for rec in json.loads(out.read_text())]
-        return report(args, records, wall, [counters_delta(a, b, Counter()) for a, b in zip(c0, c1)], idle, scripts)
+        res = report(args, records, wall, [counters_delta(a, b, Counter()) for a, b in zip(c0, c1)], idle, scripts)
+        if args.cpu_workers:
+            res["mixed"] = mixed(records, served_by(nodes[0], records) if args.shards == 1 else [], t0, killed_at)
+        return res
     finally:
         for w in workers:
             w.stop(timeout=30)
@@ -211,7 +271,8 @@ def report(args: argparse.Namespace, records: list[dict[str, Any]], wall: float,
     total_cmds, total_cpu = sum(n["commands"] for n in nodes), sum(n["cpu_s"] for n in nodes)
     firsts = [1000 * rec["first_s"] for rec in done if rec["first_s"] is not None]
     return {
-        "config": {k: getattr(args, k) for k in ("workers", "loops", "listeners", "jobs", "sentences", "shards", "device", "max_batch")},
+        "config": {k: getattr(args, k) for k in ("workers", "loops", "listeners", "jobs", "sentences", "shards", "device", "max_batch",
+                                                 "cpu_workers", "kill_gpu_at")},
         "jobs_done": len(done), "jobs_failed": [rec["state"] for rec in records if rec["state"] != "done"][:5],
         "segments": segments, "wall_s": round(wall, 2), "segments_per_s": per(segments, wall),
         "audio_s_per_s": per(audio_s, wall),
@@ -221,6 +282,21 @@ def report(args: argparse.Namespace, records: list[dict[str, Any]], wall: float,
         "first_audio_ms": pct(firsts), "callers_with_gap": sum(1 for n, _ in gaps if n),
         "nodes": nodes, "load_1m": round(os.getloadavg()[0], 2),
     }
+
+
+def mixed(records: list[dict[str, Any]], makers: list[str], t0: float, killed_at: float | None) -> dict[str, Any]:
+    """What callers saw before and after the GPU workers were killed (by when they submitted), and who made what."""
+    cut = killed_at if killed_at is not None else float("inf")
+    phases: dict[str, Any] = {}
+    for name, chosen in (("before", [r for r in records if r["t0"] < cut]), ("after", [r for r in records if r["t0"] >= cut])):
+        done = [r for r in chosen if r["state"] == "done"]
+        gaps = [underruns(r["chunks"], tolerance_s=GAP_S) for r in done]
+        phases[name] = {"jobs": len(chosen), "done": len(done), "first_audio_ms": pct(1000 * r["first_s"] for r in done if r["first_s"]),
+                        "with_gap": sum(1 for n, _ in gaps if n), "longest_gap_s": round(max((s for _, s in gaps), default=0.0), 2),
+                        "errors": dict(Counter(r["code"] or r["state"][:60] for r in chosen if r["state"] != "done"))}
+    kinds = Counter("gpu" if m.startswith("fleet") else "cpu" if m.startswith("cpu") else "none" for m in makers)
+    return {"killed_after_s": round(cut - t0, 2) if killed_at is not None else None, "phases": phases,
+            "first_segments_made_by": dict(kinds), "lost": sum(1 for r in records if r["state"] != "done" and r["code"] != "OVERLOADED")}
 
 
 def markdown(res: dict[str, Any], command: str) -> str:
@@ -238,6 +314,15 @@ def markdown(res: dict[str, Any], command: str) -> str:
               f"{res['segments_per_s']} segments/s, {res['audio_s_per_s']} s of audio per s; first audio P50/P95/P99 "
               f"{fa.get('p50')}/{fa.get('p95')}/{fa.get('p99')} ms; callers with a gap over {int(GAP_S * 1000)} ms: "
               f"{res['callers_with_gap']} of {res['jobs_done']}."]
+    if "mixed" in res:
+        m = res["mixed"]
+        lines.append(f"\nMixed fleet ({res['config']['cpu_workers']} CPU workers with the real voice; GPU workers killed "
+                     f"{m['killed_after_s']} s in): first segments made by {m['first_segments_made_by']}; lost {m['lost']}.")
+        for name, ph in m["phases"].items():
+            fa = ph["first_audio_ms"]
+            lines.append(f"- submitted {name} the kill: {ph['done']} of {ph['jobs']} done, first audio P50/P95/max "
+                         f"{fa.get('p50')}/{fa.get('p95')}/{fa.get('max')} ms, {ph['with_gap']} with a gap over "
+                         f"{int(GAP_S * 1000)} ms (longest {ph['longest_gap_s']} s), errors {ph['errors'] or 'none'}")
     for n in res["nodes"]:
         top = ", ".join(f"{k.upper()} {v}" for k, v in list(n["calls_per_segment"].items())[:12])
         lines.append(f"\nNode {n['node']} commands per segment: {top}.")
@@ -259,6 +344,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--idle-s", type=float, default=3.0, help="seconds of the idle fleet measured first (the background)")
     ap.add_argument("--scripts", action="store_true", help="Redis's own time per script and command (SLOWLOG)")
+    ap.add_argument("--cpu-workers", type=int, default=0,
+                    help="a mixed fleet: this many CPU workers (one loop each) serving the same voice with the real model (joe)")
+    ap.add_argument("--kill-gpu-at", type=float, default=None, metavar="S",
+                    help="kill the proxy GPU workers (SIGKILL) this many seconds after the first job is submitted")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (worker logs)")
 
 
