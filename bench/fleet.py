@@ -51,6 +51,7 @@ from bench.processes import RedisServer, WorkerProcess
 from bench.report import pct
 from pipeline.settings import CONFIG_DIR
 from wire.connect import connect_url, script_names
+from wire.errors import OVERLOADED
 from wire.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -296,7 +297,7 @@ def mixed(records: list[dict[str, Any]], makers: list[str], t0: float, killed_at
                         "errors": dict(Counter(r["code"] or r["state"][:60] for r in chosen if r["state"] != "done"))}
     kinds = Counter("gpu" if m.startswith("fleet") else "cpu" if m.startswith("cpu") else "none" for m in makers)
     return {"killed_after_s": round(cut - t0, 2) if killed_at is not None else None, "phases": phases,
-            "first_segments_made_by": dict(kinds), "lost": sum(1 for r in records if r["state"] != "done" and r["code"] != "OVERLOADED")}
+            "first_segments_made_by": dict(kinds), "lost": sum(1 for r in records if r["state"] != "done" and r["code"] != OVERLOADED)}
 
 
 def markdown(res: dict[str, Any], command: str) -> str:
