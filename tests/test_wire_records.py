@@ -9,7 +9,7 @@ import redis
 from wire.errors import JOB_CANCELLED
 from wire.keys import Keys
 from wire.redis.broker import RedisBroker
-from wire.records import FINAL, dead_letter_fields, final_fields, parse_dead_letter, parse_final, record_type
+from wire.records import ENTRY, FINAL, dead_letter_fields, final_fields, parse_dead_letter, parse_final, record_type
 from workers.publisher import Publisher
 
 
@@ -24,8 +24,8 @@ def test_the_final_record_is_final_fields_and_parses_back(r: redis.Redis) -> Non
     assert pub.finish("job-done", "done", {"url": "u", "n": 1}, url="u", info='{"url": "u"}') == 1  # as publish_job
     assert pub.finish("job-done", "done", {"url": "u"}) == 0  # one final record per job
     ((_, f),) = r.xrange(keys.results("job-done"))
-    assert {k.decode(): v.decode() for k, v in f.items()} == final_fields("done", url="u", n=1)
-    assert list(f) == [b"type", b"state", b"info"]
+    assert {k.decode(): v.decode() for k, v in f.items()} == {ENTRY: "1", **final_fields("done", url="u", n=1)}
+    assert list(f) == [b"entry", b"type", b"state", b"info"]  # numbered: the stream's first record
     assert record_type(f) == FINAL and parse_final(_by_name(f)) == {"state": "done", "url": "u", "n": 1}
     assert r.hget(keys.status("job-done"), "url") == b"u" and r.hget(keys.status("job-done"), "info") == b'{"url": "u"}'
 
