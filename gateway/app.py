@@ -29,6 +29,7 @@ import gateway.openai_compat as openai_compat
 import gateway.speech as speech
 import gateway.text_socket as text_socket
 from gateway.auth import require_key
+from gateway.request_ids import RequestIdMiddleware
 from gateway.schemas import Health, VoiceList, error_responses
 from gateway.state import GatewayState, state_of
 from wire.errors import BrokerError
@@ -51,6 +52,9 @@ STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fe
 On the WebSocket, send `{"type": "cancel"}` to cancel the job. The WebSocket `/v1/jobs/text` takes the text while
 the job plays: `{"type": "open", voice, format, ...}`, then `{"type": "text", "text": ...}` messages (each finished
 sentence is queued at once), then `{"type": "close"}`; the audio comes back on the same socket as on `stream`.
+
+Every answer carries `X-Request-Id`: the job's id where the request has a job (errors included), else an id of the
+request (the client's own `X-Request-Id` when it sent a plain one of at most 64 characters).
 
 Errors are `{"error": {"code", "message"}}` with the farm's stable codes: 400 bad input (a wrong type is
 MALFORMED_JOB for the text, BAD_OPTION for an option), 401 missing key, 404 JOB_NOT_FOUND, 409 JOB_NOT_DONE,
@@ -86,9 +90,10 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     app.state.gateway = gateway
     app.state.gateway_state = None
     errors.install(app)
+    app.add_middleware(RequestIdMiddleware)
     if gateway.cors:
-        app.add_middleware(CORSMiddleware, allow_origins=list(gateway.cors), allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["X-Job-Id", "X-Sample-Rate", "X-TTSFarm-Note"])
+        app.add_middleware(CORSMiddleware, allow_origins=list(gateway.cors), allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=["X-Request-Id", "X-Job-Id", "X-Sample-Rate", "X-TTSFarm-Note"])
     app.include_router(speech.router)
     app.include_router(openai_compat.router)
     app.include_router(jobs.router)
