@@ -23,6 +23,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from pipeline.errors import TTSFarmError
+import gateway.agents as agents
 import gateway.errors as errors
 import gateway.jobs as jobs
 import gateway.openai_compat as openai_compat
@@ -52,6 +53,9 @@ STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fe
 On the WebSocket, send `{"type": "cancel"}` to cancel the job. The WebSocket `/v1/jobs/text` takes the text while
 the job plays: `{"type": "open", voice, format, ...}`, then `{"type": "text", "text": ...}` messages (each finished
 sentence is queued at once), then `{"type": "close"}`; the audio comes back on the same socket as on `stream`.
+The WebSocket `/v1/agents` is for voice agents: several contexts on one socket, each a job whose text arrives in
+pieces, with `flush` (speak what is buffered now), `clear` (cancel; answered with the audio sent) and the words in
+each audio message (docs/AGENTS.md).
 
 Every answer carries `X-Request-Id`: the job's id where the request has a job (errors included), else an id of the
 request (the client's own `X-Request-Id` when it sent a plain one of at most 64 characters).
@@ -97,6 +101,7 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     app.include_router(speech.router)
     app.include_router(openai_compat.router)
     app.include_router(jobs.router)
+    app.include_router(agents.router)
     app.include_router(text_socket.router)  # before jobs.live: /v1/jobs/text is not a job id
     app.include_router(jobs.live)
 
