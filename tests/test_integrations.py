@@ -17,8 +17,8 @@ from tests.plugin_venv import clean_env, plugin_venv
 
 pytestmark = pytest.mark.slow
 
-MODULES = {"livekit": "livekit.plugins.ttsfarm"}
-EXAMPLES = {"livekit": "livekit_agent.py"}  # each has a `say TEXT OUT.wav` mode
+MODULES = {"livekit": "livekit.plugins.ttsfarm", "pipecat": "pipecat_ttsfarm"}
+EXAMPLES = {"livekit": "livekit_agent.py", "pipecat": "pipecat_bot.py"}  # each has a `say TEXT OUT.wav` mode
 FARM_PACKAGES = ("producer", "wire", "gateway", "pipeline", "workers")
 
 
