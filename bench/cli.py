@@ -31,6 +31,7 @@ STAGES: dict[str, Stage] = {
     "idle": Stage("bench.idle", "the first chunk of short jobs on an idle farm, split into its stages"),
     "shards": Stage("bench.shards", "one worker draining the same backlog over 1, 2 and 3 Redis nodes"),
     "grpc": Stage("bench.grpc_paths", "first audio and throughput over gRPC beside the HTTP gateway and the SDK"),
+    "conversations": Stage("bench.conversations", "capacity in conversations: callers taking turns with a voice agent"),
 }
 
 
