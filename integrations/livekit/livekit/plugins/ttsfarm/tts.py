@@ -132,6 +132,7 @@ class TTS(tts.TTS):
         self._socket: _Socket | None = None
         self._connecting = asyncio.Lock()
         self._streams: weakref.WeakSet[SynthesizeStream] = weakref.WeakSet()
+        self._prewarm: asyncio.Task[_Socket] | None = None
 
     @property
     def model(self) -> str:
@@ -157,7 +158,7 @@ class TTS(tts.TTS):
         return stream
 
     def prewarm(self) -> None:
-        asyncio.create_task(self._connect(timeout=DEFAULT_API_CONNECT_OPTIONS.timeout))
+        self._prewarm = asyncio.create_task(self._connect(timeout=DEFAULT_API_CONNECT_OPTIONS.timeout))
 
     async def _connect(self, *, timeout: float) -> _Socket:
         async with self._connecting:
