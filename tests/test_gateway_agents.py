@@ -16,10 +16,13 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from gateway import create_app
-from tests.conftest import Farm
+from tests.conftest import Farm, FarmSpec
 from tests.gateway_server import BackgroundServer
+from tests.test_farm_cancel_trim import IN_FLIGHT, drained, made
 
 pytestmark = pytest.mark.slow
+
+FARM = FarmSpec(metrics=True)  # the clear test counts the segments the worker makes (its metrics endpoint)
 
 FIRST = "The first context reads this sentence. Then a second one, a little longer. "
 SECOND = "Meanwhile the second context says something else entirely. "
@@ -128,15 +131,25 @@ def test_flush_mid_sentence_gives_audio_while_the_context_is_open(agent: Agent) 
     _check_words(agent.audio("turn"), "A reply cut off in the middle of a sentence.")
 
 
-def test_clear_is_acknowledged_with_the_audio_sent_and_cancels_the_job(agent: Agent,
+def test_clear_is_acknowledged_with_the_audio_sent_and_cancels_the_job(agent: Agent, farm: Farm,
                                                                       gateway_http: httpx.Client) -> None:
-    agent.send(type="open", context_id="long", voice="joe", text=LONG)
+    before = made(farm)  # bulk segments the worker finished: a context that plays to its end moves the count
+    agent.send(type="open", context_id="probe", voice="joe", lane="bulk", text="One bulk sentence. ")
+    agent.send(type="close", context_id="probe")
+    agent.until(is_("done", "probe"))
+    drained(farm)
+    assert made(farm) - before == 1
+    before = made(farm)
+    agent.send(type="open", context_id="long", voice="joe", lane="bulk")
     job_id = agent.until(is_("opened"))["job_id"]
+    for sentence in LONG.split(". "):  # a segment per sentence: each text message finishes one
+        agent.send(type="text", context_id="long", text=sentence.rstrip(".") + ". ")
     agent.send(type="open", context_id="other", voice="joe", text=SECOND)
     agent.until(is_("opened", "other"))
     agent.until(is_("audio", "long"))
     agent.send(type="clear", context_id="long")
     cleared = agent.until(is_("cleared", "long"))
+    at_clear = made(farm)
     audio = agent.audio("long")
     assert cleared["job_id"] == job_id and cleared["cancelled"] is True
     assert cleared["chunks_sent"] == len(audio) >= 1
@@ -148,6 +161,8 @@ def test_clear_is_acknowledged_with_the_audio_sent_and_cancels_the_job(agent: Ag
     assert len(agent.audio("long")) == len(audio)  # nothing of the cleared context after its answer
     agent.send(type="text", context_id="long", text="more")
     assert agent.until(is_("error"))["error"]["code"] == "UNKNOWN_CONTEXT"
+    drained(farm)  # the worker stopped: it finished at most the segments it was making when the clear came
+    assert made(farm) - at_clear <= IN_FLIGHT and made(farm) - before < len(LONG.split(". "))
 
 
 @pytest.mark.parametrize(("message", "code"), [
