@@ -49,7 +49,7 @@ from producer.appending import OpenedJob, check_open_terms
 from wire.broker import JobBroker, advance  # noqa: F401 (advance: the faces drive their calls with it)
 from wire.connect import connect
 from wire.errors import BrokerUnavailable, JOB_CLOSED, JobError, JobNotFoundError, JobTimeoutError, TransientError
-from wire.keys import Keys, bucket_of, new_job_id
+from wire.keys import STATES_FINAL, Keys, bucket_of, new_job_id
 from wire.records import Chunk, JobResult, SegmentJob, Submission
 from wire.status import JobStatus
 from wire.settings import Settings, settings_from_environment
@@ -188,17 +188,19 @@ class JobCore:
         deadline = None if timeout is None else time.monotonic() + timeout
         broker = self.client.broker
         failures = 0
-        caught_up = False  # the last read took every entry there was
         while not reader.finished:
             if deadline is not None and time.monotonic() > deadline:
                 raise JobTimeoutError(f"job {self.id} did not finish within {timeout} s")
-            woke = None
-            try:
-                if caught_up:  # wait for the next entry (at once if one came meanwhile), then read it
-                    woke = yield from broker.await_results(self.id, reader.last_id, block_ms)
-                entries = [] if woke is False else reader.take((yield from broker.read_results(self.id, reader.read_args())))
-                if not entries and woke is None:  # wait for the next entry, then read it (and the trim count) above
-                    woke = yield from broker.await_results(self.id, reader.last_id, block_ms)
+            try:  # one blocking read per batch of records: the end comes as the final record
+                entries = yield from broker.read_results(self.id, reader.last_id, READ_COUNT, block_ms)
+                if not entries:  # nothing within block_ms: has the job ended without this reader seeing its end?
+                    state = (yield from self._status()).state
+                    # read again: the end may have come between the read and the status
+                    entries = (yield from broker.read_results(self.id, reader.last_id, READ_COUNT, 0)) \
+                        if state in STATES_FINAL else []
+                    error = None if entries else reader.idle_error(state)
+                    if error:
+                        raise error
                 failures = 0
             except BrokerUnavailable as exc:
                 failures += 1
@@ -206,14 +208,8 @@ class JobCore:
                     raise TransientError(f"lost Redis while streaming job {self.id}: {exc}") from exc
                 yield Pause(min(2.0, 0.05 * 2**failures))
                 continue
-            caught_up = entries is not None and 0 < len(entries) < READ_COUNT
-            for entry_id, fields in entries or ():
+            for entry_id, fields in entries:
                 yield from reader.feed(entry_id, fields)
-            if not entries and not woke:
-                state = (yield from self._status()).state
-                error = reader.idle_error(state, stream_exists=entries is not None)
-                if error:
-                    raise error
         raise_if_failed(self.id, reader.final or {})
 
     def _wait(self, timeout: float | None, poll_s: float) -> Call[JobResult]:

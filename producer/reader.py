@@ -9,8 +9,9 @@ tag whatever happens (a redo continues it), and a segment published whole arrive
 of an abandoned attempt are never mixed with a later one; a part seen twice counts once.
 
 Workers trim the results stream at ``queue.results_maxlen`` entries, and it expires ``job_ttl_s`` after
-the job ends. A reader that fell that far behind, or that resumes (``after_seq``) once the head of the
-stream is gone, cannot number or complete the chunks: it raises ``JobError`` with code STREAM_TRIMMED at
+the job ends. Every record carries its number in the stream (``records.ENTRY``). A reader that fell that far behind,
+or that resumes (``after_seq``) once the head of the stream is gone, finds a number past the one it expects: it
+cannot number or complete the chunks, and raises ``JobError`` with code STREAM_TRIMMED at
 once (the job's full output is still stored: ``wait()`` gives its URL) instead of waiting forever.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from wire.errors import STREAM_TRIMMED, JobError
 from wire.keys import STATES_FINAL
-from wire.records import CHUNK, FINAL, Chunk, Word, chunk_parts, parse_final, record_type, text_of, words_from_wire
+from wire.records import CHUNK, ENTRY, FINAL, Chunk, Word, chunk_parts, parse_final, record_type, text_of, words_from_wire
 
 READ_COUNT = 256  # entries per read
 
@@ -48,35 +49,25 @@ class ResultsReader:
     _next_part: int = 0
     _seg_start: int = 0  # samples before the segment being read
 
-    def read_args(self) -> list[Any]:
-        """``Broker.read_results``'s arguments: the entries after this reader's position (exclusive), how many."""
-        return [f"({self.last_id}", READ_COUNT]
-
-    def take(self, reply: Any) -> list[tuple[Any, dict[Any, Any]]] | None:
-        """The entries of a ``Broker.read_results`` reply, to ``feed`` in order; None when the stream does not
-        exist. Raises STREAM_TRIMMED when entries this reader has not read were trimmed."""
-        if reply is None:
-            return None
-        lost, raw = int(reply[0]), reply[1]
-        if lost > self.entries:
-            raise JobError(f"job {self.job_id}: the results stream no longer holds chunks this reader needs "
-                           f"({lost} entries trimmed, {self.entries} read; results_maxlen bounds it): read faster, "
-                           "or fetch the stored output once the job is done", code=STREAM_TRIMMED)
-        return [(entry_id, dict(fields)) for entry_id, fields in raw]
-
-    def idle_error(self, state: str, stream_exists: bool) -> JobError | None:
-        """When a read found nothing new: the error to end the stream with, if the job cannot add more."""
+    def idle_error(self, state: str) -> JobError | None:
+        """When a read found nothing new and the status says ``state``: the error to end the stream with, if the job
+        cannot add more. An ended job whose final record this reader has not read (and read again after the status
+        said so) has a results stream that expired."""
         if state in ("cancelled", "expired"):
             return JobError(f"job {self.job_id} was {state}", code=f"JOB_{state.upper()}")
-        if state in STATES_FINAL and not stream_exists:
+        if state in STATES_FINAL:
             return JobError(f"job {self.job_id} is {state} and its results stream has expired; fetch the stored "
                             "output instead", code=STREAM_TRIMMED)
         return None
 
     def feed(self, entry_id: Any, fields: Mapping[Any, Any]) -> list[Chunk]:
+        f = {text_of(k): v for k, v in fields.items()}
+        if ENTRY in f and int(text_of(f[ENTRY])) > self.entries + 1:
+            raise JobError(f"job {self.job_id}: the results stream no longer holds chunks this reader needs (its "
+                           f"next entry is number {text_of(f[ENTRY])}, {self.entries} read; results_maxlen bounds it): "
+                           "read faster, or fetch the stored output once the job is done", code=STREAM_TRIMMED)
         self.last_id = text_of(entry_id)
         self.entries += 1
-        f = {text_of(k): v for k, v in fields.items()}
         kind = record_type(f)
         if kind == FINAL:
             self.final = parse_final(f)

@@ -79,7 +79,8 @@ def test_cli_has_a_bench_command() -> None:
 
 
 def test_bench_help_lists_the_stages_and_each_stage_has_its_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert set(STAGES) == {"load", "host", "farm", "listeners", "memory", "idle", "shards", "grpc", "conversations"}
+    assert set(STAGES) == {"load", "host", "farm", "listeners", "memory", "idle", "fleet", "shards", "grpc",
+                           "conversations"}
     assert ttsfarm(["bench", "--help"]) == 0
     listed = capsys.readouterr().out
     assert "Without a STAGE: load" in listed
@@ -148,16 +149,17 @@ def test_tiny_bench_run_writes_every_field(tmp_path: Path) -> None:
 
 def _write_as_a_worker(r: redis.Redis, keys: Keys, job: str, entries: int, size: int, gap_s: float, maxlen: int) -> None:
     """A job's results entries as the worker's scripts write them: trimmed at the farm's ``results_maxlen``, counted
-    in the status's ``results_entries``, the final entry last."""
+    in the status's ``results_entries`` and numbered by it, the final entry last."""
     pcm = b"\x01\x00" * (size // 2)
     for seg in range(entries):
-        r.xadd(keys.results(job), chunk_fields(seg, 0, True, "w/0", 22050, pcm), maxlen=maxlen, approximate=True)
-        r.hincrby(keys.status(job), "results_entries", 1)
+        entry = r.hincrby(keys.status(job), "results_entries", 1)
+        r.xadd(keys.results(job), {"entry": entry, **chunk_fields(seg, 0, True, "w/0", 22050, pcm)}, maxlen=maxlen,
+               approximate=True)
         if gap_s:
             time.sleep(gap_s)
     r.hset(keys.status(job), "state", "done")
-    r.xadd(keys.results(job), final_fields("done"), maxlen=maxlen, approximate=True)
-    r.hincrby(keys.status(job), "results_entries", 1)
+    entry = r.hincrby(keys.status(job), "results_entries", 1)
+    r.xadd(keys.results(job), {"entry": entry, **final_fields("done")}, maxlen=maxlen, approximate=True)
 
 
 @pytest.mark.parametrize("tail", [True, False], ids=["tail", "behind"])

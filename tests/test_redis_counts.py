@@ -46,6 +46,14 @@ MAX_IDLE_ROUND_TRIPS_PER_S = 8.0  # 4.6 (10.8-14.8 before; 33)
 PREFIX = "counts"
 
 
+def farm_env(work_dir: Path, server: RedisServer) -> dict[str, str]:
+    """A private farm's settings: the null voice, outputs in a local folder, one worker of two loops."""
+    return {"TTSFARM_CONFIG_DIR": str(config_dir(work_dir, "none", work_dir / "device.json", 8)),
+            "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX, "TTSFARM_STORAGE_BACKEND": "local",
+            "TTSFARM_STORAGE_LOCAL_DIR": str(work_dir / "storage"), "TTSFARM_RUNTIME_DEVICE": "cpu",
+            "TTSFARM_QUEUE_MAX_BATCH_CPU": "8", "TTSFARM_QUEUE_INFERENCE_THREADS": "2"}
+
+
 def start_worker(env: dict[str, str], trips: Path, work_dir: Path, r: redis.Redis, keys: Keys,
                  own: Counter[str]) -> tuple[WorkerProcess, float]:
     """A counted worker, and when its heartbeat first said serving (the bench's heartbeat reads go into ``own``)."""
@@ -71,10 +79,7 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     server = RedisServer().start()
     workers: list[WorkerProcess] = []
     try:
-        env = {"TTSFARM_CONFIG_DIR": str(config_dir(work_dir, "none", work_dir / "device.json", 8)),
-               "TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX, "TTSFARM_STORAGE_BACKEND": "local",
-               "TTSFARM_STORAGE_LOCAL_DIR": str(work_dir / "storage"), "TTSFARM_RUNTIME_DEVICE": "cpu",
-               "TTSFARM_QUEUE_MAX_BATCH_CPU": "8", "TTSFARM_QUEUE_INFERENCE_THREADS": "2"}
+        env = farm_env(work_dir, server)
         r = redis.Redis.from_url(server.url)
         keys = Keys(PREFIX)
 
@@ -154,3 +159,63 @@ def test_idle_worker_costs_redis_little(counted: dict[str, Any]) -> None:
     print(f"\nidle: {per_s:.1f} commands/s, {counted['idle_round_trips_per_s']:.1f} round trips/s; {detail}")
     assert per_s <= MAX_IDLE_COMMANDS_PER_S, detail
     assert counted["idle_round_trips_per_s"] <= MAX_IDLE_ROUND_TRIPS_PER_S
+
+
+# A streamed job end to end, both sides: its submit, the worker's steps, and a listener reading it (``Job.stream``).
+MAX_STREAMED_SENTENCE_COMMANDS = 56.0  # per one-sentence job (1.17 segments): measured 52.7 (88.1 before a listener
+#                                        read with one XREAD and the submit wrote its status once; bytes out 3.01 ×)
+MAX_STREAMED_PARAGRAPH_COMMANDS = 150.0  # per four-sentence job (4.3 segments): measured 141.9 (180.2 before)
+MAX_STREAMED_BYTES_OUT = 1.5  # bytes out of Redis against the PCM16 the listener heard, one-sentence jobs: 1.27
+#                               (3.01 before a one-segment job's output came from the worker's own pieces)
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One worker on a private Redis; jobs submitted one at a time through the SDK, each streamed to its end by a
+    listener before the next. Counted per job: every command Redis ran meanwhile (inner commands of scripts
+    included) and the bytes it sent, less the serving worker's idle rate (measured first) over the time."""
+    from bench.fleet import texts
+    from producer.client import Client
+
+    work_dir = tmp_path_factory.mktemp("streamed")
+    server = RedisServer().start()
+    worker = None
+    try:
+        env = farm_env(work_dir, server)
+        r = redis.Redis.from_url(server.url)
+        own: Counter[str] = Counter()
+        worker, _ = start_worker(env, work_dir / "s.json", work_dir, r, Keys(PREFIX), own)
+        time.sleep(1.0)
+        i0 = redis_counters(r)
+        time.sleep(2.0)
+        idle = counters_delta(i0, redis_counters(r), Counter())
+        out: dict[str, Any] = {}
+        with Client.from_url(settings=load_settings(env=env)) as client:
+            client.ensure_groups()
+            for name, sentences, n in (("sentence", 1, 12), ("paragraph", 4, 3)):
+                c0, heard, segments = redis_counters(r), 0, 0
+                for text in texts(n, sentences):
+                    job = client.submit(text, voice=NULL_VOICE, lane="interactive", format="wav")
+                    heard += sum(len(chunk.pcm) for chunk in job.stream(timeout=60))
+                    segments += job.total
+                d = counters_delta(c0, redis_counters(r), Counter())
+                background = idle["commands"] / idle["wall_s"] * d["wall_s"]
+                out[name] = {"jobs": n, "segments": segments, "commands_per_job": (d["commands"] - background) / n,
+                             "bytes_out_vs_heard": d["net_out"] / heard,
+                             "calls_per_job": {k: round(v / n, 2) for k, v in d["calls"].items() if v / n >= 0.1}}
+        return out
+    finally:
+        if worker is not None:
+            worker.stop(timeout=30)
+        server.stop()
+
+
+def test_a_streamed_job_end_to_end(streamed: dict[str, Any]) -> None:
+    """Submit, the worker's steps and a listener, counted together: the path every interactive job pays."""
+    one, para = streamed["sentence"], streamed["paragraph"]
+    print(f"\nstreamed one-sentence job ({one['segments'] / one['jobs']:.2f} segments): {one['commands_per_job']:.1f} commands, bytes out {one['bytes_out_vs_heard']:.2f} × "
+          f"heard; {one['calls_per_job']}\nstreamed four-sentence job ({para['segments'] / para['jobs']:.1f} segments): "
+          f"{para['commands_per_job']:.1f} commands, bytes out {para['bytes_out_vs_heard']:.2f} × heard; {para['calls_per_job']}")
+    assert one["commands_per_job"] <= MAX_STREAMED_SENTENCE_COMMANDS, one["calls_per_job"]
+    assert one["bytes_out_vs_heard"] <= MAX_STREAMED_BYTES_OUT, one
+    assert para["commands_per_job"] <= MAX_STREAMED_PARAGRAPH_COMMANDS, para["calls_per_job"]

@@ -167,15 +167,10 @@ class JobBroker(Connected, Protocol):
         """A job's status record; None: no such job (unknown or expired)."""
         ...
 
-    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
-        """A job's results records after a reader's position (``ResultsReader.read_args``: ``["(<id>", count]``):
-        ``[lost, entries]``, how many the stream has lost at its head (-1: not known) and ``(id, fields mapping)`` per
-        entry; None when there is no stream (``ResultsReader.take`` reads the reply)."""
-        ...
-
-    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
-        """Block up to ``block_ms`` for a results record after ``after_id``: True if one came (it is read with
-        ``read_results``)."""
+    def read_results(self, job_id: str, after_id: Any, count: int, block_ms: int) -> Op[list[tuple[Any, Any]]]:
+        """A job's results records after ``after_id`` (at most ``count``; ``(id, fields mapping)`` each), waiting up to
+        ``block_ms`` for the first (0: no wait); [] when none came or there is no stream. Each record carries its
+        number (``records.ENTRY``): ``producer.reader`` tells trimming by a gap."""
         ...
 
     def read_heartbeats(self) -> Op[dict[str, dict[str, Any]]]:

@@ -62,3 +62,8 @@ def connect_url(url: str, *, key_prefix: str = "ttsfarm", master_name: str = "",
     """``connect`` for a caller that holds a URL and a key prefix rather than the farm's settings (a tool, a launcher
     waiting for a local server)."""
     return connect(RedisSettings(url=url, key_prefix=key_prefix, master_name=master_name), asyncio=asyncio, **options)
+
+
+def script_names() -> dict[str, str]:
+    """The Redis backend's Lua scripts by SHA1, to their names: for a bench reading ``SLOWLOG`` (``bench.fleet``)."""
+    return dict(importlib.import_module("wire.redis.broker").script_names())

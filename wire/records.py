@@ -134,6 +134,9 @@ _NOT_ASKED = frozenset({"created", "deadline", "est_s"})  # the segment fields `
 
 # Results-stream records. ``type`` is one of these; a reader stops at FINAL.
 CHUNK, FINAL = "chunk", "final"
+# Every results record's number in its stream, from 1 (the status's ``results_entries`` counts them): a reader that
+# finds a number past the one it expects knows that trimming took the records between.
+ENTRY = "entry"
 # A results stream made by a job's first chunk expires this long past the job TTL, so a job that ends within half of
 # it keeps its results a TTL after its end without its end setting the expiry again.
 RESULTS_SLACK_S = 600

@@ -123,7 +123,6 @@ ROUTES: dict[str, Route] = {
     "append": Route("job", op=True, shares=True),
     "job_status": Route("job", op=True),
     "read_results": Route("job", op=True),
-    "await_results": Route("job", op=True),
     "read_heartbeats": Route("first", op=True),
     # a worker's
     "job_states": Route("batch"),

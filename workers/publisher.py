@@ -15,7 +15,7 @@ from typing import Any
 
 from wire.admission import Admission, may_stage
 from wire.broker import WorkBroker, run_blocking
-from wire.pieces import ClaimReply, FrameClaim, Piece, SegmentEnd
+from wire.pieces import ClaimReply, FrameClaim, Piece, PieceReply, SegmentEnd
 from wire.keys import STATES_FINAL
 from wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
 from wire.settings import Settings
@@ -40,6 +40,9 @@ class SegmentProgress:
     started: float = 0.0
     delivered_before_s: float = 0.0
     delivered_s: float = 0.0  # and with that piece
+    # a one-segment job's PCM as this process published it, every piece from the first: its output when this ends the
+    # job (no read of its parts back from Redis); None once a piece was not this process's own
+    kept: list[bytes] | None = field(default_factory=list)
 
     def clock(self) -> tuple[float, float] | None:
         """The job's playback clock (first chunk's time, audio delivered) as this segment's last published piece
@@ -157,6 +160,10 @@ class Publisher:
                 outcome = SegmentOutcome(0, seg.job.total, reply.state, written=False) if out.last else None
                 results.append(PieceResult(reply.state, False, reply.claim, outcome))
                 continue
+            if seg.kept is not None and out.publish and seg.pieces == len(seg.kept) and seg.job.total == 1:
+                seg.kept.append(out.pcm)
+            else:
+                seg.kept = None
             seg.part += n_parts
             seg.pieces += 1
             seg.samples += len(out.pcm) // 2
@@ -166,7 +173,7 @@ class Publisher:
                 seg.started = reply.first_chunk
             results.append(PieceResult(reply.state, outcome=None if not out.last else SegmentOutcome(
                 done=reply.done, total=seg.job.total or reply.total, state=reply.state, started=seg.started,
-                delivered_before_s=seg.delivered_before_s, output=reply.output)))
+                delivered_before_s=seg.delivered_before_s, output=reply.output or _kept_output(seg, reply))))
         return results
 
     def assemble(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[bytes, float, list[Any]]:
@@ -221,3 +228,10 @@ class Publisher:
 def _content_type(types: dict[str, str], job: SegmentJob) -> str:
     ctype = types.get(job.format, "application/octet-stream")
     return ctype.format(rate=job.sample_rate) if "{rate}" in ctype else ctype
+
+
+def _kept_output(seg: SegmentProgress, reply: PieceReply) -> tuple[dict[int, bytes], dict[int, Any]] | None:
+    """A one-segment job that this piece ended, every piece of it published by this process: its output as sent."""
+    if seg.kept is None or seg.job.total != 1 or reply.done < 1:
+        return None
+    return {seg.job.seg: b"".join(seg.kept)}, {seg.job.seg: seg.words}

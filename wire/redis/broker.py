@@ -9,6 +9,8 @@ speaks Redis: nothing outside ``wire`` imports ``redis`` (``tests/test_structure
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import threading
 import time
@@ -25,6 +27,7 @@ from wire.broker import Op
 from wire.errors import BrokerUnavailable
 from wire.keys import GROUP, LANES, Keys
 from wire.pieces import ClaimReply, Piece, PieceReply, parts_output
+from wire.redis import lua, lua_admission
 from wire.redis.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from wire.redis.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
@@ -183,30 +186,12 @@ class RedisBroker:
     def job_status(self, job_id: str) -> Op[JobStatus | None]:
         return JobStatus.from_fields(job_id, (yield Command("hgetall", (self.keys.status(job_id),))))
 
-    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
-        """Plain commands in one ``MULTI`` (no script: the entries carry audio, which a script would hash whole,
-        ~5 us per KB read): the entries after the reader's position, the stream's length, and how many entries
-        were ever added to it (the status's ``results_entries``, kept by the scripts that add them); the difference
-        is what trimming took. Where the status does not hold that count (workers from before it, or the status
-        expired first), the entries are read again with Redis's own count (``XINFO STREAM``, whose reply carries
-        the stream's first and last entries as well). A stream with no entries reads as none: a results stream is
-        made by its first entry and trimmed to about ``results_maxlen``, so it is empty only when a requeue took its
-        one final record (the job is queued again)."""
-        start, count = args
-        results = self.keys.results(job_id)
-        read = Command("xrange", (results, start, "+"), {"count": count})
-        added, length, entries = yield Transaction((Command("hget", (self.keys.status(job_id), "results_entries")),
-                                                    Command("xlen", (results,)), read))
-        if added is None and length:
-            info, entries = yield Transaction((Command("xinfo_stream", (results,)), read))
-            added, length = info.get("entries-added"), info["length"]  # no entries-added before Redis 7: not known
-        if not length:
-            return None
-        return [int(added) - int(length) if added is not None else -1, entries]
-
-    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
-        woke = yield Command("xread", ({self.keys.results(job_id): after_id},), {"count": 1, "block": block_ms})
-        return bool(woke)
+    def read_results(self, job_id: str, after_id: Any, count: int, block_ms: int) -> Op[list[tuple[Any, Any]]]:
+        """One XREAD: the entries after ``after_id``, waiting up to ``block_ms`` for the first (0: no wait). A plain
+        command, no script: the entries carry audio, which a script would hash whole (~5 us per KB read)."""
+        reply = yield Command("xread", ({self.keys.results(job_id): after_id},),
+                              {"count": count, **({"block": block_ms} if block_ms > 0 else {})})
+        return list(reply[0][1]) if reply else []
 
     # -- consuming ------------------------------------------------------------------------------------------
     def consumer(self, name: str, streams: Sequence[str]) -> RedisConsumer:
@@ -477,3 +462,9 @@ def _sent_output(p: Piece) -> tuple[dict[int, bytes], dict[int, Any]]:
     """The output of a job that is one piece (``PUBLISH_PIECES`` answers 2): that piece's PCM and words, as sent."""
     assert p.end is not None
     return {p.seg: p.pcm}, {p.seg: json.loads(p.end.words_json)}
+
+
+def script_names() -> dict[str, str]:
+    """The wire's Lua scripts by SHA1 (what ``EVALSHA`` names, in ``SLOWLOG`` or ``MONITOR``), to their names."""
+    return {hashlib.sha1(source.encode()).hexdigest(): name for module in (lua, lua_admission)
+            for name, source in vars(module).items() if name.isupper() and isinstance(source, str) and "redis." in source}

@@ -80,8 +80,8 @@ return {ids, lag, heads}
 # (the piece's chunks in one entry), its PCM for the job's assembly (the record's pcm, in the parts hash under
 # 'seg:piece': the audio is sent once), the job's playback clock (a piece already there, by the segment's 'windows:seg'
 # count, is a repeat: its first copy stays and its chunks are not sent again), the entries the job's results stream was
-# ever given (the status's 'results_entries', with FINALIZE's final record: a reader tells by it what trimming took,
-# without a script; ``RedisBroker.read_results``), and with the segment's first end its
+# ever given (the status's 'results_entries', with FINALIZE's final record; each record carries its number in 'entry',
+# so a reader tells by a gap what trimming took: ``producer.reader``), and with the segment's first end its
 # words (in the parts hash under 'words:seg', one HSET with the piece) and its count in the status's 'done' (the end's
 # 'batch:seg' marks it counted, once); then the job's next segments admitted if this audio made them due
 # (``admit_next``, the same step as the audio). A piece of a job that ended (a client's cancel) writes nothing. A
@@ -145,7 +145,10 @@ local function publish(k, at)
   -- by its attempt) may differ in rounding, and readers keep the first copy they saw
   if chunks > 0 and piece >= windows then
     parts[1], parts[2] = seg .. ':' .. piece, table.concat(pcm)
-    for _, fields in ipairs(records) do redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', unpack(fields)) end
+    local entry = tonumber(st[9] or '0') or 0
+    for c, fields in ipairs(records) do  -- each numbered: a reader tells by a gap what trimming took
+      redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', 'entry', entry + c, unpack(fields))
+    end
     -- the job's first chunk made the stream: it expires RESULTS_SLACK_S past the TTL (when, in 'results_expire'), so
     -- a job that ends within half that keeps its results a TTL after its end without FINALIZE setting it again
     if not first then
@@ -292,7 +295,7 @@ else
   redis.call('HSET', KEYS[1], 'final', '1', 'state', state, 'results_entries', entries, unpack(status))
 end
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(cjson.decode(record)))
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'entry', entries, unpack(cjson.decode(record)))
 local expires = tonumber(now[4] or '')
 if not expires or expires < tonumber(ARGV[8]) + tonumber(ARGV[5]) + """ + str(RESULTS_SLACK_S // 2) + """ then
   redis.call('EXPIRE', KEYS[2], ARGV[5])
@@ -339,7 +342,10 @@ for _, entry in ipairs(redis.call('XRANGE', KEYS[3], '-', '+')) do
   local f = entry[2]
   for i = 1, #f, 2 do
     if f[i] == 'type' then
-      if f[i + 1] == '{FINAL}' then redis.call('XDEL', KEYS[3], entry[1]) end
+      if f[i + 1] == '{FINAL}' then  -- its number is the next record's: no gap for a reader to take for trimming
+        redis.call('XDEL', KEYS[3], entry[1])
+        redis.call('HINCRBY', KEYS[2], 'results_entries', -1)
+      end
       break
     end
   end

@@ -107,8 +107,8 @@ end
 # already (a retry after a lost reply, the same request again) and answers 2; with another fingerprint, or none (a
 # job another step wrote), the id is taken by another request: 3, and nothing is written.
 ADMIT = ADMISSION_FUNCTIONS + """
-local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
-local s = tonumber(redis.call('HGET', KEYS[2], 's') or '0')
+local counts = redis.call('HMGET', KEYS[2], 'n', 's')
+local n, s = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HGET', KEYS[1], 'fingerprint') == ARGV[9] then return {2, n, tostring(s)} end
   return {3, n, tostring(s)}
@@ -118,9 +118,6 @@ local add_n = #KEYS - 5
 if n > 0 and ((max_n > 0 and n + add_n > max_n) or (max_s > 0 and s + add_s > max_s)) then
   return {0, n, tostring(s)}
 end
-local status = cjson.decode(ARGV[5])
-for k, v in pairs(status) do redis.call('HSET', KEYS[1], k, tostring(v)) end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
 local now_n, admitted_s = tonumber(ARGV[6]), 0
 for i = 6, #KEYS do
   local f = cjson.decode(ARGV[i + 4])
@@ -132,14 +129,18 @@ for i = 6, #KEYS do
     redis.call('RPUSH', KEYS[4], redis.call('XADD', KEYS[3], '*', 'v', f['v'], 'job', f['job'], 'stream', KEYS[i], 'est', f['est']))
   end
 end
-redis.call('HSET', KEYS[1], 'admitted_n', now_n, 'admitted_s', tostring(admitted_s), 'staged', add_n - now_n)
+-- the status in one write: the request's fields and what this admitted
+local fields = {'admitted_n', now_n, 'admitted_s', tostring(admitted_s), 'staged', add_n - now_n}
+for k, v in pairs(cjson.decode(ARGV[5])) do fields[#fields + 1], fields[#fields + 2] = k, tostring(v) end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
 if add_n > now_n then
   redis.call('EXPIRE', KEYS[4], ARGV[4])
   redis.call('ZADD', KEYS[5], tonumber(ARGV[8]) + 0.25, ARGV[7])
 end
 redis.call('HINCRBY', KEYS[2], 'n', add_n)
 redis.call('HINCRBYFLOAT', KEYS[2], 's', add_s)
-redis.call('HINCRBY', KEYS[2], 'q', now_n)
+if now_n > 0 then redis.call('HINCRBY', KEYS[2], 'q', now_n) end
 return {1, n + add_n, tostring(s + add_s)}
 """
 

@@ -28,7 +28,7 @@ from wire.backlog import admitted_status, check_admitted, limits
 from wire.broker import Op
 from wire.keys import LANES, STATES_FINAL, Keys
 from wire.pieces import ClaimReply, Piece, PieceReply, parts_output
-from wire.records import (CANCELLED_INFO, FINAL, RESULTS_SLACK_S, DeadLetter, SegmentJob, final_fields,
+from wire.records import (CANCELLED_INFO, ENTRY, FINAL, RESULTS_SLACK_S, DeadLetter, SegmentJob, final_fields,
                           parse_dead_letter, text_of)
 from wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
 from wire.status import JobStatus
@@ -222,27 +222,18 @@ class StubBroker:
     def job_status(self, job_id: str) -> Op[JobStatus | None]:
         return self._op(lambda: JobStatus.from_fields(job_id, dict(self.store.hash(self.keys.status(job_id)))))
 
-    def read_results(self, job_id: str, args: Sequence[Any]) -> Op[Any]:
-        start, count = args
+    def read_results(self, job_id: str, after_id: Any, count: int, block_ms: int) -> Op[list[tuple[Any, Any]]]:
+        def run() -> list[tuple[Any, Any]]:
+            after, key = id_of(text_of(after_id)), self.keys.results(job_id)
 
-        def run() -> Any:
-            stream = self.store.stream(self.keys.results(job_id))
-            if stream is None or not stream.entries:
-                return None
-            added = self.store.hget(self.keys.status(job_id), "results_entries")
-            total = int(added) if added is not None else stream.added
-            return [total - len(stream.entries), _range(stream, str(start), int(count))]
-        return self._op(run)
-
-    def await_results(self, job_id: str, after_id: Any, block_ms: int) -> Op[bool]:
-        def run() -> bool:
-            after = id_of(text_of(after_id))
-            key = self.keys.results(job_id)
-
-            def came() -> bool:
+            def came() -> list[tuple[Any, Any]]:
                 stream = self.store.stream(key)
-                return stream is not None and any(True for _ in stream.after(after))
-            return came() or self.store.lock.wait_for(came, block_ms / 1000)
+                return [(i.encode(), dict(f)) for i, f in stream.after(after)][:count] if stream is not None else []
+            got = came()
+            if not got and block_ms > 0:
+                self.store.lock.wait_for(came, block_ms / 1000)
+                got = came()
+            return got
         return self._op(run)
 
     def read_heartbeats(self) -> Op[dict[str, dict[str, Any]]]:
@@ -309,8 +300,9 @@ class StubBroker:
         delivered = num(h.get(b"delivered_s"))
         if p.chunks and p.piece >= windows:  # the first copy of a piece stays
             parts[f"{seg}:{p.piece}"] = p.pcm
-            for fields in p.chunks:
-                st.xadd(k.results(p.job_id), fields, maxlen=maxlen)
+            entry = int(num(h.get(b"results_entries")))
+            for c, fields in enumerate(p.chunks, 1):  # each numbered: a reader tells by a gap what trimming took
+                st.xadd(k.results(p.job_id), {ENTRY: entry + c, **fields}, maxlen=maxlen)
             if first is None:
                 keep = ttl + RESULTS_SLACK_S
                 st.expire(k.results(p.job_id), keep)
@@ -448,7 +440,7 @@ class StubBroker:
                 st.hset(key, {"final": 1, "state": state, "results_entries": entries, **status})
             if ended != "done" and b"lane" in h:
                 self._drop_staged(job_id, text_of(h[b"lane"]))
-            st.xadd(k.results(job_id), fields, maxlen=maxlen)
+            st.xadd(k.results(job_id), {ENTRY: entries, **fields}, maxlen=maxlen)
             expires = num(h.get(b"results_expire"), 0.0)
             if not expires or expires < time.time() + ttl_s + RESULTS_SLACK_S // 2:
                 st.expire(k.results(job_id), ttl_s)
@@ -502,8 +494,9 @@ class StubBroker:
             st.hset(status, {"state": "queued"})
             results = st.stream(k.results(job.job_id))
             for rid, fields in list(results.entries.items()) if results is not None else ():
-                if fields.get(b"type") == b(FINAL):
+                if fields.get(b"type") == b(FINAL):  # its number is the next record's
                     del results.entries[rid]
+                    st.hincr(status, "results_entries", -1)
             new_id = st.xadd(dl.stream, job.to_fields())
             st.xdel(k.dead_letters(), dl.id)
             st.hincr(k.backlog(job.lane), "n", 1)  # queued again: on its lane's backlog until a worker acks it
@@ -577,14 +570,6 @@ class StubBroker:
     def book_replies(self, reply_keys: Sequence[str]) -> list[str | None]:
         with self.store.lock:
             return [None if (v := self.store.lpop(key)) is None else text_of(v) for key in reply_keys]
-
-
-def _range(stream: Stream, start: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """XRANGE ``start`` + COUNT ``count``, as redis-py reads it (``(ID``: after ID)."""
-    after = start.startswith("(")
-    at = id_of(start[1:] if after else start) if start not in ("-", "0") else (0, 0)
-    out = [(i.encode(), dict(f)) for i, f in stream.entries.items() if (id_of(i) > at if after else id_of(i) >= at)]
-    return out[:count]
 
 
 def _bucket(lane: str, bucket: int, key: str, stream: Stream | None) -> BucketState:
