@@ -5,7 +5,8 @@
 ``run``         the ``load`` stage (the default): phases of load against a farm of its own or a running one
 ``host``        a GPU worker's host and Redis path on a fake device (its worker: ``workers.bench_app``)
 ``farm``        the farm against its baselines, in stages; ``scheduling``: FIFO against deadline, one of them
-``listeners``   long listeners and short requests on one worker, by scheduling mode
+``listeners``   long listeners and short requests on one worker, by scheduling mode; ``conversations``: callers
+                taking turns with a voice agent (capacity in conversations), and N first replies at once
 ``memory``      what one process keeps per call; ``idle``: the first chunk on an idle farm, by stage
 ``shards``      one worker over 1, 2 and 3 Redis nodes; ``grpc_paths``: gRPC beside the gateway and the SDK
 ``load``        one load phase: the text mix, open- or closed-loop arrivals, what a streaming client sees

@@ -32,6 +32,7 @@ STAGES: dict[str, Stage] = {
     "fleet": Stage("bench.fleet", "worker processes on one queue, a streaming listener on every job: Redis per segment and node"),
     "shards": Stage("bench.shards", "one worker draining the same backlog over 1, 2 and 3 Redis nodes"),
     "grpc": Stage("bench.grpc_paths", "first audio and throughput over gRPC beside the HTTP gateway and the SDK"),
+    "conversations": Stage("bench.conversations", "capacity in conversations: callers taking turns with a voice agent"),
 }
 
 

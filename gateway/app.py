@@ -23,12 +23,14 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from pipeline.errors import TTSFarmError
+import gateway.agents as agents
 import gateway.errors as errors
 import gateway.jobs as jobs
 import gateway.openai_compat as openai_compat
 import gateway.speech as speech
 import gateway.text_socket as text_socket
 from gateway.auth import require_key
+from gateway.request_ids import RequestIdMiddleware
 from gateway.schemas import Health, VoiceList, error_responses
 from gateway.state import GatewayState, state_of
 from wire.errors import BrokerError
@@ -51,6 +53,12 @@ STREAM_TRIMMED when the chunks asked for are no longer in the results stream: fe
 On the WebSocket, send `{"type": "cancel"}` to cancel the job. The WebSocket `/v1/jobs/text` takes the text while
 the job plays: `{"type": "open", voice, format, ...}`, then `{"type": "text", "text": ...}` messages (each finished
 sentence is queued at once), then `{"type": "close"}`; the audio comes back on the same socket as on `stream`.
+The WebSocket `/v1/agents` is for voice agents: several contexts on one socket, each a job whose text arrives in
+pieces, with `flush` (speak what is buffered now), `clear` (cancel; answered with the audio sent) and the words in
+each audio message (docs/AGENTS.md).
+
+Every answer carries `X-Request-Id`: the job's id where the request has a job (errors included), else an id of the
+request (the client's own `X-Request-Id` when it sent a plain one of at most 64 characters).
 
 Errors are `{"error": {"code", "message"}}` with the farm's stable codes: 400 bad input (a wrong type is
 MALFORMED_JOB for the text, BAD_OPTION for an option), 401 missing key, 404 JOB_NOT_FOUND, 409 JOB_NOT_DONE,
@@ -86,12 +94,14 @@ def create_app(settings: Settings, gateway: GatewaySettings | None = None) -> Fa
     app.state.gateway = gateway
     app.state.gateway_state = None
     errors.install(app)
+    app.add_middleware(RequestIdMiddleware)
     if gateway.cors:
-        app.add_middleware(CORSMiddleware, allow_origins=list(gateway.cors), allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["X-Job-Id", "X-Sample-Rate", "X-TTSFarm-Note"])
+        app.add_middleware(CORSMiddleware, allow_origins=list(gateway.cors), allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=["X-Request-Id", "X-Job-Id", "X-Sample-Rate", "X-TTSFarm-Note"])
     app.include_router(speech.router)
     app.include_router(openai_compat.router)
     app.include_router(jobs.router)
+    app.include_router(agents.router)
     app.include_router(text_socket.router)  # before jobs.live: /v1/jobs/text is not a job id
     app.include_router(jobs.live)
 

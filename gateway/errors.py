@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline.errors import BAD_INPUT, BAD_OPTION, INTERNAL_ERROR, MALFORMED_JOB, InputError, TTSFarmError
+from gateway.request_ids import headers_for
 from wire.errors import (
     JOB_CANCELLED,
     JOB_EXPIRED,
@@ -143,4 +144,5 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return JSONResponse(body(INTERNAL_ERROR, "the gateway failed unexpectedly; see its log"), status_code=500)
+        return JSONResponse(body(INTERNAL_ERROR, "the gateway failed unexpectedly; see its log"), status_code=500,
+                            headers=headers_for(request))

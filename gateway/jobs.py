@@ -23,6 +23,7 @@ import gateway.streams as streams
 from gateway.auth import key_ok, require_key
 from gateway.errors import GatewayError, status_for, unauthorized
 from gateway.formats import request_format
+from gateway.request_ids import mark_job
 from gateway.schemas import (
     Cancelled,
     JobCreated,
@@ -68,6 +69,7 @@ async def submit_job(req: JobRequest, request: Request) -> dict[str, Any]:
     job = await state.client.submit(req.text, voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
                                    options=options, deadline_s=req.deadline_s, bitrate=req.bitrate,
                                    lexicon=req.lexicon, ssml=req.ssml)
+    mark_job(request, job.id)
     st = await job.status()
     return {"id": job.id, "state": st["state"], "segments": job.total, "voice": st["voice"], "format": st["format"],
             "sample_rate": st["sample_rate"], "links": links(request, job.id)}
@@ -75,14 +77,14 @@ async def submit_job(req: JobRequest, request: Request) -> dict[str, Any]:
 
 @router.get("/{job_id}", response_model=JobStatus, responses=error_responses(401, 404))
 async def get_job(job_id: str, request: Request) -> dict[str, Any]:
-    job = await state_of(request).job(job_id)
+    job = await state_of(request).job(job_id, request)
     return status_body(request, job_id, await job.status())
 
 
 @router.delete("/{job_id}", response_model=Cancelled, responses=error_responses(401, 404))
 async def cancel_job(job_id: str, request: Request) -> dict[str, Any]:
     """Cancel: segments not yet started are skipped. `cancelled` is false if the job had already ended."""
-    job = await state_of(request).job(job_id)
+    job = await state_of(request).job(job_id, request)
     cancelled = await job.cancel()
     return {"id": job_id, "cancelled": cancelled, "state": (await job.status())["state"]}
 
@@ -94,7 +96,7 @@ async def cancel_job(job_id: str, request: Request) -> dict[str, Any]:
 async def job_audio(job_id: str, request: Request) -> Response:
     """The job's full stored output; 409 JOB_NOT_DONE while it runs (or if it failed)."""
     state = state_of(request)
-    st = await (await state.job(job_id)).status()
+    st = await (await state.job(job_id, request)).status()
     job_state = st.get("state")
     if job_state != "done" or not st.get("key"):
         extra = {"state": job_state}
@@ -116,7 +118,7 @@ async def job_captions(job_id: str, request: Request,
 
     fmt = caption_format(format)
     state = state_of(request)
-    st = await (await state.job(job_id)).status()
+    st = await (await state.job(job_id, request)).status()
     if st.get("state") != "done":
         raise GatewayError(409, f"job {job_id} is {st.get('state')}; its captions are there once it is done",
                            code=JOB_NOT_DONE, state=st.get("state"))
@@ -149,7 +151,7 @@ async def job_events(job_id: str, request: Request, after_seq: int = Query(-1, g
     """Server-sent events: each `chunk` carries seq, seg, sample_rate, last and base64 PCM16 (`pcm`).
     Reconnecting EventSources resume by themselves (Last-Event-ID)."""
     state = state_of(request)
-    job = await state.job(job_id)
+    job = await state.job(job_id, request)
     if last_event_id and last_event_id.strip().lstrip("-").isdigit():
         after_seq = max(after_seq, min(MAX_SEQ, int(last_event_id)))
     return streams.ClosingStreamingResponse(_sse(state, job, after_seq, request), media_type="text/event-stream",
@@ -179,7 +181,7 @@ async def job_stream(websocket: WebSocket, job_id: str, after_seq: int = -1, bin
         if not key_ok(websocket):
             raise unauthorized()
         state = state_of(websocket)
-        job = await state.job(job_id)
+        job = await state.job(job_id, websocket)
     except TTSFarmError as exc:
         await websocket.send_text(streams.dumps(streams.error_message(exc)))
         await websocket.close(code=4000 + status_for(exc))

@@ -27,6 +27,7 @@ import gateway.streams as streams
 from gateway.auth import require_key
 from gateway.formats import STREAMED, request_format
 from gateway.jobs import stored_output
+from gateway.request_ids import mark_job
 from gateway.openai_compat import INSTRUCTIONS_NOTE, check_model
 from gateway.schemas import SpeechRequest, VoiceRef, error_responses
 from gateway.state import state_of
@@ -67,6 +68,7 @@ async def create_speech(req: SpeechRequest, request: Request) -> Response:
     await state.require_workers()
     job = await state.client.submit(req.input, voice=voice, format=fmt, sample_rate=rate, lane="interactive",
                                    options={"speed": req.speed}, bitrate=req.bitrate, lexicon=req.lexicon)
+    mark_job(request, job.id)
     headers = {"X-Job-Id": job.id, "Cache-Control": "no-cache"}
     if req.instructions:
         headers["X-TTSFarm-Note"] = INSTRUCTIONS_NOTE

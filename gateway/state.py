@@ -14,6 +14,7 @@ from pipeline.errors import UNKNOWN_VOICE, InputError
 from producer.aio import AsyncClient, AsyncJob
 from producer.checks import optional_name_arg
 from gateway.errors import no_workers
+from gateway.request_ids import mark_job
 from wire.heartbeats import serving
 from wire.errors import JobNotFoundError
 from wire.settings import GatewaySettings, Settings
@@ -90,10 +91,13 @@ class GatewayState:
 
     # -- jobs --------------------------------------------------------------------------------------
 
-    async def job(self, job_id: str) -> AsyncJob:
+    async def job(self, job_id: str, conn: HTTPConnection) -> AsyncJob:
+        """The job ``job_id`` names; its id becomes the answer's ``X-Request-Id`` (``gateway.request_ids``)."""
         if not job_id or len(job_id) > MAX_JOB_ID:
             raise JobNotFoundError(f"no job {job_id[:MAX_JOB_ID]!r} (unknown or expired)")
-        return await self.client.job(job_id)
+        job = await self.client.job(job_id)
+        mark_job(conn, job.id)
+        return job
 
     @property
     def storage(self) -> Any:

@@ -29,7 +29,7 @@ from gateway.errors import status_for, unauthorized
 from gateway.formats import request_format
 from gateway.jobs import client_messages, links, send_stream
 from gateway.schemas import JobRequest
-from gateway.state import state_of
+from gateway.state import GatewayState, state_of
 from wire.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,7 @@ async def text_job(websocket: WebSocket, binary: bool = False) -> None:
         req = _message(await websocket.receive_text(), OpenRequest)
         if req.type != "open" or req.text or req.ssml:
             raise InputError("the first message is {\"type\": \"open\", ...} with no text and no ssml", code=BAD_INPUT)
-        options = dict(req.options or {})
-        if req.speed is not None:
-            options["speed"] = req.speed
-        voice, fmt = state.resolve_voice(req.voice), request_format(req.format)
-        await state.require_workers()
-        job = await state.client.open(voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
-                                     options=options, deadline_s=req.deadline_s, bitrate=req.bitrate,
-                                     lexicon=req.lexicon)
+        job = await open_job(state, req)
         await websocket.send_text(streams.dumps({"type": "opened", "id": job.id, "links": links(websocket, job.id)}))
     except (TTSFarmError, WebSocketDisconnect) as exc:
         if isinstance(exc, TTSFarmError):
@@ -100,6 +93,18 @@ async def text_job(websocket: WebSocket, binary: bool = False) -> None:
                     await job.cancel()  # the client went away before its text ended
             except (TTSFarmError, BrokerError) as exc:
                 log.debug("could not cancel job %s: %s", job.id, exc)
+
+
+async def open_job(state: GatewayState, req: JobRequest) -> AsyncOpenJob:
+    """A job whose text follows, opened with ``req``'s fields but its text (this socket's, and the agents' socket's
+    contexts): the voice resolved, the format checked, a serving worker required."""
+    options = dict(req.options or {})
+    if req.speed is not None:
+        options["speed"] = req.speed
+    voice, fmt = state.resolve_voice(req.voice), request_format(req.format)
+    await state.require_workers()
+    return await state.client.open(voice=voice, format=fmt, sample_rate=req.sample_rate, lane=req.lane,
+                                   options=options, deadline_s=req.deadline_s, bitrate=req.bitrate, lexicon=req.lexicon)
 
 
 async def _take_text(ws: WebSocket, job: AsyncOpenJob, scope: anyio.CancelScope) -> None:

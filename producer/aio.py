@@ -129,6 +129,10 @@ class AsyncOpenJob(OpenJobCore, AsyncJob):
         """Like ``OpenJob.close``."""
         return await self.client._run(self._append(text, True))
 
+    async def flush(self, text: str = "") -> int:
+        """Like ``OpenJob.flush``."""
+        return await self.client._run(self._append(text, False, flush=True))
+
     async def __aenter__(self) -> AsyncOpenJob:
         return self
 

@@ -3,6 +3,7 @@
     job = client.open(voice="joe")          # or: async with await aclient.open(...) as job
     for token in llm:
         job.append(token)                    # each finished sentence is queued at once, while the rest is written
+    job.flush()                              # optional: what is buffered is queued now, even mid-sentence
     job.close()                              # the rest is queued and the job's total set
     for chunk in job.stream(): ...           # from any thread or process, before, during or after the appends
 

@@ -131,7 +131,7 @@ class Job(JobCore):
 
 
 class OpenJob(OpenJobCore, Job):
-    """A ``Job`` whose text is appended: ``append``, ``close``; the rest (``stream``, ``cancel``, ``wait``) as any job's."""
+    """A ``Job`` whose text is appended: ``append``, ``flush``, ``close``; the rest (``stream``, ``cancel``, ``wait``) as any job's."""
 
     client: Client
 
@@ -142,6 +142,11 @@ class OpenJob(OpenJobCore, Job):
     def close(self, text: str = "") -> int:
         """Add the last text (if any) and end the job's text: the rest is queued and the job's total set."""
         return self.client._run(self._append(text, True))
+
+    def flush(self, text: str = "") -> int:
+        """Add text (if any) and queue everything buffered now, even a sentence not finished (a voice agent's turn
+        that ends without punctuation). How many segments were queued."""
+        return self.client._run(self._append(text, False, flush=True))
 
     def __enter__(self) -> OpenJob:
         return self

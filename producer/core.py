@@ -239,15 +239,16 @@ class OpenJobCore(JobCore):
         super().__init__(client, opened.job_id, 0)
         self.opened = opened
 
-    def _append(self, text: Any, close: bool) -> Call[int]:
-        """Buffer ``text``; append the sentences it finished (with ``close``, all the rest, and set the total) in one
-        round trip. How many segments were appended. When it raises, the finished text stays buffered (a full lane:
-        append again later; a lost connection: the same append again is answered as done if it was written)."""
+    def _append(self, text: Any, close: bool, flush: bool = False) -> Call[int]:
+        """Buffer ``text``; append the sentences it finished (with ``flush``, all that is buffered, even mid-sentence;
+        with ``close``, all the rest, and set the total) in one round trip. How many segments were appended. When it
+        raises, the finished text stays buffered (a full lane: append again later; a lost connection: the same append
+        again is answered as done if it was written)."""
         opened = self.opened
         if opened.closed:
             raise JobError(f"job {self.id} was closed: no more text can be appended", code=JOB_CLOSED)
         opened.buffer.add(text)
-        piece, start = opened.buffer.take(final=close)
+        piece, start = opened.buffer.take(final=close or flush)
         try:
             return (yield from self._append_piece(piece, start, close))
         except BaseException:

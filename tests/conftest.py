@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -230,3 +231,22 @@ def make_farm(request: pytest.FixtureRequest, redis_url: str, base_settings: Set
 
     with _farm_factory(request, redis_url, base_settings, root) as make:
         yield make
+
+
+@pytest.fixture(scope="module")
+def gateway_server(farm: Farm) -> Iterator[Any]:
+    """The HTTP gateway over the module's farm, served by uvicorn on a free port (``tests.gateway_server``)."""
+    from gateway import create_app
+    from tests.gateway_server import BackgroundServer
+
+    with BackgroundServer(create_app(farm.settings)) as server:
+        yield server
+
+
+@pytest.fixture
+def gateway_http(gateway_server: Any) -> Iterator[Any]:
+    """An ``httpx.Client`` on the module's gateway."""
+    import httpx
+
+    with httpx.Client(base_url=gateway_server.url, timeout=60) as client:
+        yield client

@@ -79,7 +79,8 @@ def test_cli_has_a_bench_command() -> None:
 
 
 def test_bench_help_lists_the_stages_and_each_stage_has_its_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert set(STAGES) == {"load", "host", "farm", "listeners", "memory", "idle", "fleet", "shards", "grpc"}
+    assert set(STAGES) == {"load", "host", "farm", "listeners", "memory", "idle", "fleet", "shards", "grpc",
+                           "conversations"}
     assert ttsfarm(["bench", "--help"]) == 0
     listed = capsys.readouterr().out
     assert "Without a STAGE: load" in listed

@@ -91,6 +91,28 @@ def test_a_close_after_every_segment_is_done_still_finishes_the_job(farm: Farm) 
     assert job.status().total == queued
 
 
+def test_flush_queues_a_sentence_not_finished_on_both_faces(farm: Farm) -> None:
+    client = farm.client()
+    job = client.open(voice="joe", format="pcm")
+    assert job.append("A turn that ends with no punctuation") == 0  # buffered: the sentence is not finished
+    assert job.flush() >= 1 and job.flush() == 0  # queued now; nothing is left to flush
+    first = next(iter(client.job(job.id).stream(timeout=60)))  # audio while the job is open
+    assert first.seg == 0 and len(first.pcm) > 0 and job.status().open
+    assert job.append(" and the next words. ") >= 1
+    job.close()
+    words = [w.text for c in job.stream(timeout=60) for w in c.words]
+    assert words[:3] == ["A", "turn", "that"] and "punctuation" in words and "next" in words
+
+    async def scenario() -> tuple[int, int, str]:
+        async with AsyncClient.from_url(settings=farm.settings) as aclient:
+            async with await aclient.open(voice="joe", format="pcm") as ajob:
+                buffered = await ajob.append("Hello from the async")
+                flushed = await ajob.flush(" face")
+            return buffered, flushed, (await ajob.wait(timeout=60)).state
+
+    assert asyncio.run(scenario()) == (0, 1, "done")
+
+
 def test_resume_and_the_async_face(farm: Farm) -> None:
     async def scenario() -> tuple[list[Chunk], list[Chunk], str]:
         async with AsyncClient.from_url(settings=farm.settings) as client:

@@ -62,6 +62,10 @@ UNAUTHORIZED = "UNAUTHORIZED"
 JOB_NOT_DONE = "JOB_NOT_DONE"
 NOT_FOUND = "NOT_FOUND"
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+UNKNOWN_CONTEXT = "UNKNOWN_CONTEXT"  # an agents' socket message for a context that is not open on it
+CONTEXT_EXISTS = "CONTEXT_EXISTS"  # an agents' socket open for a context id already open on it
+TOO_MANY_CONTEXTS = "TOO_MANY_CONTEXTS"  # an agents' socket open over the gateway's agent_max_contexts
+IDLE_TIMEOUT = "IDLE_TIMEOUT"  # an agents' socket closed after agent_idle_s with nothing said either way
 
 
 class BrokerError(TTSFarmError, RuntimeError):

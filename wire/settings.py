@@ -295,6 +295,11 @@ class GatewaySettings:
     """The interval of keep-alive comments on an idle live stream (SSE; seconds)."""
     pcm_sample_rate: int = 24000
     """The sample rate of /v1/audio/speech's ``response_format=pcm`` (mono s16le), as OpenAI's."""
+    agent_idle_s: float = 60.0
+    """The agents' socket (/v1/agents) closes with IDLE_TIMEOUT after this long with no message from its client and no
+    audio sent (seconds); a ``ping`` message keeps it open."""
+    agent_max_contexts: int = 16
+    """Contexts open at once on one agents' socket; one more is refused with TOO_MANY_CONTEXTS."""
 
     @classmethod
     def parse_env(cls, name: str, raw: str) -> object:
@@ -303,6 +308,8 @@ class GatewaySettings:
 
     def __post_init__(self) -> None:
         _check_front_end("gateway", self.port, self.api_keys)
+        if self.agent_idle_s <= 0 or self.agent_max_contexts < 1:
+            raise InputError("gateway agent_idle_s must be > 0 and agent_max_contexts >= 1", code=BAD_OPTION)
 
 
 RIVA_VOICES = {"English-US.Male-1": "joe", "Mandarin-CN.Female-1": "baker", "Mandarin-CN.Male-1": "kumo",

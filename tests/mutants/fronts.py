@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.mutants import Mutant
 
 GRPC = "tests/test_grpc.py::"
+AGENTS = "tests/test_gateway_agents.py::"
 
 FRONTS = [
     # -- what the audit saw pass ---------------------------------------------------------------------------------
@@ -53,4 +54,18 @@ FRONTS = [
            "wire/admission.py", 'if lane != "interactive" or horizon_s <= 0:', "if horizon_s <= 0:",
            ("tests/test_admission.py::test_a_submit_admits_the_first_segments_up_to_the_horizon",
             "tests/test_admission.py::test_a_bulk_job_is_admitted_whole")),
+    # -- the voice agents' socket (docs/AGENTS.md) ----------------------------------------------------------------
+    Mutant("clear-keeps-the-job", "AGENTS: clear cancels the context's job (its worker stops)",
+           "gateway/agents.py", "cancelled = await self._cancel_job(ctx)", "cancelled = True",
+           (AGENTS + "test_clear_is_acknowledged_with_the_audio_sent_and_cancels_the_job",)),
+    Mutant("flush-waits-for-the-sentence", "AGENTS/USAGE: flush speaks what is buffered now, even mid-sentence",
+           "producer/core.py", "opened.buffer.take(final=close or flush)", "opened.buffer.take(final=close)",
+           (AGENTS + "test_flush_mid_sentence_gives_audio_while_the_context_is_open",
+            "tests/test_farm_textin.py::test_flush_queues_a_sentence_not_finished_on_both_faces")),
+    Mutant("agents-socket-never-idles", "AGENTS: a socket with nothing said either way closes after agent_idle_s",
+           "gateway/agents.py", "idle_s = self.gw.agent_idle_s", "idle_s = self.gw.agent_idle_s * 100",
+           (AGENTS + "test_too_many_contexts_idle_timeout_and_keepalive",)),
+    Mutant("request-id-not-the-job", "USAGE HTTP: an answer about a job carries the job's id as X-Request-Id",
+           "gateway/state.py", "        mark_job(conn, job.id)\n", "",
+           ("tests/test_gateway_request_ids.py::test_every_answer_about_a_job_carries_its_id",)),
 ]

@@ -1,0 +1,135 @@
+"""The plugin through LiveKit's own TTS interfaces (``synthesize``, ``stream``: push_text, flush, end_input, aclose) under
+asyncio, against a real farm gateway at ``TTSFARM_GATEWAY_URL`` (the farm's tests/test_integrations.py starts one)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from livekit.agents import APIStatusError, tts
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+
+from livekit.plugins import ttsfarm
+
+BASE_URL = os.environ.get("TTSFARM_GATEWAY_URL", "")
+pytestmark = pytest.mark.skipif(not BASE_URL, reason="TTSFARM_GATEWAY_URL names no farm gateway")
+
+TEXT = "Hello from the farm. This answer is streamed word by word, with its timings."
+LONG = " ".join(f"Sentence number {i} of a long answer is read now." for i in range(10))
+
+
+def run(scenario: Callable[[ttsfarm.TTS], Awaitable[Any]], **options: Any) -> Any:
+    async def main() -> Any:
+        t = ttsfarm.TTS(base_url=BASE_URL, **{"voice": "joe", **options})
+        try:
+            return await asyncio.wait_for(scenario(t), 120)
+        finally:
+            await t.aclose()
+
+    return asyncio.run(main())
+
+
+def words_of(events: list[tts.SynthesizedAudio]) -> list[Any]:
+    return [w for ev in events for w in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
+
+
+async def job_state(job_id: str) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"{BASE_URL}/v1/jobs/{job_id}") as r:
+        return (await r.json())["state"]
+
+
+def test_capabilities_and_format() -> None:
+    t = ttsfarm.TTS(base_url=BASE_URL)
+    assert t.capabilities.streaming and t.capabilities.aligned_transcript
+    assert t.sample_rate == 24000 and t.num_channels == 1 and t.provider == "ttsfarm"
+    assert ttsfarm.TTS(base_url=BASE_URL, sample_rate=16000).sample_rate == 16000
+
+
+def test_stream_word_by_word_gives_audio_and_aligned_words() -> None:
+    async def scenario(t: ttsfarm.TTS) -> list[tts.SynthesizedAudio]:
+        stream = t.stream()
+        for word in TEXT.split(" "):
+            stream.push_text(word + " ")
+        stream.end_input()
+        events = [ev async for ev in stream]
+        await stream.aclose()
+        return events
+
+    events = run(scenario)
+    seconds = sum(ev.frame.duration for ev in events)
+    assert all(ev.frame.sample_rate == 24000 for ev in events) and 3.0 < seconds < 12.0
+    assert events[-1].is_final and len({ev.request_id for ev in events}) == 1
+    words = words_of(events)
+    assert "".join(words).split() == TEXT.split()
+    starts = [w.start_time for w in words]
+    assert starts == sorted(starts) and words[-1].end_time <= seconds + 0.05
+
+
+def test_synthesize_collects_one_frame() -> None:
+    async def scenario(t: ttsfarm.TTS) -> Any:
+        return await t.synthesize("A short sentence to synthesize.").collect()
+
+    frame = run(scenario, sample_rate=16000)
+    assert frame.sample_rate == 16000 and 1.0 < frame.duration < 6.0
+
+
+def test_flush_speaks_mid_sentence_before_the_end_of_input() -> None:
+    async def scenario(t: ttsfarm.TTS) -> tuple[float, float]:
+        stream = t.stream()
+        stream.push_text("This turn has no end yet")
+        stream.flush()
+        first = await anext(aiter(stream))  # audio with the input still open
+        stream.push_text(" but it ends now.")
+        stream.end_input()
+        rest = [ev async for ev in stream]
+        await stream.aclose()
+        return first.frame.duration, sum(ev.frame.duration for ev in rest)
+
+    first, rest = run(scenario)
+    assert first > 0 and rest > 0.5
+
+
+def test_aclose_interrupts_and_the_farm_cancels_the_job() -> None:
+    async def scenario(t: ttsfarm.TTS) -> tuple[str, float]:
+        stream = t.stream()
+        stream.push_text(LONG)
+        stream.end_input()
+        first = await anext(aiter(stream))
+        started = time.monotonic()
+        await stream.aclose()
+        deadline = time.monotonic() + 10
+        while (state := await job_state(first.request_id)) != "cancelled" and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return state, time.monotonic() - started
+
+    state, took = run(scenario)
+    assert state == "cancelled" and took < 5
+
+
+def test_a_farm_error_is_an_api_status_error_with_its_code() -> None:
+    async def scenario(t: ttsfarm.TTS) -> None:
+        await t.synthesize("Hello.").collect()
+
+    with pytest.raises(APIStatusError) as info:
+        run(scenario, voice="no-such-voice")
+    assert info.value.body["code"] == "UNKNOWN_VOICE" and not info.value.retryable
+
+
+def test_two_streams_share_one_socket() -> None:
+    async def scenario(t: ttsfarm.TTS) -> tuple[int, int, int]:
+        async def speak(text: str) -> int:
+            async with t.stream() as stream:
+                stream.push_text(text)
+                stream.end_input()
+                return len([ev async for ev in stream])
+
+        counts = await asyncio.gather(speak("The first of two streams."), speak("And the second one, at once."))
+        return *counts, id(t._socket)
+
+    first, second, _ = run(scenario)
+    assert first > 0 and second > 0
