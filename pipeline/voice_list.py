@@ -43,6 +43,10 @@ def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
 
 def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any]:
     row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
+    if spec.options.get("user"):
+        row["user"] = True  # added by `ttsfarm voices add`: listed in runtime.user_dir's voices.toml
+    if spec.options.get("speaker"):
+        row["speaker"] = str(spec.options["speaker"])
     if spec.engine == "blend":
         from pipeline.voices.bank import gated_choice, held_back
 
@@ -108,6 +112,7 @@ def format_voices(rows: list[dict[str, Any]], *, as_json: bool = False) -> str:
     lines = []
     for row in rows:
         head = f"{row['name']}  [{row['engine']}]  languages {', '.join(row['languages'])}"
+        head += (f"  speaker {row['speaker']}" if row.get("speaker") else "") + ("  (user's own)" if row.get("user") else "")
         lines.append(head)
         if row.get("routes"):
             lines.append("  routes    " + ", ".join(f"{lang} -> {row['routed'][lang]}" + (f" (of {' | '.join(voices)})" if isinstance(voices, list) else "")
