@@ -31,7 +31,8 @@ def add_commands(sub: Any) -> None:
                         "user's own Piper voice, checked, prepared and gated; remove NAME: one of those")
     p.add_argument("voice", nargs="*", help="voices (default: all); add: NAME MODEL.onnx")
     p.add_argument("--config", default=None, help="add: the model's Piper config (default: MODEL.onnx.json beside it)")
-    p.add_argument("--speaker", default=None, help="add: the speaker of a multi-speaker model (a name or a number)")
+    p.add_argument("--speaker", action="append", default=[], help="add: a speaker of a multi-speaker model (a name or a number; "
+                   "repeatable): each becomes a voice NAME-SPEAKER")
     p.add_argument("--json", action="store_true", help="list: JSON instead of text")
     p.add_argument("--force", action="store_true", help="prepare: build again even if prepared")
     p.add_argument("--no-int8", action="store_true", help="prepare: FP32 stages only (no quantization, no gate)")
@@ -80,16 +81,18 @@ def user_voice(args: argparse.Namespace) -> int:
     if args.action == "remove":
         if len(args.voice) != 1:
             raise InputError("usage: ttsfarm voices remove NAME", code=BAD_OPTION)
-        where = remove_voice(settings, args.voice[0])
-        print(f"{args.voice[0]}: removed from {where}; `ttsfarm voices reload` on running workers")
+        gone = remove_voice(settings, args.voice[0])
+        print(f"{', '.join(gone)}: removed from {settings.runtime.user_catalogue}")
         return 0
     if len(args.voice) != 2:
         raise InputError("usage: ttsfarm voices add NAME MODEL.onnx [--config MODEL.onnx.json] [--speaker S]", code=BAD_OPTION)
     name, model = args.voice
-    result = add_voice(settings, name, Path(model), config=Path(args.config) if args.config else None, speaker=args.speaker,
-                       int8=not args.no_int8)
-    print(describe_result(result))
-    print(f"{name}: added to {settings.runtime.user_catalogue}; `ttsfarm say --voice {name} ...` speaks it, "
+    results = add_voice(settings, name, Path(model), config=Path(args.config) if args.config else None, speakers=args.speaker,
+                        int8=not args.no_int8)
+    for result in results:
+        print(describe_result(result))
+    added = ", ".join(r.voice for r in results)
+    print(f"{added}: added to {settings.runtime.user_catalogue}; `ttsfarm say --voice {results[0].voice} ...` speaks it, "
           "`ttsfarm voices reload` serves it on running workers")
     return 0
 

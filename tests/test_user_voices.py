@@ -176,7 +176,7 @@ def test_bad_files_are_refused_with_a_code_and_leave_nothing(case: str, code: st
         speaker = "0" if case == "speaker_of_one" else None
     before = sorted(p.name for p in user_dir.rglob("*"))
     with pytest.raises(TTSFarmError) as err:
-        add_voice(settings_now(), name, model, config=config, speaker=speaker,
+        add_voice(settings_now(), name, model, config=config, speakers=[speaker] if speaker else [],
                   prepare=lambda spec, settings: pytest.fail("a refused voice is never prepared"))
     assert err.value.code == code, err.value
     assert sorted(p.name for p in user_dir.rglob("*")) == before
@@ -192,3 +192,59 @@ def test_a_voice_that_fails_its_gate_is_not_added(tmp_path: Path, user_dir: Path
         add_voice(settings, "broken", JOE_MODEL, prepare=lambda spec, s: failed)
     assert err.value.code == VOICE_GATE_FAILED and "wer 0.9" in err.value.message
     assert "broken" not in user_voices(user_dir) and not (user_dir / "models" / "broken").exists()
+
+
+def two_speaker_model(folder: Path) -> Path:
+    """Joe's graph with a speaker input as a multi-speaker Piper graph has (``sid`` int64 [B]), wired in so that it
+    is used (added, times zero, to the scales), and a config naming two speakers: what `voices add` must fix."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(JOE_MODEL))
+    graph = model.graph
+    for init in graph.initializer:  # joe's exporter named its phoneme embedding "sid": out of the speaker input's way
+        if init.name == "sid":
+            init.name = "phoneme_embedding"
+    rename = {"scales": "scales_with_sid", "sid": "phoneme_embedding"}
+    for node in graph.node:
+        node.input[:] = [rename.get(i, i) for i in node.input]
+    graph.input.append(helper.make_tensor_value_info("sid", TensorProto.INT64, ["batch"]))
+    graph.initializer.append(helper.make_tensor("sid_weight", TensorProto.FLOAT, [], [0.0]))
+    nodes = [helper.make_node("Cast", ["sid"], ["sid_float"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["sid_float"], ["sid_sum"], keepdims=0),
+             helper.make_node("Mul", ["sid_sum", "sid_weight"], ["sid_zero"]),
+             helper.make_node("Add", ["scales", "sid_zero"], ["scales_with_sid"]), *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    path = folder / "two.onnx"
+    onnx.save(model, str(path))
+    config = json.loads(JOE_CONFIG.read_text())
+    config.update(num_speakers=2, speaker_id_map={"Alice": 0, "Bob Two": 1})
+    (folder / "two.onnx.json").write_text(json.dumps(config))
+    return path
+
+
+def test_each_speaker_of_a_multi_speaker_model_is_a_voice_of_its_own(cache_env: None, user_dir: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import onnx
+
+    model = two_speaker_model(tmp_path)
+    assert run("voices", "add", "duo", str(model), "--no-int8") == 2  # which speakers?
+    err = capsys.readouterr().err
+    assert "BAD_OPTION" in err and "Alice, Bob Two" in err, err
+    assert run("voices", "add", "duo", str(model), "--speaker", "Carol", "--no-int8") == 2
+    assert "no speaker 'Carol'" in capsys.readouterr().err
+    assert run("voices", "add", "duo", str(model), "--speaker", "Alice", "--speaker", "1", "--no-int8") == 0
+    voices = user_voices(user_dir)
+    assert {v: (voices[v]["speaker"], voices[v]["speaker_id"], voices[v]["family"]) for v in voices if v.startswith("duo")} == {
+        "duo-alice": ("Alice", 0, "duo"), "duo-bob_two": ("Bob Two", 1, "duo")}
+    fixed = onnx.load(str(voices["duo-alice"]["model"]), load_external_data=False).graph
+    assert "sid" not in {i.name for i in fixed.input}  # the speaker is part of the graph, and of the voice's name
+    for voice in ("duo-alice", "duo-bob_two"):
+        assert run("say", "--voice", voice, "Two voices from one model.", "-o", str(tmp_path / f"{voice}.wav")) == 0
+    capsys.readouterr()
+    assert run("voices", "duo-bob_two") == 0
+    assert "speaker Bob Two  (user's own)" in capsys.readouterr().out
+    assert run("voices", "remove", "duo") == 0  # the name given to `add`: every speaker's voice
+    assert not [v for v in user_voices(user_dir) if v.startswith("duo")]
+    assert not [p for p in (user_dir / "models").iterdir() if p.name.startswith("duo")]

@@ -7,8 +7,10 @@ one by ``wire.settings.load_settings``), never to the installed package. Adding 
    foreign file), its ``.onnx.json`` beside it or named by ``--config`` (``MODEL_MISSING`` when absent,
    ``MODEL_CORRUPT`` when it does not read as a Piper config), a sample rate the farm encodes
    (``UNSUPPORTED_SAMPLE_RATE``), English (the farm's phonemizer for Piper voices: ``UNSUPPORTED_LANGUAGE``), and
-   for a multi-speaker model the speaker (``--speaker``, a name of its ``speaker_id_map`` or a number; ``BAD_OPTION``);
-2. copies the model and its config into ``<user_dir>/models/<NAME>/`` (a multi-speaker model with its speaker
+   for a multi-speaker model the speakers (``--speaker``, repeatable: a name of its ``speaker_id_map`` or a number;
+   ``BAD_OPTION`` without one). Each speaker becomes a voice of its own, its name ``<NAME>-<speaker>``: an alias per
+   speaker, so a request names a speaker the way it names any voice;
+2. copies the model and its config into ``<user_dir>/models/<voice>/`` (a multi-speaker model with its speaker
    fixed in the graph, ``speakers.py``), so the voice does not depend on where the user's file was;
 3. prepares it as the shipped Piper voice is prepared (``pipeline/prepare/piper.py``: split stages checked against
    the whole graph, INT8 where its gate passes, the listening gate) and refuses it when a gate that decides
@@ -25,7 +27,7 @@ import os
 import re
 import shutil
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,15 +55,26 @@ class PiperFiles:
     config: Path
     sample_rate: int
     language: str
-    speaker: int | None  # the speaker id fixed in the graph (a multi-speaker model), else None
-    speaker_name: str
+    speakers: dict[str, int]  # a multi-speaker model's speakers by name (a number where its config names none); {}: one
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """One speaker of a multi-speaker model, a voice of its own: ``<NAME>-<alias>``."""
+
+    id: int
+    name: str
+
+    @property
+    def alias(self) -> str:
+        return re.sub(r"[^a-z0-9_]+", "_", self.name.lower()).strip("_") or str(self.id)
 
 
 def config_beside(model: Path) -> Path:
     return model.with_name(model.name + ".json")
 
 
-def check_piper(model: Path, config: Path | None = None, speaker: str | None = None) -> PiperFiles:
+def check_piper(model: Path, config: Path | None = None) -> PiperFiles:
     """The user's Piper files, checked (the coded errors are in the module docstring)."""
     import onnx
 
@@ -94,38 +107,48 @@ def check_piper(model: Path, config: Path | None = None, speaker: str | None = N
     if language not in LANGUAGES:
         raise InputError(f"{model.name} speaks {language or 'an unnamed language'!r}; a user's Piper voice can speak "
                          f"{', '.join(LANGUAGES)}", code=UNSUPPORTED_LANGUAGE)
-    sid, speaker_name = choose_speaker(data, SPEAKER_INPUT in inputs, speaker, model.name)
-    return PiperFiles(model=model, config=config, sample_rate=rate, language=language, speaker=sid, speaker_name=speaker_name)
+    count = int(data.get("num_speakers", 1) or 1)
+    speakers: dict[str, int] = {}
+    if SPEAKER_INPUT in inputs and count > 1:
+        speakers = {str(k): int(v) for k, v in (data.get("speaker_id_map") or {}).items()}
+        named = set(speakers.values())
+        speakers.update({str(i): i for i in range(count) if i not in named})
+    return PiperFiles(model=model, config=config, sample_rate=rate, language=language, speakers=speakers)
 
 
-def choose_speaker(config: dict[str, Any], has_sid: bool, speaker: str | None, what: str) -> tuple[int | None, str]:
-    """The speaker id and name to fix for a multi-speaker model (``--speaker``: a name or a number)."""
-    count = int(config.get("num_speakers", 1) or 1)
-    names: dict[str, int] = {str(k): int(v) for k, v in (config.get("speaker_id_map") or {}).items()}
-    if not has_sid or count <= 1:
-        if speaker is not None:
+def choose_speakers(files: PiperFiles, wanted: Sequence[str]) -> list[Speaker | None]:
+    """The speakers to make voices of (``--speaker``, repeatable: a name or a number); ``[None]`` for a model of one."""
+    what = files.model.name
+    if not files.speakers:
+        if wanted:
             raise InputError(f"{what} has one speaker; --speaker is for multi-speaker voices", code=BAD_OPTION)
-        return None, ""
-    known = ", ".join(sorted(names, key=names.__getitem__)[:20]) or f"0..{count - 1}"
-    if speaker is None:
-        raise InputError(f"{what} has {count} speakers: choose one with --speaker (e.g. {known})", code=BAD_OPTION)
-    if speaker in names:
-        return names[speaker], speaker
-    if speaker.isdigit() and int(speaker) < count:
-        sid = int(speaker)
-        return sid, next((n for n, i in names.items() if i == sid), str(sid))
-    raise InputError(f"{what} has no speaker {speaker!r}; its speakers: {known}", code=BAD_OPTION)
+        return [None]
+    by_id = {i: n for n, i in sorted(files.speakers.items(), key=lambda kv: kv[0].isdigit())}  # a name over its number
+    known = ", ".join(by_id[i] for i in sorted(by_id)[:20]) + (", ..." if len(by_id) > 20 else "")
+    if not wanted:
+        raise InputError(f"{what} has {len(by_id)} speakers: choose with --speaker (repeatable; each becomes a voice "
+                         f"NAME-SPEAKER): {known}", code=BAD_OPTION)
+    chosen = []
+    for speaker in wanted:
+        sid = files.speakers.get(speaker, int(speaker) if speaker.isdigit() else -1)
+        if sid not in by_id:
+            raise InputError(f"{what} has no speaker {speaker!r}; its speakers: {known}", code=BAD_OPTION)
+        chosen.append(Speaker(sid, by_id[sid]))
+    aliases = [c.alias for c in chosen]
+    if len(set(aliases)) != len(aliases):
+        raise InputError(f"--speaker names one speaker twice: {', '.join(wanted)}", code=BAD_OPTION)
+    return list(chosen)
 
 
-def user_entry(files: PiperFiles, model: Path, config: Path) -> dict[str, Any]:
+def user_entry(files: PiperFiles, model: Path, config: Path, family: str, speaker: Speaker | None) -> dict[str, Any]:
     """The catalogue entry of a user's Piper voice, served as the shipped one (two stages, prepared)."""
     entry: dict[str, Any] = {
         "engine": "twostage", "source": "piper", "languages": [files.language], "model": str(model), "config": str(config),
         "acoustic": "prepared", "vocoder": "prepared", "sample_rate": files.sample_rate, **USER_DEFAULTS,
-        "license": "the user's own model", "user": True,
+        "license": "the user's own model", "user": True, "family": family,
     }
-    if files.speaker is not None:
-        entry.update(speaker=files.speaker_name, speaker_id=files.speaker)
+    if speaker is not None:
+        entry.update(speaker=speaker.name, speaker_id=speaker.id)
     return entry
 
 
@@ -168,51 +191,63 @@ def gate_failures(result: PrepareResult) -> list[str]:
 Prepare = Callable[[VoiceSpec, PipelineSettings], PrepareResult]
 
 
-def add_voice(settings: PipelineSettings, name: str, model: Path, *, config: Path | None = None, speaker: str | None = None,
-              int8: bool = True, prepare: Prepare | None = None) -> PrepareResult:
-    """Check, copy, prepare and gate a user's Piper voice, then list it in the user's catalogue."""
+def add_voice(settings: PipelineSettings, name: str, model: Path, *, config: Path | None = None,
+              speakers: Sequence[str] = (), int8: bool = True, prepare: Prepare | None = None) -> list[PrepareResult]:
+    """Check, copy, prepare and gate a user's Piper voice, then list it in the user's catalogue: ``name``, or for a
+    multi-speaker model one voice per chosen speaker, ``<name>-<speaker>``. All or nothing."""
     if not NAME.match(name):
         raise InputError(f"voice name {name!r}: lower-case letters, digits, - and _, starting with a letter", code=BAD_OPTION)
+    files = check_piper(model.expanduser(), config.expanduser() if config else None)
+    chosen = choose_speakers(files, speakers)
+    voices = {(name if s is None else f"{name}-{s.alias}"): s for s in chosen}
     catalogue_file = settings.runtime.user_catalogue
-    if name in settings.catalogue.voices or name in read_user_catalogue(catalogue_file):
-        raise InputError(f"a voice named {name!r} exists already (`ttsfarm voices remove {name}` first, for a user's own)",
-                         code=BAD_OPTION)
-    files = check_piper(model.expanduser(), config.expanduser() if config else None, speaker)
-    folder = Path(settings.runtime.user_dir).expanduser() / "models" / name
-    shutil.rmtree(folder, ignore_errors=True)  # what a failed add of this name may have left
-    folder.mkdir(parents=True)
+    existing = read_user_catalogue(catalogue_file)
+    for voice in voices:
+        if voice in settings.catalogue.voices or voice in existing:
+            raise InputError(f"a voice named {voice!r} exists already (`ttsfarm voices remove {voice}` first, for a "
+                             "user's own)", code=BAD_OPTION)
+    prepare = prepare or (lambda spec, st: prepare_voice(spec, st, int8=int8, force=True))
+    models = Path(settings.runtime.user_dir).expanduser() / "models"
+    entries, results = {}, []
     try:
-        model_copy, config_copy = folder / f"{name}.onnx", folder / f"{name}.onnx.json"
-        if files.speaker is None:
-            shutil.copyfile(files.model, model_copy)
-        else:
-            fix_speaker(files.model, model_copy, files.speaker, SPEAKER_INPUT)
-        shutil.copyfile(files.config, config_copy)
-        entry = user_entry(files, model_copy, config_copy)
-        spec = parse_catalogue({"voices": {name: entry}}).get(name)
-        result = (prepare or (lambda s, st: prepare_voice(s, st, int8=int8, force=True)))(spec, settings)
-        failed = gate_failures(result)
-        if failed:
-            raise ModelError(f"voice {name} failed its gates and was not added: {'; '.join(failed)}", code=VOICE_GATE_FAILED)
-        write_user_catalogue(catalogue_file, {**read_user_catalogue(catalogue_file), name: entry})
+        for voice, speaker in voices.items():
+            folder = models / voice
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed add of this name may have left
+            folder.mkdir(parents=True)
+            model_copy, config_copy = folder / f"{voice}.onnx", folder / f"{voice}.onnx.json"
+            if speaker is None:
+                shutil.copyfile(files.model, model_copy)
+            else:
+                fix_speaker(files.model, model_copy, speaker.id, SPEAKER_INPUT)
+            shutil.copyfile(files.config, config_copy)
+            entries[voice] = user_entry(files, model_copy, config_copy, name, speaker)
+            result = prepare(parse_catalogue({"voices": {voice: entries[voice]}}).get(voice), settings)
+            failed = gate_failures(result)
+            if failed:
+                raise ModelError(f"voice {voice} failed its gates and was not added: {'; '.join(failed)}", code=VOICE_GATE_FAILED)
+            results.append(result)
+        write_user_catalogue(catalogue_file, {**read_user_catalogue(catalogue_file), **entries})
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(voice_root(settings.runtime.cache_dir, name), ignore_errors=True)
+        for voice in voices:
+            shutil.rmtree(models / voice, ignore_errors=True)
+            shutil.rmtree(voice_root(settings.runtime.cache_dir, voice), ignore_errors=True)
         raise
-    return result
+    return results
 
 
-def remove_voice(settings: PipelineSettings, name: str) -> Path:
-    """Take a user's voice out of the user's catalogue, with its model files and its prepared folder; returns the
-    catalogue file. A shipped voice is refused (``BAD_OPTION``), an unknown one is ``UNKNOWN_VOICE``."""
+def remove_voice(settings: PipelineSettings, name: str) -> list[str]:
+    """Take a user's voice out of the user's catalogue, with its model files and its prepared folder (``name`` as
+    given to `voices add` takes every speaker's voice of a multi-speaker model); returns the voices removed. A shipped
+    voice is refused (``BAD_OPTION``), an unknown one is ``UNKNOWN_VOICE``."""
     catalogue_file = settings.runtime.user_catalogue
     voices = read_user_catalogue(catalogue_file)
-    if name not in voices:
+    gone = [v for v, entry in voices.items() if v == name or entry.get("family") == name]
+    if not gone:
         if name in settings.catalogue.voices:
             raise InputError(f"{name} is a shipped voice, not one of the user's own: it cannot be removed", code=BAD_OPTION)
         raise InputError(f"no voice of the user's own is named {name!r} (in {catalogue_file})", code=UNKNOWN_VOICE)
-    del voices[name]
-    write_user_catalogue(catalogue_file, voices)
-    shutil.rmtree(Path(settings.runtime.user_dir).expanduser() / "models" / name, ignore_errors=True)
-    shutil.rmtree(voice_root(settings.runtime.cache_dir, name), ignore_errors=True)
-    return catalogue_file
+    write_user_catalogue(catalogue_file, {v: e for v, e in voices.items() if v not in gone})
+    for voice in gone:
+        shutil.rmtree(Path(settings.runtime.user_dir).expanduser() / "models" / voice, ignore_errors=True)
+        shutil.rmtree(voice_root(settings.runtime.cache_dir, voice), ignore_errors=True)
+    return sorted(gone)
