@@ -163,6 +163,10 @@ class QualityGateSettings:
     max_cer_zh: float = 0.08
     """The listening gate for Chinese voices: whisper base's character error rate on configs/heldout_zh.txt
     (above the recognizer's own noise, 4.8 to 6.6 %; below Kokoro's 10 to 12 %)."""
+    min_p808_mos: float = 3.0
+    """The naturalness gate (pipeline/prepare/naturalness.py): the lowest DNSMOS P.808 MOS, the mean over a voice's
+    held-out sentences, of a voice that is served by default; a broken vocoder (noise, coarse quantization) scores
+    under it (docs/VOICES.md)."""
 
 
 @dataclass(frozen=True)

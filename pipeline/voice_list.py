@@ -84,6 +84,9 @@ def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any
             model, precision = choose_model(prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir).path, spec, settings.runtime)
             stages["model"].update(model=model.name, precision=precision, why="`ttsfarm quantize` report")
     row["stages"] = stages
+    natural = [v["naturalness"] for v in (prepared.verdicts.values() if prepared else []) if v.get("naturalness")]
+    if natural:
+        row["naturalness"] = natural[0]  # one figure a voice: the audio of the stages it serves
     return row
 
 
@@ -123,6 +126,10 @@ def format_voices(rows: list[dict[str, Any]], *, as_json: bool = False) -> str:
             lines.append(f"  license   {row['license']}")
         if row.get("note"):
             lines.append(f"  note      {row['note']}")
+        if row.get("naturalness"):
+            n = row["naturalness"]
+            lines.append(f"  natural   DNSMOS P.808 {n['value']:.2f} (floor {n['floor']:.2f}, {'passed' if n['passed'] else 'FAILED'}); "
+                         f"P.835 sig {n['p835']['sig']:.2f} bak {n['p835']['bak']:.2f} ovrl {n['p835']['ovrl']:.2f}")
         for stage, info in (row.get("stages") or {}).items():
             lines.append(f"  {stage:9s} {info['model']}  {info['precision'] or '-'}" + (f"  ({info['why']})" if info.get("why") else ""))
             figures = _figure_text(info.get("gate") or {})
