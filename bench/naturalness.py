@@ -1,6 +1,7 @@
 """``python -m bench.naturalness [VOICE...]``: each voice's naturalness (DNSMOS P.808 and P.835) on its held-out
 sentences as this install serves it, one line a voice: the figures of the README's voice table and docs/VOICES.md.
-The same figure a preparation records in a voice's verdicts (``pipeline/prepare/naturalness.py``)."""
+The same measure a preparation records in a voice's verdicts (``pipeline/prepare/naturalness.py``; a preparation
+runs it with one intra-op thread on the audio its listening gate hears)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,26 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pipeline.prepare.naturalness import score_voice
+from typing import Any
+
+from pipeline.prepare.listening import heldout_sentences
+from pipeline.prepare.naturalness import naturalness
+from pipeline.settings import PipelineSettings
+from pipeline.synth import Synthesizer
+from pipeline.voices.base import SynthesisOptions
+from pipeline.voices.runtime import SessionFactory
 from wire.settings import load_settings
+
+
+def score_voice(settings: PipelineSettings, name: str) -> dict[str, Any]:
+    """``name``'s naturalness figure on its held-out sentences, as this install serves it (``ttsfarm say``'s path)."""
+    spec = settings.catalogue.get(name)
+    synth = Synthesizer(settings)
+    clips = []
+    for text in heldout_sentences(spec.languages[0]):
+        out = synth.synthesize(text, name, SynthesisOptions())
+        clips.append((out.audio, out.sample_rate))
+    return naturalness(clips, settings.quality_gate.min_p808_mos, SessionFactory(settings.runtime))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.audio import resample
-from pipeline.settings import PipelineSettings
 from pipeline.voices.runtime import SessionFactory, resolve_resource
 
 RATE = 16000
@@ -114,18 +113,3 @@ def naturalness(clips: Sequence[tuple[np.ndarray, int]], floor: float, factory: 
     mean = {key: round(float(np.mean([c[key] for c in per_clip])), 3) for key in ("p808", "sig", "bak", "ovrl")}
     return {"metric": METRIC, "value": mean["p808"], "floor": floor, "passed": mean["p808"] >= floor, "clips": len(per_clip),
             "p835": {k: mean[k] for k in ("sig", "bak", "ovrl")}, "model": "DNSMOS (speechmos 0.0.1.1's ONNX models)"}
-
-
-def score_voice(settings: PipelineSettings, name: str) -> dict[str, Any]:
-    """``name``'s naturalness figure on its held-out sentences, as this install serves it (``ttsfarm say``'s path)."""
-    from pipeline.prepare.listening import heldout_sentences
-    from pipeline.synth import Synthesizer
-    from pipeline.voices.base import SynthesisOptions
-
-    spec = settings.catalogue.get(name)
-    synth = Synthesizer(settings)
-    clips = []
-    for text in heldout_sentences(spec.languages[0]):
-        out = synth.synthesize(text, name, SynthesisOptions())
-        clips.append((out.audio, out.sample_rate))
-    return naturalness(clips, settings.quality_gate.min_p808_mos, SessionFactory(settings.runtime))
