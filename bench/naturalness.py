@@ -5,7 +5,6 @@ runs it with one intra-op thread on the audio its listening gate hears)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from pipeline.settings import PipelineSettings
 from pipeline.synth import Synthesizer
 from pipeline.voices.base import SynthesisOptions
 from pipeline.voices.runtime import SessionFactory
-from wire.settings import load_settings
+from wire.settings import settings_from_environment
 
 
 def score_voice(settings: PipelineSettings, name: str) -> dict[str, Any]:
@@ -33,7 +32,7 @@ def score_voice(settings: PipelineSettings, name: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = load_settings(env=dict(os.environ))
+    settings = settings_from_environment()
     names = list(sys.argv[1:] if argv is None else argv) or [n for n, s in settings.catalogue.voices.items() if s.engine != "blend"]
     for name in names:
         start = time.perf_counter()
