@@ -5,6 +5,7 @@ by a running worker after `ttsfarm voices reload`. Joe's own package files stand
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tomllib
 from collections.abc import Iterator
@@ -56,8 +57,6 @@ def user_voices(user_dir: Path) -> dict[str, dict[str, object]]:
 
 
 def settings_now() -> Settings:
-    import os
-
     return load_settings(env=dict(os.environ))
 
 
@@ -111,9 +110,14 @@ def test_a_running_worker_serves_a_voice_added_after_it_started(cache_env: None,
         assert info["late"]["model"] == "acoustic.fp32.onnx+vocoder.fp32.onnx"
         job = client.submit("Served by the worker from the user's catalogue.", voice="late")
         assert job.wait(timeout=120).state == "done"
+        assert run("voices", "remove", "late") == 0
+        assert run("voices", "reload") == 0  # a voice taken out of the catalogue stops serving
+        (raw,) = client.redis.hgetall(Keys(farm.prefix).workers()).values()
+        assert set(json.loads(raw)["voice_info"]) == {"joe"}
     finally:
         farm.stop()
-        run("voices", "remove", "late")
+        if "late" in user_voices(Path(os.environ["TTSFARM_RUNTIME_USER_DIR"])):
+            run("voices", "remove", "late")
 
 
 def test_remove_takes_the_voice_its_files_and_its_prepared_stages(cache_env: None, user_dir: Path,
