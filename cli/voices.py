@@ -82,7 +82,8 @@ def user_voice(args: argparse.Namespace) -> int:
         if len(args.voice) != 1:
             raise InputError("usage: ttsfarm voices remove NAME", code=BAD_OPTION)
         gone = remove_voice(settings, args.voice[0])
-        print(f"{', '.join(gone)}: removed from {settings.runtime.user_catalogue}")
+        print(f"{', '.join(gone)}: removed from {settings.runtime.user_catalogue}; `ttsfarm voices reload` stops running "
+              "workers serving it")
         return 0
     if len(args.voice) != 2:
         raise InputError("usage: ttsfarm voices add NAME MODEL.onnx [--config MODEL.onnx.json] [--speaker S]", code=BAD_OPTION)
