@@ -1,6 +1,7 @@
 """`ttsfarm voices [list]`: the catalogue with what this install serves. `ttsfarm voices prepare [VOICE...]`: build
 what the voices need into the model cache. `ttsfarm quantize VOICE`: an INT8 model of a voice, checked against FP32.
-`ttsfarm voices reload [VOICE...]`: hot reload on the running workers.
+`ttsfarm voices reload [VOICE...]`: hot reload on the running workers. `ttsfarm voices add NAME MODEL.onnx` / `ttsfarm
+voices remove NAME`: a user's own Piper voice in the user's catalogue (``pipeline/prepare/user_voices.py``).
 
 A reload is a Celery broadcast (``wire.control``); each worker loads the new version beside the old, warms
 it up and swaps it in between batches. With ``wait`` it follows every answering worker's heartbeat
@@ -24,10 +25,14 @@ if TYPE_CHECKING:
 
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("voices", help="list the voices and what is served; prepare them into the model cache; hot reload them")
-    p.add_argument("action", nargs="?", default="list", metavar="{list,prepare,reload}",
+    p.add_argument("action", nargs="?", default="list", metavar="{list,prepare,reload,add,remove}",
                    help="list (default; `voices NAME...` lists those): engines, stages, precision served, license, gate figures; prepare: build "
-                        "split stages, INT8 where its gate passes (once; idempotent); reload: on the running workers")
-    p.add_argument("voice", nargs="*", help="voices (default: all)")
+                        "split stages, INT8 where its gate passes (once; idempotent); reload: on the running workers; add NAME MODEL.onnx: a "
+                        "user's own Piper voice, checked, prepared and gated; remove NAME: one of those")
+    p.add_argument("voice", nargs="*", help="voices (default: all); add: NAME MODEL.onnx")
+    p.add_argument("--config", default=None, help="add: the model's Piper config (default: MODEL.onnx.json beside it)")
+    p.add_argument("--speaker", action="append", default=[], help="add: a speaker of a multi-speaker model (a name or a number; "
+                   "repeatable): each becomes a voice NAME-SPEAKER")
     p.add_argument("--json", action="store_true", help="list: JSON instead of text")
     p.add_argument("--force", action="store_true", help="prepare: build again even if prepared")
     p.add_argument("--no-int8", action="store_true", help="prepare: FP32 stages only (no quantization, no gate)")
@@ -48,7 +53,7 @@ def add_commands(sub: Any) -> None:
 
 
 def cmd_voices(args: argparse.Namespace) -> int:
-    if args.action not in ("list", "prepare", "reload"):  # `voices joe kumo`: list those
+    if args.action not in ("list", "prepare", "reload", "add", "remove"):  # `voices joe kumo`: list those
         args.voice, args.action = [args.action, *args.voice], "list"
     if args.action == "list":
         from pipeline.voice_list import list_voices
@@ -59,8 +64,38 @@ def cmd_voices(args: argparse.Namespace) -> int:
         from pipeline.prepare.registry import main as prepare_main
 
         return prepare_main(settings_of(args), args)
+    if args.action in ("add", "remove"):
+        return user_voice(args)
     return reload_voices(client_of(args), args.voice, destination=args.destination, reply_timeout=args.reply_timeout,
                          wait=args.wait, timeout=args.timeout)
+
+
+def user_voice(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pipeline.errors import BAD_OPTION, InputError
+    from pipeline.prepare.registry import describe_result
+    from pipeline.prepare.user_voices import add_voice, remove_voice
+
+    settings = settings_of(args)
+    if args.action == "remove":
+        if len(args.voice) != 1:
+            raise InputError("usage: ttsfarm voices remove NAME", code=BAD_OPTION)
+        gone = remove_voice(settings, args.voice[0])
+        print(f"{', '.join(gone)}: removed from {settings.runtime.user_catalogue}; `ttsfarm voices reload` stops running "
+              "workers serving it")
+        return 0
+    if len(args.voice) != 2:
+        raise InputError("usage: ttsfarm voices add NAME MODEL.onnx [--config MODEL.onnx.json] [--speaker S]", code=BAD_OPTION)
+    name, model = args.voice
+    results = add_voice(settings, name, Path(model), config=Path(args.config) if args.config else None, speakers=args.speaker,
+                        int8=not args.no_int8)
+    for result in results:
+        print(describe_result(result))
+    added = ", ".join(r.voice for r in results)
+    print(f"{added}: added to {settings.runtime.user_catalogue}; `ttsfarm say --voice {results[0].voice} ...` speaks it, "
+          "`ttsfarm voices reload` serves it on running workers")
+    return 0
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:

@@ -40,6 +40,7 @@ EXTRA_MISSING = "EXTRA_MISSING"  # an optional part (a pip extra) is needed and 
 MODEL_STAGE_FAILED = "MODEL_STAGE_FAILED"  # a stage of a two-stage voice failed while running
 MODEL_NOT_PREPARED = "MODEL_NOT_PREPARED"  # a voice needs `ttsfarm voices prepare` first
 MODEL_PREPARE_FAILED = "MODEL_PREPARE_FAILED"  # `ttsfarm voices prepare` failed for a reason other than its input
+VOICE_GATE_FAILED = "VOICE_GATE_FAILED"  # a user's voice (`ttsfarm voices add`) failed a gate that decides whether it is served
 DEVICE_UNAVAILABLE = "DEVICE_UNAVAILABLE"  # device = cuda asked for, and this onnxruntime has no CUDA provider
 
 # The codes this package owns, by the class that carries them (``wire.errors`` adds the farm's).
@@ -47,7 +48,7 @@ INPUT_CODES = (BAD_INPUT, EMPTY_TEXT, TEXT_TOO_LONG, INVALID_UTF8, CONTROL_CHARA
                UNSUPPORTED_LANGUAGE, UNSUPPORTED_FORMAT, UNSUPPORTED_SAMPLE_RATE, BAD_OPTION, MALFORMED_JOB,
                VOICE_UNAVAILABLE, BAD_SSML, BAD_LEXICON, UNKNOWN_MODEL)
 MODEL_CODES = (MODEL_MISSING, MODEL_CORRUPT, MODEL_LOAD_FAILED, EXTRA_MISSING, MODEL_STAGE_FAILED, MODEL_NOT_PREPARED,
-               MODEL_PREPARE_FAILED)  # DEVICE_UNAVAILABLE is a worker's failure: rebuilt as the farm's JobError
+               MODEL_PREPARE_FAILED, VOICE_GATE_FAILED)  # DEVICE_UNAVAILABLE is a worker's failure: rebuilt as the farm's JobError
 
 
 class TTSFarmError(Exception):

@@ -35,6 +35,7 @@ def _config_dir() -> Path:
 
 
 CONFIG_DIR = _config_dir()
+USER_CATALOGUE = "voices.toml"  # in ``runtime.user_dir``: the voices `ttsfarm voices add` added
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,9 @@ class RuntimeSettings:
     """Run each voice once when it loads, so the first request does not pay for the session's start."""
     model_cache_dir: str = "~/.cache/ttsfarm"
     """Where prepared and assembled models are kept (``ttsfarm voices prepare`` writes there)."""
+    user_dir: str = "~/.config/ttsfarm"
+    """The user's own voices: ``ttsfarm voices add`` copies a model there and lists it in its ``voices.toml``, which
+    is read after the shipped catalogue (never written into the installed package)."""
     precision: str = "auto"
     """``auto``: on CPU the catalogue's precision (INT8 where its quality gate passed), on CUDA FP16 vocoders and
     FP32 acoustic stages; ``fp32``, ``fp16`` or ``int8`` asks for that one everywhere."""
@@ -136,6 +140,10 @@ class RuntimeSettings:
     @property
     def cache_dir(self) -> Path:
         return Path(self.model_cache_dir).expanduser()
+
+    @property
+    def user_catalogue(self) -> Path:
+        return Path(self.user_dir).expanduser() / USER_CATALOGUE
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,10 @@ class QualityGateSettings:
     max_cer_zh: float = 0.08
     """The listening gate for Chinese voices: whisper base's character error rate on configs/heldout_zh.txt
     (above the recognizer's own noise, 4.8 to 6.6 %; below Kokoro's 10 to 12 %)."""
+    min_p808_mos: float = 3.0
+    """The naturalness gate (pipeline/prepare/naturalness.py): the lowest DNSMOS P.808 MOS, the mean over a voice's
+    held-out sentences, of a voice that is served by default; a broken vocoder (noise, coarse quantization) scores
+    under it (docs/VOICES.md)."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +223,14 @@ def parse_catalogue(data: Mapping[str, Any]) -> Catalogue:
         voices[name] = VoiceSpec(name=name, options=entry, **core)
     default = str(data.get("default_voice", next(iter(voices), "")))
     return Catalogue(voices=voices, default_voice=default)
+
+
+def with_user_voices(shipped: Catalogue, user: Catalogue, where: Path) -> Catalogue:
+    """The shipped catalogue with the user's own voices added; a user voice may not take a shipped name."""
+    taken = sorted(set(shipped.voices) & set(user.voices))
+    if taken:
+        raise InputError(f"{where}: voice name(s) {', '.join(taken)} are shipped voices; rename them there", code=BAD_OPTION)
+    return Catalogue(voices={**shipped.voices, **user.voices}, default_voice=shipped.default_voice)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,10 @@ def _figures(verdict: dict[str, Any] | None) -> dict[str, Any]:
 
 def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any]:
     row: dict[str, Any] = {"name": spec.name, "engine": spec.engine, "languages": list(spec.languages), "license": spec.license}
+    if spec.options.get("user"):
+        row["user"] = True  # added by `ttsfarm voices add`: listed in runtime.user_dir's voices.toml
+    if spec.options.get("speaker"):
+        row["speaker"] = str(spec.options["speaker"])
     if spec.engine == "blend":
         from pipeline.voices.bank import gated_choice, held_back
 
@@ -80,6 +84,9 @@ def describe_voice(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any
             model, precision = choose_model(prepare_piper_graph(resolve_resource(spec.model), settings.runtime.cache_dir).path, spec, settings.runtime)
             stages["model"].update(model=model.name, precision=precision, why="`ttsfarm quantize` report")
     row["stages"] = stages
+    natural = [v["naturalness"] for v in (prepared.verdicts.values() if prepared else []) if v.get("naturalness")]
+    if natural:
+        row["naturalness"] = natural[0]  # one figure a voice: the audio of the stages it serves
     return row
 
 
@@ -108,6 +115,7 @@ def format_voices(rows: list[dict[str, Any]], *, as_json: bool = False) -> str:
     lines = []
     for row in rows:
         head = f"{row['name']}  [{row['engine']}]  languages {', '.join(row['languages'])}"
+        head += (f"  speaker {row['speaker']}" if row.get("speaker") else "") + ("  (user's own)" if row.get("user") else "")
         lines.append(head)
         if row.get("routes"):
             lines.append("  routes    " + ", ".join(f"{lang} -> {row['routed'][lang]}" + (f" (of {' | '.join(voices)})" if isinstance(voices, list) else "")
@@ -118,6 +126,10 @@ def format_voices(rows: list[dict[str, Any]], *, as_json: bool = False) -> str:
             lines.append(f"  license   {row['license']}")
         if row.get("note"):
             lines.append(f"  note      {row['note']}")
+        if row.get("naturalness"):
+            n = row["naturalness"]
+            lines.append(f"  natural   DNSMOS P.808 {n['value']:.2f} (floor {n['floor']:.2f}, {'passed' if n['passed'] else 'FAILED'}); "
+                         f"P.835 sig {n['p835']['sig']:.2f} bak {n['p835']['bak']:.2f} ovrl {n['p835']['ovrl']:.2f}")
         for stage, info in (row.get("stages") or {}).items():
             lines.append(f"  {stage:9s} {info['model']}  {info['precision'] or '-'}" + (f"  ({info['why']})" if info.get("why") else ""))
             figures = _figure_text(info.get("gate") or {})

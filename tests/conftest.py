@@ -30,6 +30,17 @@ from bench.processes import RedisServer, free_port
 from wire.settings import Settings, load_settings
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An empty folder of the user's own voices (``runtime.user_dir``) for the session, in this process's environment
+    (so the CLI run in-process and every worker started here read it): no test sees the voices the machine's user
+    added, and no test adds to them."""
+    path = tmp_path_factory.mktemp("user")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TTSFARM_RUNTIME_USER_DIR", str(path))
+        yield path
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("TTSFARM_TEST_REDIS_URL")
@@ -52,10 +63,10 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(scope="session")
-def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def base_settings(tmp_path_factory: pytest.TempPathFactory, user_dir: Path) -> Settings:
     """Settings from configs/, with the model cache shared across the session."""
     cache = os.environ.get("TTSFARM_TEST_CACHE") or str(Path.home() / ".cache" / "ttsfarm")
-    return load_settings(env={"TTSFARM_RUNTIME_MODEL_CACHE_DIR": cache})
+    return load_settings(env={"TTSFARM_RUNTIME_MODEL_CACHE_DIR": cache, "TTSFARM_RUNTIME_USER_DIR": str(user_dir)})
 
 
 @pytest.fixture
@@ -87,6 +98,7 @@ class Farm:
         self.prefix = f"t{secrets.token_hex(4)}"
         self.root = root
         self.env = {
+            **{k: v for k, v in os.environ.items() if k == "TTSFARM_RUNTIME_USER_DIR"},  # the session's (``user_dir``)
             "TTSFARM_REDIS_URL": redis_url,
             "TTSFARM_REDIS_KEY_PREFIX": self.prefix,
             "TTSFARM_STORAGE_LOCAL_DIR": str(root / "storage"),

@@ -1,7 +1,8 @@
 """The farm's typed settings and the one loader that reads every section.
 
 ``load_settings()`` reads ``configs/settings.toml`` and ``configs/voices.toml`` (or the folder named by
-``config_dir`` or ``TTSFARM_CONFIG_DIR``) and applies ``TTSFARM_<SECTION>_<KEY>`` overrides from the mapping
+``config_dir`` or ``TTSFARM_CONFIG_DIR``), then the user's own voices (``voices.toml`` in ``runtime.user_dir``,
+written by ``ttsfarm voices add``), and applies ``TTSFARM_<SECTION>_<KEY>`` overrides from the mapping
 it is given. Only entry points (the CLI's ``main``, the Celery app module, the gateway's app factory,
 scripts) pass ``os.environ``; everything else takes a ``Settings`` (or one of its sections) as an argument.
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BAD_OPTION, InputError
-from pipeline.settings import CONFIG_DIR, PIPELINE_SECTIONS, Catalogue, PipelineSettings, parse_catalogue
+from pipeline.settings import CONFIG_DIR, PIPELINE_SECTIONS, Catalogue, PipelineSettings, parse_catalogue, with_user_voices
 
 
 @dataclass(frozen=True)
@@ -486,6 +487,13 @@ def load_settings(
     sections = {name: _build_section(name, cls, raw.get(name, {})) for name, cls in SECTIONS.items()}
     voices_file = folder / "voices.toml"
     catalogue = parse_catalogue(tomllib.loads(voices_file.read_text(encoding="utf-8"))) if voices_file.exists() else Catalogue({}, "")
+    user_file = sections["runtime"].user_catalogue  # the user's own voices (`ttsfarm voices add`), after the shipped
+    if user_file.is_file():
+        try:
+            user = parse_catalogue(tomllib.loads(user_file.read_text(encoding="utf-8")))
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"{user_file} is not valid TOML: {exc}", code=BAD_OPTION) from exc
+        catalogue = with_user_voices(catalogue, user, user_file)
     return Settings(catalogue=catalogue, **sections)
 
 

@@ -9,6 +9,8 @@ the install check. Serving reads what these leave in the model cache (``pipeline
 * ``quantize_eval.py``: how far a variant is from FP32 (spectral distance, lengths, batch = solo).
 * ``listening.py``: the listening gate, with the offline recognizers of ``intelligibility.py``;
   ``timing_eval.py``: word timings against the recognizer's.
+* ``user_voices.py``: `ttsfarm voices add` / `remove`: a user's own Piper voice, checked, prepared with ``piper.py``,
+  gated and listed in the user's catalogue; ``speakers.py``: a multi-speaker graph with its speaker fixed.
 * ``doctor.py``: `ttsfarm doctor`, the onnxruntime build and providers this install serves on.
 
 Adding an engine's preparer: ``pipeline/voices/__init__.py``.

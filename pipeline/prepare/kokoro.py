@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import TTSFarmError
-from pipeline.prepare.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare.listening import ceiling, gate_note, heldout_sentences, judge, listen, speaker
 from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.kokoro.voice import KOKORO_FILE, KokoroVoice
 from pipeline.voices.prepared import PreparedVoice, Preparer
@@ -38,15 +38,17 @@ def build_kokoro(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: 
     else:
         model = resolve_resource(spec.model)
     heard = listen_kokoro(spec, settings)
+    natural = heard.pop("naturalness", None) if heard else None
     shipped = "shipped in this precision by the model's authors (sha256-checked), served as shipped"
     if heard is None:
         reason = f"{shipped}; listening gate not run (no recognizer installed)"
     else:
         state = "passed" if heard["passed"] else "FAILED: not routed to by default"
         reason = (f"{shipped}; listening gate {state}: CER {100 * heard['value']:.1f} % (ceiling "
-                  f"{100 * heard['ceiling']:.1f} %), syllables {100 * heard['syllable_error_rate']:.1f} %")
+                  f"{100 * heard['ceiling']:.1f} %), syllables {100 * heard['syllable_error_rate']:.1f} %"
+                  + gate_note({"naturalness": natural}))
     verdict = {"stage": "model", "precision": spec.precision, "attempted": True, "passed": True, "reason": reason,
-               "recognizer": heard}
+               "recognizer": heard, "naturalness": natural}
     return PreparedVoice(stages={"model": {spec.precision: str(model.resolve())}}, verdicts=[verdict], info={"sample_rate": 24000})
 
 
@@ -57,7 +59,7 @@ def listen_kokoro(spec: VoiceSpec, settings: PipelineSettings) -> dict[str, Any]
     lang = spec.languages[0]
     try:
         return listen(speaker(voice, dataclasses.replace(settings, runtime=runtime)), lang, heldout_sentences(lang),
-                      settings.runtime.cache_dir, ceiling(settings.quality_gate, lang))
+                      settings.runtime.cache_dir, ceiling(settings.quality_gate, lang), natural=judge(settings))
     except TTSFarmError as exc:
         log.warning("voice %s: listening gate not run: %s", spec.name, exc)
         return None

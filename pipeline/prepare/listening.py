@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import MODEL_MISSING, ModelError
+from pipeline.errors import MODEL_MISSING, ModelError, TTSFarmError
 from pipeline.settings import CONFIG_DIR, Catalogue, PipelineSettings, QualityGateSettings, VoiceSpec
 from pipeline.synth import Synthesizer
 from pipeline.voices.bank import VoiceBank
@@ -66,15 +66,18 @@ def _recognizer(lang: str) -> Any:
     return intelligibility
 
 
-def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, max_error: float) -> dict[str, Any]:
-    """The recognizer round trip on ``sentences``: ``{"metric", "value", "ceiling", "passed", ...}``."""
+def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, max_error: float,
+           natural: Judge | None = None) -> dict[str, Any]:
+    """The recognizer round trip on ``sentences``: ``{"metric", "value", "ceiling", "passed", ...}``; with ``natural``
+    (``judge``), the naturalness figure of the same audio too, under ``"naturalness"`` (``None`` when it cannot run)."""
     if lang not in METRICS:
         raise ModelError(f"no listening gate for language {lang!r}", code=MODEL_MISSING)
     asr = _recognizer(lang)
     start = time.perf_counter()
-    hyps = []
+    hyps, clips = [], []
     for text in sentences:
         audio, rate = speak(text)
+        clips.append((audio, rate))
         hyps.append(asr.transcribe(audio, rate, lang, cache_dir))
     score = asr.word_error_rate if lang == "en" else asr.char_error_rate
     value = float(score(list(sentences), hyps))
@@ -84,7 +87,34 @@ def listen(speak: Speak, lang: str, sentences: Sequence[str], cache_dir: Path, m
            "heard": hyps}
     if lang == "zh":  # for reading the figure: what is left once the recognizer's spelling is set aside
         out["syllable_error_rate"] = round(syllable_error_rate(list(sentences), hyps), 4)
+    if natural is not None:
+        try:
+            out["naturalness"] = natural(clips)
+        except TTSFarmError as exc:  # speechmos (its models) not installed: the figure is missing, the voice prepared
+            log.warning("naturalness gate not run: %s", exc)
+            out["naturalness"] = None
     return out
+
+
+Judge = Callable[[Sequence[tuple[np.ndarray, int]]], dict[str, Any]]
+
+
+def judge(settings: PipelineSettings) -> Judge:
+    """The naturalness gate (``pipeline/prepare/naturalness.py``) with this install's floor and sessions."""
+    from pipeline.prepare.naturalness import naturalness
+    from pipeline.voices.runtime import SessionFactory
+
+    factory = SessionFactory(settings.runtime)
+    return lambda clips: naturalness(clips, settings.quality_gate.min_p808_mos, factory)
+
+
+def gate_note(heard: dict[str, Any]) -> str:
+    """The naturalness figure for a verdict's reason ("" without one)."""
+    figure = heard.get("naturalness")
+    if not figure:
+        return ""
+    state = "passed" if figure["passed"] else "FAILED: not routed to by default"
+    return f"; naturalness gate {state}: DNSMOS P.808 {figure['value']:.2f} (floor {figure['floor']:.2f})"
 
 
 def speaker(voice: Any, settings: Any) -> Speak:

