@@ -8,7 +8,7 @@ demo: setup
 	.venv/bin/ttsfarm -v demo
 
 test: setup
-	.venv/bin/python -m pytest -q -n 2 --dist loadfile
+	.venv/bin/python -m pytest -q -n 3 --dist loadfile
 
 test-fast: setup
-	.venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not slow"
+	.venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not slow"

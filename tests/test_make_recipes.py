@@ -70,11 +70,11 @@ def test_make_recipes() -> None:
 
 @pytest.mark.parametrize("recipe", ['.venv/bin/python -m pytest -q -m "not slow"', ".venv/bin/python -m pytest -q -x",
                                     ".venv/bin/python -m pytest -q tests/test_cli.py",
-                                    ".venv/bin/python -m pytest -q -n 2 --dist loadfile -k farm"])
+                                    ".venv/bin/python -m pytest -q -n 3 --dist loadfile -k farm"])
 def test_a_make_test_recipe_that_leaves_tests_out_fails_the_check(recipe: str, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     makefile = (ROOT / "Makefile").read_text()
-    shipped = "\t.venv/bin/python -m pytest -q -n 2 --dist loadfile\n"
+    shipped = "\t.venv/bin/python -m pytest -q -n 3 --dist loadfile\n"
     assert shipped in makefile
     (tmp_path / "Makefile").write_text(makefile.replace(shipped, f"\t{recipe}\n", 1))
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
