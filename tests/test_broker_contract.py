@@ -278,6 +278,26 @@ def test_a_dead_consumers_entries_are_reclaimed_unless_touched(farm: tuple[Broke
     assert other.prune(100_000) == 0 and other.prune(200) == 1  # the dead one: nothing pending, idle that long
 
 
+def test_a_reclaim_leaves_what_the_callers_process_holds_and_counts_no_delivery_for_it(farm: tuple[Broker, Settings]) -> None:
+    """A loop's stage call may keep an entry idle past ``claim_idle_ms``: a sibling loop reclaiming for the process
+    passes what the process holds as ``keep``, and those stay with their loop, their delivery count untouched."""
+    broker, settings = farm
+    ids = job_ids(2)
+    for j in ids:
+        run_blocking(broker, broker.admit(submission(settings, j), settings.queue))
+    sibling, reclaimer = (broker.consumer(n, streams(settings)) for n in ("sibling", "reclaimer"))
+    sibling.ensure_groups()
+    (head,) = {h.stream: h for h in sibling.heads(0)}.values()
+    running, left = sibling.claim(head.stream, 2)
+    time.sleep(0.25)
+    back = reclaimer.reclaim(200, keep={(running.stream, running.entry_id)})
+    assert [(e.job.job_id, e.deliveries) for e in back] == [(left.job.job_id, 2)]  # type: ignore[union-attr]
+    sibling.touch([running, left])  # the kept one is still the sibling's; the taken one is not taken back
+    time.sleep(0.25)
+    again = reclaimer.reclaim(200, keep={(left.stream, left.entry_id)})  # (the reclaimer holds that one itself now)
+    assert [(e.entry_id, e.deliveries) for e in again] == [(running.entry_id, 2)]
+
+
 def test_a_batch_start_marks_each_jobs_first_start_once(farm: tuple[Broker, Settings]) -> None:
     broker, settings = farm
     job, late = job_ids(2)

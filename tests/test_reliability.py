@@ -224,6 +224,28 @@ def test_poison_job_is_dead_lettered_while_its_bucket_flows(redis_url: str, tmp_
         farm.stop()
 
 
+def test_a_stage_call_longer_than_the_claim_idle_time_stays_with_the_loop_running_it(redis_url: str, tmp_path: Path) -> None:
+    """A loaded machine may keep one stage call past ``queue.claim_idle_ms`` (here 200 ms against a long sentence
+    vocoded whole): the worker's other loop, reclaiming for the process every 50 ms, leaves the entry to the loop
+    running it. With ``max_deliveries`` 1 a second delivery would dead-letter the job."""
+    farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_CLAIM_IDLE_MS="200", TTSFARM_QUEUE_MAX_DELIVERIES="1",
+                TTSFARM_STREAMING_WINDOWED="false", TTSFARM_QUEUE_INFERENCE_THREADS="2",
+                TTSFARM_QUEUE_INTERACTIVE_LOOPS="0")
+    try:
+        farm.start_worker()
+        client = farm.client()
+        keys = Keys(farm.prefix)
+        started = time.monotonic()
+        job = client.submit("A stage call that outlasts the claim idle time runs once: this long sentence is vocoded "
+                            "whole, in one call, while the other loop of the same worker looks for abandoned entries.",
+                            voice="joe", lane="bulk", options=NOISELESS)
+        assert job.wait(timeout=120).state == "done"
+        assert client.redis.xlen(keys.dead_letters()) == 0
+        result("long_stage_call", claim_idle_ms=200, job_s=round(time.monotonic() - started, 2), deliveries=1)
+    finally:
+        farm.stop()
+
+
 def test_sigterm_finishes_the_batch_in_flight_and_leaves_nothing_claimed(redis_url: str, tmp_path: Path) -> None:
     farm = Farm(redis_url, tmp_path, TTSFARM_QUEUE_MAX_BATCH_CPU="4")
     try:

@@ -40,7 +40,7 @@ Adding a broker (NATS JetStream, SQS + DynamoDB, Postgres):
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Collection, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from wire.keys import Keys
@@ -82,8 +82,9 @@ class Consumer(Protocol):
         """Done with entries: acked, deleted, and off their lane's backlog (each once, even if redelivered)."""
         ...
 
-    def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
-        """Take over entries other consumers left idle that long (a dead worker's), with delivery counts."""
+    def reclaim(self, min_idle_ms: int, count: int = 16, keep: Collection[tuple[str, str]] = ()) -> list[Entry]:
+        """Take over entries other consumers left idle that long (a dead worker's), with delivery counts; none of
+        ``keep`` ((stream, entry id) the caller's process holds itself)."""
         ...
 
     def touch(self, entries: Sequence[Entry]) -> None:

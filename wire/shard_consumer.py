@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
@@ -133,9 +133,14 @@ class ShardedConsumer:
     def ack(self, entries: Sequence[Entry]) -> None:
         self._on_their_shards(entries, lambda c, own: c.ack(own))
 
-    def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
+    def reclaim(self, min_idle_ms: int, count: int = 16, keep: Collection[tuple[str, str]] = ()) -> list[Entry]:
         """Up to ``count`` entries from each shard."""
-        return [e for i, got in self._each(lambda c: c.reclaim(min_idle_ms, count)) for e in self._tagged(i, got)]
+        own: dict[int, set[tuple[str, str]]] = {}
+        for stream, eid in keep:
+            shard, name = untag(stream)
+            own.setdefault(shard, set()).add((name, eid))
+        return [e for i, got in self._each(lambda c: c.reclaim(min_idle_ms, count, own.get(self.shards.index(c), set())))
+                for e in self._tagged(i, got)]
 
     def touch(self, entries: Sequence[Entry]) -> None:
         self._on_their_shards(entries, lambda c, own: c.touch(own))

@@ -51,22 +51,25 @@ class Claimer:
         self.lane_filter = lanes
         self.lanes = LaneState()
         self._carry: list[Entry] = []
+        self._aside: list[Entry] = []  # what it carried before ``set_aside_for``, while that runs
+        self._gathering: list[Entry] = []  # what it claimed of a batch whose window is still open
         self.waiting = 0  # entries of its lanes still waiting when it took its last batch
         self._last_touch = 0.0
 
     def housekeeping(self, held: list[Entry]) -> None:
-        """Segments held between windows wait for their deadlines: keep them ours, well inside the idle time after
-        which any loop (this one too) would reclaim them as a dead worker's, and before reclaiming. One shared loop of the
-        process at a time takes over what dead workers left (never what it holds itself) and forgets dead consumers."""
+        """Entries this loop holds (carried while others run first, or between windows waiting for their deadlines):
+        keep them ours, well inside the idle time after which another worker would reclaim them as a dead worker's.
+        One shared loop of the process at a time takes over what dead workers left (never what a loop of this
+        process holds: ``LoopContext.in_flight``) and forgets dead consumers."""
         idle_ms = self.queue_settings.claim_idle_ms
         every_s = RECLAIM_FRACTION * idle_ms / 1000  # an entry idle that long is taken at most this late
         if held and time.monotonic() - self._last_touch > every_s:
             self._last_touch = time.monotonic()
             self.consumer.touch(held)
         if self.lane_filter is None and self.ctx.chores.due("reclaim", every_s):
-            mine = {(e.stream, e.entry_id) for e in held}
-            reclaimed = self.consumer.reclaim(idle_ms)
-            self._carry += [e for e in reclaimed if (e.stream, e.entry_id) not in mine]
+            # what a loop of this process is running, holds or carries is not a dead worker's, however long a stage call
+            # has kept it idle: taking it over would run it twice and count a delivery that never failed
+            self._carry += self.consumer.reclaim(idle_ms, keep=self.ctx.in_flight() | {(e.stream, e.entry_id) for e in held})
         if self.lane_filter is None and self.ctx.chores.due("prune", PRUNE_EVERY_S):
             self.consumer.prune(min_idle_ms=10 * idle_ms)
 
@@ -119,6 +122,7 @@ class Claimer:
         key = batch_key(claimed[0]) if claimed[0].job else None
         continuous = self.queue_settings.continuous_batching
         gathering = limit > 1 and self.ctx.gathering.enter(head.stream)
+        self._gathering = claimed
         try:
             while gathering and not self.ctx.stopping.is_set():
                 same = sum(1 for e in claimed if e.job and batch_key(e) == key)
@@ -130,8 +134,9 @@ class Claimer:
                 more = self.consumer.claim(head.stream, limit - same)
                 if not more:
                     self.ctx.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
-                claimed += more
+                claimed += more  # (the list ``_gathering`` is)
         finally:
+            self._gathering = []
             if gathering:
                 self.ctx.gathering.leave(head.stream)
         self.waiting = max(0, undelivered - len(claimed))  # (approximate: others claim meanwhile)
@@ -143,6 +148,12 @@ class Claimer:
         """What this loop holds claimed but has not run yet, in the order it runs them (a copy: it changes only
         through the methods below)."""
         return list(self._carry)
+
+    @property
+    def claimed(self) -> list[Entry]:
+        """Everything it holds claimed and has not run: the carry, what it set aside for work that goes first, and a batch
+        it is gathering."""
+        return self._carry + self._aside + self._gathering
 
     def refill(self) -> None:
         """Once it carries nothing, carry a new batch claimed by the lane rules (``gather``)."""
@@ -162,9 +173,11 @@ class Claimer:
         """Inside, it carries only ``claimed`` (work that goes before what it carried: a stream head claimed now, a
         caller's segment between two windows of a book's); after, what is left of them follows what it carried."""
         carried, self._carry = self._carry, list(claimed)
+        self._aside = carried + self._aside
         try:
             yield
         finally:
+            self._aside = self._aside[len(carried):]
             self._carry = carried + self._carry
 
     def forget(self) -> None:

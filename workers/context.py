@@ -93,7 +93,8 @@ class LoopContext:
     they hand finished jobs' storage and ends (workers/finisher.py; by default none: a loop ends its jobs itself);
     ``device_busy``: whether a stage call of the process is on the device now (by default always: a window is waited out);
     ``first_segments_any_length``: whether callers' first segments claimed together share a batch whatever their lengths
-    (``queue.first_segments_join``; by default not: by length like the rest)."""
+    (``queue.first_segments_join``; by default not: by length like the rest); ``in_flight``: the (stream, entry id) of
+    every entry a loop of the process has claimed and not ended (by default none: a loop knows only its own)."""
 
     settings: Settings
     hostname: str
@@ -113,3 +114,4 @@ class LoopContext:
     device_busy: Callable[[], bool] = field(default=lambda: True)
     first_segments_any_length: Callable[[], bool] = field(default=lambda: False)
     gathering: Gathering = field(default_factory=Gathering)
+    in_flight: Callable[[], frozenset[tuple[str, str]]] = field(default=lambda: frozenset())

@@ -127,7 +127,11 @@ class FarmWorker:
                            device_max_batch=lambda: self.device_max_batch, reserved_loop_free=self.reserved_loop_free,
                            shared_loop_serving_interactive=self.shared_loop_serving_interactive, chores=self.chores,
                            finisher=self.finisher, device_busy=self.device_busy,
-                           first_segments_any_length=self.first_segments_any_length)
+                           first_segments_any_length=self.first_segments_any_length, in_flight=self.in_flight)
+
+    def in_flight(self) -> frozenset[tuple[str, str]]:
+        """(stream, entry id) of every entry its loops have claimed and not ended: no loop reclaims them."""
+        return frozenset((e.stream, e.entry_id) for loop in self.loops for e in loop.in_flight())
 
     def banks(self) -> list[VoiceBank]:
         """The voice banks of this process: the loops' one, and the reserved loops' own if they have one."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from wire.errors import BrokerError
 from wire.keys import LANES
+from wire.queue import Entry
 from workers.claimer import Claimer
 from workers.context import LoopContext
 from workers.layout import Urgency
@@ -57,7 +58,7 @@ class InferenceLoop:
         backoff = 0.1
         while not self.ctx.stopping.is_set():
             try:
-                self.claimer.housekeeping([x.entry for b in self.scheduler.held for x in b.live])
+                self.claimer.housekeeping(self.in_flight())
                 self.scheduler.step()
                 backoff = 0.1
             except BrokerError as exc:
@@ -82,6 +83,12 @@ class InferenceLoop:
     def running(self) -> Urgency | None:
         """How urgent the batch it runs now is (``workers.layout.Urgency``); None between batches."""
         return self.runner.running
+
+    def in_flight(self) -> list[Entry]:
+        """The entries it has claimed and not ended: carried, running, held between windows, or ending on a finisher
+        thread (read from other threads: each list is copied whole)."""
+        return (self.claimer.claimed + list(self.runner.entries) + [x.entry for b in list(self.scheduler.held) for x in b.live]
+                + list(self.outcomes.ending.values()))
 
     @property
     def holding(self) -> bool:

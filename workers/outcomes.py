@@ -50,6 +50,7 @@ class Outcomes:
         self.metrics = ctx.metrics
         self.segments = 0  # segments this loop published
         self._deferred: list[Entry] | None = None  # acks gathered inside ``acks_together``
+        self.ending: dict[tuple[str, str], Entry] = {}  # entries whose jobs' ends are running (on a finisher thread)
 
     def attempt(self, e: Entry) -> str:
         return f"{self.name}/{e.deliveries}"
@@ -206,6 +207,7 @@ class Outcomes:
         if 0 < outcome.total <= outcome.done and not self.publisher.is_final(outcome.state):
             whole = job if job.total else dataclasses.replace(job, total=outcome.total)  # an appended job, closed
             output = outcome.output
+            self.ending[(e.stream, e.entry_id)] = e
             if not self.ctx.finisher.take(lambda: self._end_guarded(e, whole, output)):
                 self._end(e, whole, output, self.ack)
             return
@@ -214,13 +216,16 @@ class Outcomes:
     def _end(self, e: Entry, job: SegmentJob, output: Any, ack: Callable[[Sequence[Entry]], None]) -> None:
         """A finished job's storage and end (encoding, storage, status, final record, Flower), then the ack of the
         entry whose segment finished it: until then a reclaim of that entry would end the job again."""
-        url, cancelled = self.retry_transient(lambda: self.ctx.finisher.store(self.publisher, job, output),
-                                              f"storing job {job.job_id}")
-        if url:
-            self.ctx.events.succeeded(job.job_id, url)
-        elif cancelled:
-            self.revoked(job)
-        ack([e])
+        try:
+            url, cancelled = self.retry_transient(lambda: self.ctx.finisher.store(self.publisher, job, output),
+                                                  f"storing job {job.job_id}")
+            if url:
+                self.ctx.events.succeeded(job.job_id, url)
+            elif cancelled:
+                self.revoked(job)
+            ack([e])
+        finally:  # acked, or left to a reclaim (the end failed): no longer held by this process
+            self.ending.pop((e.stream, e.entry_id), None)
 
     def _end_guarded(self, e: Entry, job: SegmentJob, output: Any) -> None:
         """``_end`` on a finisher thread: its entry is acked there, at once (no loop gathers acks there); an error is

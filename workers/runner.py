@@ -56,6 +56,7 @@ class BatchRunner:
         self.holding = holding
         self.reserved = reserved
         self.running: Urgency | None = None  # how urgent the batch it runs now is; None between batches
+        self.entries: list[Entry] = []  # the entries of the batch it runs now (and of one it runs inside, if any)
         self.batches = 0
         self.batch_ids = itertools.count()
         self.on_batch: Callable[[dict[str, Any]], None] | None = None
@@ -95,12 +96,13 @@ class BatchRunner:
         """Run a batch at ``running`` urgency (``urgency_by_lane`` if None). With ``hold``, a streamed batch stops after
         its acoustic pass and is handed to it, each window step left to the caller (``window``); else it runs to its
         last window, ``between_windows`` called between two."""
-        outer = self.running
+        outer, outer_entries = self.running, self.entries
         self.running = running or urgency_by_lane(entries)
+        self.entries = outer_entries + entries
         try:
             self._isolated(entries, hold, between_windows)
         finally:
-            self.running = outer
+            self.running, self.entries = outer, outer_entries
 
     def _isolated(self, entries: list[Entry], hold: Hold | None, between_windows: Callable[[], None] | None) -> None:
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import redis
@@ -153,27 +153,34 @@ class RedisConsumer:
             argv += [e.entry_id, self.broker.keys.backlog(e.job.lane) if e.job is not None else "", e.job.est_s if e.job else 0]
         self.broker.send(Script(ACK, [e.stream for e in entries], argv))
 
-    def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
-        """Entries another consumer took and left idle (it died): take them over, with delivery counts."""
-        taken: list[Entry] = []
+    def reclaim(self, min_idle_ms: int, count: int = 16, keep: Collection[tuple[str, str]] = ()) -> list[Entry]:
+        """Entries another consumer took and left idle (it died): take them over, with delivery counts; none of
+        ``keep`` ((stream, entry id): what the caller's process holds itself). Two round trips when something is
+        idle that long (one pipelined XPENDING over the streams, one XCLAIM per stream with any), else one."""
+        pipe = self.r.pipeline(transaction=False)
         for stream in self.streams:
-            if len(taken) >= count:
-                break
-            try:
-                _, entries, _deleted = self.r.xautoclaim(stream, GROUP, self.name, min_idle_ms, "0-0", count=count)
-            except redis.ResponseError:
+            pipe.xpending_range(stream, GROUP, min="-", max="+", count=count, idle=min_idle_ms)
+        wanted: dict[str, dict[str, int]] = {}  # stream -> entry id -> deliveries once taken
+        for stream, pending in zip(self.streams, pipe.execute(raise_on_error=False)):
+            if isinstance(pending, Exception):  # the stream or its group is not there yet
                 continue
-            if not entries:
+            for p in pending:
+                eid = text_of(p["message_id"])
+                if (stream, eid) not in keep and sum(map(len, wanted.values())) < count:
+                    wanted.setdefault(stream, {})[eid] = int(p["times_delivered"]) + 1
+        if not wanted:
+            return []
+        for stream, ids in wanted.items():  # the idle guard again: one another worker took meanwhile stays its
+            pipe.xclaim(stream, GROUP, self.name, min_idle_ms, list(ids))
+        taken: list[Entry] = []
+        for (stream, ids), entries in zip(wanted.items(), pipe.execute(raise_on_error=False)):
+            if isinstance(entries, Exception):
                 continue
-            pending = {
-                text_of(p["message_id"]): int(p["times_delivered"])
-                for p in self.r.xpending_range(stream, GROUP, min="-", max="+", count=1000, consumername=self.name)
-            }
             for eid, fields in entries:
-                if fields is None:
+                if fields is None:  # deleted meanwhile
                     continue
                 e = parse_entry(stream, eid, fields)
-                e.deliveries = pending.get(e.entry_id, 1)
+                e.deliveries = ids.get(e.entry_id, 1)
                 taken.append(e)
         return taken
 

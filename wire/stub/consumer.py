@@ -5,7 +5,7 @@ lane's backlog once, reclaiming from a dead consumer after an idle time, pruning
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from wire.keys import Keys
 from wire.queue import Entry, Head, head_of, parse_entry
 from wire.stub.store import Group, Pending, Store, id_of, num
@@ -93,9 +93,9 @@ class StubConsumer:
                 store.hset(key, {"n": max(num(h.get(b"n")) - count, 0), "s": max(num(h.get(b"s")) - seconds, 0),
                                  "q": max(num(h.get(b"q")) - count, 0)})
 
-    def reclaim(self, min_idle_ms: int, count: int = 16) -> list[Entry]:
-        """Entries another consumer took and left idle that long: taken over, each delivery counted; entries deleted
-        meanwhile leave the pending list."""
+    def reclaim(self, min_idle_ms: int, count: int = 16, keep: Collection[tuple[str, str]] = ()) -> list[Entry]:
+        """Entries another consumer took and left idle that long, none of ``keep``: taken over, each delivery
+        counted; entries deleted meanwhile leave the pending list."""
         taken: list[Entry] = []
         with self.store.lock:
             now = _now_ms()
@@ -107,7 +107,7 @@ class StubConsumer:
                 for entry_id, held in sorted(group.pending.items(), key=lambda kv: id_of(kv[0])):
                     if len(taken) >= count:
                         break
-                    if now - held.at_ms < min_idle_ms:
+                    if now - held.at_ms < min_idle_ms or (stream, entry_id) in keep:
                         continue
                     fields = found.entries.get(entry_id)
                     if fields is None:
