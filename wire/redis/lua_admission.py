@@ -107,7 +107,7 @@ end
 # already (a retry after a lost reply, the same request again) and answers 2; with another fingerprint, or none (a
 # job another step wrote), the id is taken by another request: 3, and nothing is written.
 ADMIT = ADMISSION_FUNCTIONS + """
-local counts = redis.call('HMGET', KEYS[2], 'n', 's')
+local counts = redis.call('HMGET', KEYS[2], 'n', 's', 'q')
 local n, s = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HGET', KEYS[1], 'fingerprint') == ARGV[9] then return {2, n, tostring(s)} end
@@ -138,9 +138,8 @@ if add_n > now_n then
   redis.call('EXPIRE', KEYS[4], ARGV[4])
   redis.call('ZADD', KEYS[5], tonumber(ARGV[8]) + 0.25, ARGV[7])
 end
-redis.call('HINCRBY', KEYS[2], 'n', add_n)
-redis.call('HINCRBYFLOAT', KEYS[2], 's', add_s)
-if now_n > 0 then redis.call('HINCRBY', KEYS[2], 'q', now_n) end
+-- the lane's counters in one write (read above, in this same atomic step)
+redis.call('HSET', KEYS[2], 'n', n + add_n, 's', string.format('%.17g', s + add_s), 'q', (tonumber(counts[3] or '0') or 0) + now_n)
 return {1, n + add_n, tostring(s + add_s)}
 """
 
