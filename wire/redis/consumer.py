@@ -159,7 +159,7 @@ class RedisConsumer:
         idle that long (one pipelined XPENDING over the streams, one XCLAIM per stream with any), else one."""
         pipe = self.r.pipeline(transaction=False)
         for stream in self.streams:
-            pipe.xpending_range(stream, GROUP, min="-", max="+", count=count, idle=min_idle_ms)
+            pipe.xpending_range(stream, GROUP, min="-", max="+", count=count + len(keep), idle=min_idle_ms)
         wanted: dict[str, dict[str, int]] = {}  # stream -> entry id -> deliveries once taken
         for stream, pending in zip(self.streams, pipe.execute(raise_on_error=False)):
             if isinstance(pending, Exception):  # the stream or its group is not there yet
