@@ -4,6 +4,7 @@ uvicorn, and each distribution's own tests run in a virtual environment that hol
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 import wave
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Farm
+from wire.keys import Keys
+from tests.conftest import Farm, FarmSpec
 from tests.gateway_server import BackgroundServer
 from tests.plugin_venv import clean_env, plugin_venv
 
@@ -20,6 +22,14 @@ pytestmark = pytest.mark.slow
 MODULES = {"livekit": "livekit.plugins.ttsfarm", "pipecat": "pipecat_ttsfarm"}
 EXAMPLES = {"livekit": "livekit_agent.py", "pipecat": "pipecat_bot.py"}  # each has a `say TEXT OUT.wav` mode
 FARM_PACKAGES = ("producer", "wire", "gateway", "pipeline", "workers")
+FARM = FarmSpec(metrics=True)  # the LiveKit tests watch the worker's windows and CPU after a close
+
+
+def watched(farm: Farm) -> dict[str, str]:
+    """What the distributions' tests may watch of the serving worker: its metrics endpoint and its process."""
+    beats = [json.loads(v) for v in farm.client().redis.hvals(Keys(farm.prefix).workers())]
+    return {"TTSFARM_WORKER_METRICS_URL": f"http://127.0.0.1:{farm.settings.worker.metrics_port}/metrics",
+            "TTSFARM_WORKER_PID": str(beats[0]["pid"]), "TTSFARM_WORKER_LOOPS": str(len(beats[0]["loops"]))}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -35,10 +45,10 @@ def test_the_distribution_passes_its_tests_alone_beside_its_framework(name: str,
             cwd=elsewhere, env=clean_env(), capture_output=True, text=True)
         assert alone.returncode == 0, f"{MODULES[name]} did not import alone, or farm code is installed: {alone.stderr}"
         tests = subprocess.run(
-            [str(env.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(env.source / "pyproject.toml"),
+            [str(env.python), "-m", "pytest", "-q", "-rP", "-p", "no:cacheprovider", "-c", str(env.source / "pyproject.toml"),
              "--rootdir", str(env.source), str(env.source / "tests")],
-            cwd=elsewhere, env=clean_env(TTSFARM_GATEWAY_URL=gateway_server.url), capture_output=True, text=True,
-            timeout=600)
+            cwd=elsewhere, env=clean_env(TTSFARM_GATEWAY_URL=gateway_server.url, **watched(farm)), capture_output=True,
+            text=True, timeout=600)
         print(tests.stdout[-4000:])
         assert tests.returncode == 0, f"{tests.stdout[-6000:]}\n{tests.stderr[-3000:]}\n{farm.logs()[-3000:]}"
         assert " passed" in tests.stdout.splitlines()[-1] and "skipped" not in tests.stdout.splitlines()[-1]

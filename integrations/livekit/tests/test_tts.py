@@ -17,6 +17,9 @@ from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 from livekit.plugins import ttsfarm
 
 BASE_URL = os.environ.get("TTSFARM_GATEWAY_URL", "")
+METRICS_URL = os.environ.get("TTSFARM_WORKER_METRICS_URL", "")  # the serving worker's, where the farm's tests say
+WORKER_PID = int(os.environ.get("TTSFARM_WORKER_PID") or 0)  # the serving worker process (Linux: /proc)
+LOOPS = int(os.environ.get("TTSFARM_WORKER_LOOPS") or 0)  # its inference loops
 pytestmark = pytest.mark.skipif(not BASE_URL, reason="TTSFARM_GATEWAY_URL names no farm gateway")
 
 TEXT = "Hello from the farm. This answer is streamed word by word, with its timings."
@@ -36,6 +39,19 @@ def run(scenario: Callable[[ttsfarm.TTS], Awaitable[Any]], **options: Any) -> An
 
 def words_of(events: list[tts.SynthesizedAudio]) -> list[Any]:
     return [w for ev in events for w in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
+
+
+async def windows_made() -> float:
+    """How many vocoder windows the serving worker has made (its ``ttsfarm_vocoder_windows_total``)."""
+    async with aiohttp.ClientSession() as http, http.get(METRICS_URL) as r:
+        text = await r.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("ttsfarm_vocoder_windows_total{"))
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time a process has used (Linux)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def job_state(job_id: str) -> str:
@@ -109,6 +125,73 @@ def test_aclose_interrupts_and_the_farm_cancels_the_job() -> None:
 
     state, took = run(scenario)
     assert state == "cancelled" and took < 5
+
+
+@pytest.mark.skipif(not (METRICS_URL and WORKER_PID and LOOPS), reason="the farm's tests name no worker to watch")
+def test_closing_a_stream_after_its_first_audio_lets_only_the_units_in_flight_finish() -> None:
+    """Ten sentences asked for, the stream closed at its first audio: each of the worker's loops finishes at most the
+    unit it has in flight (a window, or a segment's acoustic pass and first window, whose publish finds the job
+    cancelled), then the worker is idle: its CPU over the next second, from /proc."""
+
+    async def scenario(t: ttsfarm.TTS) -> tuple[float, float, float, float]:
+        stream = t.stream()
+        stream.push_text(LONG)
+        stream.end_input()
+        first = await anext(aiter(stream))
+        cpu_at_close, closed = cpu_s(WORKER_PID), time.monotonic()
+        await stream.aclose()
+        at_close = await windows_made()  # (read after the close: a stall here counts nothing)
+        while await job_state(first.request_id) != "cancelled" and time.monotonic() < closed + 10:
+            await asyncio.sleep(0.05)
+        last, since = await windows_made(), time.monotonic()  # the units in flight end: no window for a second
+        while time.monotonic() - since < 1.0 and time.monotonic() < closed + 10:
+            await asyncio.sleep(0.1)
+            if (now := await windows_made()) != last:
+                last, since = now, time.monotonic()
+        cpu0, t0 = cpu_s(WORKER_PID), time.monotonic()
+        spent = cpu0 - cpu_at_close
+        await asyncio.sleep(1.0)
+        return last - at_close, since - closed, spent, (cpu_s(WORKER_PID) - cpu0) / (time.monotonic() - t0)
+
+    after, settled_s, spent, idle = run(scenario)
+    print(f"after the close: {after:.0f} windows by {LOOPS} loops, the last {settled_s:.2f} s after it, "
+          f"{spent:.2f} s of CPU until then; then the worker at {idle:.0%} of a core")
+    assert after <= LOOPS, f"{after} windows made after the close by {LOOPS} loops (each may finish the one in flight)"
+    assert idle < 0.5, f"the worker used {idle:.0%} of a core a second after the job's last window"
+
+
+def test_words_every_30_ms_are_heard_while_the_answer_is_still_written() -> None:
+    """An LLM's answer pushed a word every 30 ms: the first sentence is heard while the rest is still being pushed
+    (a plugin that waited for the end of input would be heard after it). The delay from the first sentence's last
+    word to its first audio is printed (docs/AGENTS.md records it; the farm's goal: 500 ms)."""
+    first_sentence = "Hello from the farm, your answer starts now."
+    rest = " ".join(f"Then part {i} of the answer follows it." for i in range(12))
+
+    async def scenario(t: ttsfarm.TTS) -> tuple[float, float]:
+        stream = t.stream()
+        marks: dict[str, float] = {}
+
+        async def write() -> None:
+            words = f"{first_sentence} {rest}".split(" ")
+            for i, word in enumerate(words):
+                stream.push_text(word + " ")
+                if i == len(first_sentence.split(" ")) - 1:
+                    marks["sentence"] = time.monotonic()
+                await asyncio.sleep(0.03)
+            marks["written"] = time.monotonic()
+            stream.end_input()
+
+        writer = asyncio.create_task(write())
+        await anext(aiter(stream))
+        heard = time.monotonic()
+        await writer
+        _ = [ev async for ev in stream]
+        await stream.aclose()
+        return heard - marks["sentence"], marks["written"] - heard
+
+    delay, ahead = run(scenario)
+    print(f"first audio {delay * 1000:.0f} ms after the first sentence's last word; {ahead:.2f} s before the last word")
+    assert ahead > 0, f"first heard {-ahead:.2f} s after the whole answer was written"
 
 
 def test_a_farm_error_is_an_api_status_error_with_its_code() -> None:
