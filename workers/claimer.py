@@ -56,20 +56,20 @@ class Claimer:
         self.waiting = 0  # entries of its lanes still waiting when it took its last batch
         self._last_touch = 0.0
 
-    def housekeeping(self, held: list[Entry]) -> None:
+    def housekeeping(self, own: list[Entry]) -> None:
         """Entries this loop holds (carried while others run first, or between windows waiting for their deadlines):
         keep them ours, well inside the idle time after which another worker would reclaim them as a dead worker's.
         One shared loop of the process at a time takes over what dead workers left (never what a loop of this
         process holds: ``LoopContext.in_flight``) and forgets dead consumers."""
         idle_ms = self.queue_settings.claim_idle_ms
         every_s = RECLAIM_FRACTION * idle_ms / 1000  # an entry idle that long is taken at most this late
-        if held and time.monotonic() - self._last_touch > every_s:
+        if own and time.monotonic() - self._last_touch > every_s:
             self._last_touch = time.monotonic()
-            self.consumer.touch(held)
+            self.consumer.touch(own)
         if self.lane_filter is None and self.ctx.chores.due("reclaim", every_s):
             # what a loop of this process is running, holds or carries is not a dead worker's, however long a stage call
             # has kept it idle: taking it over would run it twice and count a delivery that never failed
-            self._carry += self.consumer.reclaim(idle_ms, keep=self.ctx.in_flight() | {(e.stream, e.entry_id) for e in held})
+            self._carry += self.consumer.reclaim(idle_ms, keep=self.ctx.in_flight() | {(e.stream, e.entry_id) for e in own})
         if self.lane_filter is None and self.ctx.chores.due("prune", PRUNE_EVERY_S):
             self.consumer.prune(min_idle_ms=10 * idle_ms)
 
@@ -134,7 +134,7 @@ class Claimer:
                 more = self.consumer.claim(head.stream, limit - same)
                 if not more:
                     self.ctx.stopping.wait(min(left, WINDOW_POLL_MS) / 1000)
-                claimed += more  # (the list ``_gathering`` is)
+                claimed += more  # (in place: ``_gathering`` sees them)
         finally:
             self._gathering = []
             if gathering:

@@ -161,13 +161,15 @@ class RedisConsumer:
         for stream in self.streams:
             pipe.xpending_range(stream, GROUP, min="-", max="+", count=count + len(keep), idle=min_idle_ms)
         wanted: dict[str, dict[str, int]] = {}  # stream -> entry id -> deliveries once taken
+        room = count
         for stream, pending in zip(self.streams, pipe.execute(raise_on_error=False)):
             if isinstance(pending, Exception):  # the stream or its group is not there yet
                 continue
             for p in pending:
                 eid = text_of(p["message_id"])
-                if (stream, eid) not in keep and sum(map(len, wanted.values())) < count:
+                if room > 0 and (stream, eid) not in keep:
                     wanted.setdefault(stream, {})[eid] = int(p["times_delivered"]) + 1
+                    room -= 1
         if not wanted:
             return []
         for stream, ids in wanted.items():  # the idle guard again: one another worker took meanwhile stays its
