@@ -94,3 +94,26 @@ def test_idle_consumers_of_one_process_wait_with_one_read(settings: Settings, r:
     assert sorted(len(h) for h in heard.values()) == [0, 1]
     waiter = one if not heard["c1"] else two
     assert [h.job_id for h in waiter.heads(0)] == ["gate-job-0001"]
+
+
+def test_a_consumer_going_idle_waits_from_what_it_last_saw_without_a_peek(settings: Settings, r: redis.Redis) -> None:
+    """A consumer that peeked (a busy loop's last step) and then goes idle blocks from the ids that peek read, with no
+    script first; an entry added meanwhile still wakes it as a head. After a read that returned entries, the next idle
+    call peeks again: what it read may have been taken by another consumer since, and a pending entry is not a head."""
+    client, mine, other = two_consumers(settings, r)
+    assert mine.heads(0) == []  # a busy step's peek
+    scripts, reads = calls(r, "evalsha"), calls(r, "xread")
+    assert mine.heads(200) == []
+    assert calls(r, "evalsha") == scripts and calls(r, "xread") == reads + 1  # one blocking read, no peek
+
+    heard: list[Any] = []
+    waiting = threading.Thread(target=lambda: heard.append(mine.heads(5000)))
+    waiting.start()
+    time.sleep(0.3)
+    client.submit("Hello there.", job_id="seen-job-0001", lane="bulk")
+    waiting.join(10)
+    assert [h.job_id for h in heard[0]] == ["seen-job-0001"]
+    (taken,) = other.claim(heard[0][0].stream, 1)  # another consumer takes it; it stays pending in the stream
+    scripts = calls(r, "evalsha")
+    assert mine.heads(200) == []  # peeks first: the entry it read is pending now, not a head
+    assert calls(r, "evalsha") == scripts + 1

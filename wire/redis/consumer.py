@@ -79,6 +79,7 @@ class RedisConsumer:
         # the last entry this consumer claimed; a peek asks only the streams with an entry after it (``lua.HEADS``)
         self._seen: dict[str, str] = {}
         self._full_peek_at = 0.0
+        self._checked = False  # whether ``_seen`` is at or before the group's ids with nothing undelivered read past it
         self.gate = gate if gate is not None else IdleGate()  # shared with the process's consumers of the same streams
 
     def ensure_groups(self) -> None:
@@ -90,13 +91,20 @@ class RedisConsumer:
         to tell whether another caller's first segment waits behind.
 
         A blocking read that timed out saw nothing added to these streams, so nobody claimed from them meanwhile: the
-        group's ids it read from are still exact, and the next call blocks again from them without the script. Only
+        group's ids it read from are still exact, and the next call blocks again from them without the script. A
+        consumer going idle after a peek (a busy loop's last step) blocks from the ids that peek read, again without the
+        script: an entry after them is undelivered, or was taken since by another consumer and is still pending; after
+        a read that returned entries the next call peeks, so one taken meanwhile is never a head twice. Only
         one consumer of the process on these streams blocks at a time (``IdleGate``): another one waits for that read
         and returns no heads (after a read that saw entries, its next call peeks). An idle process costs Redis one
         XREAD per ``block_ms`` and per set of streams."""
         ids, self._idle_ids = self._idle_ids, None
         found: list[tuple[str, list[Any]]] = []
-        if ids is None:
+        if ids is None and block_ms > 0 and self._checked and len(self._seen) == len(self.streams) \
+                and time.monotonic() - self._full_peek_at < FULL_PEEK_S:
+            ids = dict(self._seen)  # going idle after a peek: wait from the ids it read (no peek first)
+            self.undelivered = 0  # as a peek that found nothing would say
+        elif ids is None:
             ids, found = self._peek()
         if not found and block_ms > 0 and ids:
             lead, round_ = self.gate.enter()
@@ -112,6 +120,8 @@ class RedisConsumer:
             self.gate.leave(None if reply else dict(ids))
             if not reply:
                 self._idle_ids = ids
+            else:  # until a peek, what it read may be there still, taken by another consumer: not waited from again
+                self._checked = False
             found = [(text_of(stream), [(eid, fields) for eid, fields in entries]) for stream, entries in reply or []]
         heads = []
         for stream, entries in found:
@@ -129,6 +139,7 @@ class RedisConsumer:
         ids_raw, lag, heads = self.broker.send(Script(HEADS, self.streams, [GROUP, *[self._seen.get(s, "") for s in self.streams]]))
         ids = {stream: text_of(i) for stream, i in zip(self.streams, ids_raw)}
         self._seen = {stream: i for stream, i in ids.items() if i}
+        self._checked = True
         if any(not i for i in ids.values()):
             self.ensure_groups()
             ids = {stream: i or "0-0" for stream, i in ids.items()}
