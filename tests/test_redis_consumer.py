@@ -14,6 +14,7 @@ from producer.client import Client
 from wire.keys import Keys
 from wire.redis.broker import RedisBroker
 from wire.redis.consumer import RedisConsumer
+from wire.shard_consumer import ShardedConsumer
 from wire.settings import Settings
 
 
@@ -117,3 +118,36 @@ def test_a_consumer_going_idle_waits_from_what_it_last_saw_without_a_peek(settin
     scripts = calls(r, "evalsha")
     assert mine.heads(200) == []  # peeks first: the entry it read is pending now, not a head
     assert calls(r, "evalsha") == scripts + 1
+
+
+def test_a_sharded_consumer_woken_by_one_shard_does_not_peek_every_shard_again(settings: Settings, r: redis.Redis) -> None:
+    """Idle over two shards (here two key prefixes of one Redis), a sharded consumer waits on each shard at once; an
+    entry on one wakes it with that shard's head, read by that shard's blocking read: no shard is peeked again (a
+    peek is a script: none runs but the submit's)."""
+    n = settings.queue.n_buckets
+    shards = [RedisBroker(r, Keys(f"{settings.redis.key_prefix}-s{i}")) for i in range(2)]
+    sharded = ShardedConsumer([b.consumer("c1", b.keys.queues(n)) for b in shards])
+    sharded.ensure_groups()
+    assert sharded.heads(0) == []
+    second = Client(r, settings.replace(redis={"key_prefix": f"{settings.redis.key_prefix}-s1"}))
+    aside = Client(r, settings.replace(redis={"key_prefix": f"{settings.redis.key_prefix}-aside"}))
+    before = calls(r, "evalsha")
+    aside.submit("Hello there.", job_id="aside-job-0001", lane="bulk")
+    submit_scripts = calls(r, "evalsha") - before  # what a submit runs (on a farm nobody reads)
+
+    heard: list[Any] = []
+    waiting = threading.Thread(target=lambda: heard.append(sharded.heads(2000)))
+    waiting.start()
+    gates = [c.gate for c in sharded.shards]  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 5
+    while not all(g.reading for g in gates) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    scripts = calls(r, "evalsha")
+    second.submit("Hello there.", job_id="shard-job-0001", lane="bulk")
+    waiting.join(10)
+    (head,) = heard[0]
+    assert head.job_id == "shard-job-0001" and head.stream.startswith("1@")
+    assert calls(r, "evalsha") == scripts + submit_scripts  # the submit's script, no peek of either shard
+    while any(g.reading for g in gates) and time.monotonic() < deadline:  # the first shard's read times out
+        time.sleep(0.05)
+    sharded.leave()

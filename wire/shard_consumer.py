@@ -7,9 +7,10 @@ written in front so what a worker reads off a stream's name (its lane, its bucke
 unchanged; Redis never sees it.
 
 Peeking asks every shard without waiting (each shard's own peek: ``RedisConsumer.heads``); only when all are empty
-does it wait, on every shard at once, each shard's blocking peek on a thread of its own, and peeks all shards again
-when one of them wakes. A shard's wait left running when another woke is reused by the next wait, so each shard has
-at most one blocking read in flight per consumer.
+does it wait, on every shard at once, each shard's blocking peek on a thread of its own, and returns the heads that
+the shards that woke read (no peek of every shard again: a wake costs the shards nothing more). A shard's wait left
+running when another woke is reused by the next wait, so each shard has at most one blocking read in flight per
+consumer.
 
 A shard that does not answer is left out of peeks, reclaiming and pruning for a while (0.5 s, doubling to 5 s, logged
 when it goes and when it answers again), so the other shards' jobs are served meanwhile; only when no shard answers
@@ -111,15 +112,16 @@ class ShardedConsumer:
         done, _ = wait(running, timeout=block_ms / 1000, return_when=FIRST_COMPLETED)
         if not running:  # every shard is out: wait as a peek would, then try again
             time.sleep(block_ms / 1000)
-        woke = False
+        heads = []  # what the shards that woke read: their heads, no peek of every shard again
         for i, f in enumerate(self._waits):
             if f is not None and f in done:
                 self._waits[i] = None
                 if f.exception() is not None:
                     self._failed(i, f.exception())  # type: ignore[arg-type]
                 else:
-                    woke = woke or bool(f.result())
-        return self._peek() if woke else []
+                    heads += [dataclasses.replace(h, stream=tag(i, h.stream)) for h in f.result()]
+        self.undelivered = sum(c.undelivered for c in self.shards)
+        return heads
 
     def _peek(self) -> list[Head]:
         heads = [dataclasses.replace(h, stream=tag(i, h.stream)) for i, got in self._each(lambda c: c.heads(0)) for h in got]

@@ -56,6 +56,11 @@ class IdleGate:
             self._round += 1
             self._cond.notify_all()
 
+    @property
+    def reading(self) -> bool:
+        """Whether a consumer is in a blocking read on these streams now."""
+        return self._reading
+
     def wait(self, round_: int, timeout_s: float) -> dict[str, str] | None:
         """Wait for the end of the read in flight at ``round_``: the exact ids it left (None if it saw entries, failed,
         or has not ended within ``timeout_s``)."""
