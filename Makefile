@@ -8,7 +8,7 @@ demo: setup
 	.venv/bin/ttsfarm -v demo
 
 test: setup
-	.venv/bin/python -m pytest -q -n 3 --dist loadfile
+	.venv/bin/python -m pytest -q -n 3 --dist loadfile --durations=30
 
 test-fast: setup
 	.venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not slow"

@@ -29,7 +29,8 @@ def make_dry_run(cmd: str) -> list[str]:
     return done.stdout.strip().splitlines()
 
 
-PYTEST_OUTPUT_FLAGS = {"-q", "-qq", "-v", "-vv", "-ra", "-rA"}  # flags of `make test`'s pytest that leave no test out
+PYTEST_OUTPUT_FLAGS = {"-q", "-qq", "-v", "-vv", "-ra", "-rA", "--durations"}  # flags of `make test`'s pytest that
+#                                                                                  leave no test out (with their values)
 PYTEST_SPREAD_OPTIONS = {"-n", "--dist"}  # pytest-xdist's: how many processes run the tests and how they are dealt
 
 
@@ -40,7 +41,7 @@ def pytest_args(args: list[str]) -> tuple[list[str], list[str]]:
         if a in PYTEST_SPREAD_OPTIONS:
             next(rest, None)
         elif a.startswith("-"):
-            flags.append(a)
+            flags.append(a.split("=", 1)[0])
         else:
             paths.append(a)
     return paths, flags
@@ -74,7 +75,7 @@ def test_make_recipes() -> None:
 def test_a_make_test_recipe_that_leaves_tests_out_fails_the_check(recipe: str, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     makefile = (ROOT / "Makefile").read_text()
-    shipped = "\t.venv/bin/python -m pytest -q -n 3 --dist loadfile\n"
+    shipped = "\t.venv/bin/python -m pytest -q -n 3 --dist loadfile --durations=30\n"
     assert shipped in makefile
     (tmp_path / "Makefile").write_text(makefile.replace(shipped, f"\t{recipe}\n", 1))
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
