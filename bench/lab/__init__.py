@@ -7,6 +7,7 @@ what a change bought), not in the figures a user reads, which ``ttsfarm bench`` 
 ``tune``       CPU tuning: worker processes x intra-op threads, onnxruntime session options, spinning
 ``streaming``  whole-segment against windowed vocoding, side by side: what ``streaming.windowed`` buys
 ``zh_voices``  the Mandarin voices side by side: character error rate and speed on the held-out set
+``peeks``      what one peek of the queue's heads costs inside Redis, by what it finds, and its parts
 =============  ==============================================================================================
 
 Each module has ``add_arguments(parser)`` and ``main(args)``, as a stage of ``ttsfarm bench`` has (``bench.cli``).
@@ -22,4 +23,5 @@ LAB: dict[str, Stage] = {
     "tune": Stage("bench.lab.tune", "CPU tuning: worker processes x intra-op threads, onnxruntime session options"),
     "streaming": Stage("bench.lab.streaming", "whole-segment against windowed vocoding: what streaming.windowed buys"),
     "zh_voices": Stage("bench.lab.zh_voices", "the Mandarin voices side by side: character error rate and speed"),
+    "peeks": Stage("bench.lab.peeks", "what one peek of the queue's heads costs inside Redis, by what it finds"),
 }
