@@ -8,12 +8,14 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import redis
 
 from producer.client import Client
 from wire.keys import Keys
 from wire.redis.broker import RedisBroker
 from wire.redis.consumer import RedisConsumer
+from wire import shard_consumer
 from wire.shard_consumer import ShardedConsumer
 from wire.settings import Settings
 
@@ -120,7 +122,8 @@ def test_a_consumer_going_idle_waits_from_what_it_last_saw_without_a_peek(settin
     assert calls(r, "evalsha") == scripts + 1
 
 
-def test_a_sharded_consumer_woken_by_one_shard_does_not_peek_every_shard_again(settings: Settings, r: redis.Redis) -> None:
+def test_a_sharded_consumer_woken_by_one_shard_does_not_peek_every_shard_again(settings: Settings,
+                                                                                 r: redis.Redis) -> None:
     """Idle over two shards (here two key prefixes of one Redis), a sharded consumer waits on each shard at once; an
     entry on one wakes it with that shard's head, read by that shard's blocking read: no shard is peeked again (a
     peek is a script: none runs but the submit's)."""
@@ -150,4 +153,38 @@ def test_a_sharded_consumer_woken_by_one_shard_does_not_peek_every_shard_again(s
     assert calls(r, "evalsha") == scripts + submit_scripts  # the submit's script, no peek of either shard
     while any(g.reading for g in gates) and time.monotonic() < deadline:  # the first shard's read times out
         time.sleep(0.05)
+    sharded.leave()
+
+
+def test_a_busy_sharded_peek_asks_one_shard_in_turn_and_those_with_heads(settings: Settings, r: redis.Redis,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between its steps a loop over three shards asks the shards where it last found heads and one more in turn, not
+    every shard every time: a job on a shard that had none is seen within one round of steps, and a shard with heads
+    is asked at every step until they are gone. An idle call asks every shard; so does a busy one once a shard has
+    not been asked for ``BUSY_ROUND_S``."""
+    # the turns alone, whatever the machine's pace
+    monkeypatch.setattr(shard_consumer, "BUSY_ROUND_S", 3600.0, raising=False)
+    n = settings.queue.n_buckets
+    prefixes = [f"{settings.redis.key_prefix}-t{i}" for i in range(3)]
+    sharded = ShardedConsumer([RedisBroker(r, Keys(p)).consumer("c1", Keys(p).queues(n)) for p in prefixes])
+    sharded.ensure_groups()
+    assert sharded.heads(0) == []  # the first asks every shard: nothing is known of any
+    scripts = calls(r, "evalsha")
+    assert sharded.heads(0) == [] and sharded.heads(0) == []
+    assert calls(r, "evalsha") == scripts + 2  # one shard a step
+
+    second = Client(r, settings.replace(redis={"key_prefix": prefixes[1]}))
+    second.submit("Hello there.", job_id="turn-job-0001", lane="bulk")
+    seen = [sharded.heads(0) for _ in range(3)]  # a round: every shard's turn comes once
+    assert [h.job_id for got in seen for h in got][:1] == ["turn-job-0001"]
+    scripts = calls(r, "evalsha")
+    assert [h.job_id for h in sharded.heads(0)] == ["turn-job-0001"]  # unclaimed: its shard is asked at every step
+    assert calls(r, "evalsha") - scripts in (1, 2)  # that shard, and the one whose turn it is
+
+    scripts = calls(r, "evalsha")
+    assert [h.job_id for h in sharded.heads(200)] == ["turn-job-0001"] and calls(r, "evalsha") == scripts + 3  # idle
+    monkeypatch.setattr(shard_consumer, "BUSY_ROUND_S", 0.0)
+    scripts = calls(r, "evalsha")
+    sharded.heads(0)
+    assert calls(r, "evalsha") == scripts + 3  # none asked within BUSY_ROUND_S: every shard
     sharded.leave()

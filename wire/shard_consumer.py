@@ -6,11 +6,12 @@ dead letter (``ShardedBroker.dead_letter``) go to the shard the name says, with 
 written in front so what a worker reads off a stream's name (its lane, its bucket: the name's last parts) is
 unchanged; Redis never sees it.
 
-Peeking asks every shard without waiting (each shard's own peek: ``RedisConsumer.heads``); only when all are empty
-does it wait, on every shard at once, each shard's blocking peek on a thread of its own, and returns the heads that
-the shards that woke read (no peek of every shard again: a wake costs the shards nothing more). A shard's wait left
-running when another woke is reused by the next wait, so each shard has at most one blocking read in flight per
-consumer.
+Peeking asks every shard without waiting (each shard's own peek: ``RedisConsumer.heads``), except a busy loop's: it
+asks the shards where it last found heads and one more in turn (each shard at least every ``BUSY_ROUND_S``), so a
+node is not asked at every step of every loop of every worker. Only when all are empty does an idle loop wait, on
+every shard at once, each shard's blocking peek on a thread of its own, and returns the heads that the shards that
+woke read (no peek of every shard again: a wake costs the shards nothing more). A shard's wait left running when
+another woke is reused by the next wait, so each shard has at most one blocking read in flight per consumer.
 
 A shard that does not answer is left out of peeks, reclaiming and pruning for a while (0.5 s, doubling to 5 s, logged
 when it goes and when it answers again), so the other shards' jobs are served meanwhile; only when no shard answers
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RETRY_S = (0.5, 5.0)  # how long a shard that failed is left out: the first time, and at most
+BUSY_ROUND_S = 0.1  # a busy peek asks a shard that had no heads at its turn, or once this long has passed
 
 
 def tag(shard: int, stream: str) -> str:
@@ -60,14 +62,17 @@ class ShardedConsumer:
         self._pool: ThreadPoolExecutor | None = None
         self._out_until = [0.0] * len(self.shards)  # a shard that failed is left out until then (monotonic)
         self._out_for = [0.0] * len(self.shards)  # ... for this long (0: it answers)
+        self._had = [True] * len(self.shards)  # whether its last peek found heads
+        self._asked_at = [0.0] * len(self.shards)  # when it was last peeked (monotonic)
+        self._turn = 0  # the shard a busy peek asks whatever its last one found
 
-    def _each(self, fn: Callable[[Consumer], T]) -> list[tuple[int, T]]:
-        """``fn`` on every shard not left out, by shard; one that fails is left out for a while. Raises the last error
-        when every shard tried failed."""
+    def _each(self, fn: Callable[[Consumer], T], only: Collection[int] | None = None) -> list[tuple[int, T]]:
+        """``fn`` on every shard not left out (of ``only``, if given), by shard; one that fails is left out for a while.
+        Raises the last error when every shard tried failed."""
         out: list[tuple[int, T]] = []
         error: Exception | None = None
         for i, c in enumerate(self.shards):
-            if self._out_until[i] > time.monotonic():
+            if self._out_until[i] > time.monotonic() or (only is not None and i not in only):
                 continue
             try:
                 out.append((i, fn(c)))
@@ -95,7 +100,7 @@ class ShardedConsumer:
         self._each(lambda c: c.ensure_groups())  # a shard out now gets its groups at its first peek
 
     def heads(self, block_ms: int) -> list[Head]:
-        heads = self._peek()
+        heads = self._peek(busy=block_ms <= 0)
         if heads or block_ms <= 0:
             return heads
         if self._pool is None:
@@ -123,8 +128,20 @@ class ShardedConsumer:
         self.undelivered = sum(c.undelivered for c in self.shards)
         return heads
 
-    def _peek(self) -> list[Head]:
-        heads = [dataclasses.replace(h, stream=tag(i, h.stream)) for i, got in self._each(lambda c: c.heads(0)) for h in got]
+    def _peek(self, busy: bool = False) -> list[Head]:
+        """Every shard's heads; ``busy`` (a loop between its steps): those of the shards whose last peek found heads,
+        of the shard whose turn it is and of those not asked for ``BUSY_ROUND_S``. Any other had none when it was last
+        asked, a few steps ago; an idle loop asks every shard, then waits on each."""
+        now = time.monotonic()
+        n = len(self.shards)
+        only = None
+        if busy and n > 1:
+            only = {i for i in range(n) if self._had[i] or now - self._asked_at[i] >= BUSY_ROUND_S} | {self._turn}
+            self._turn = (self._turn + 1) % n
+        heads = []
+        for i, got in self._each(lambda c: c.heads(0), only):
+            self._had[i], self._asked_at[i] = bool(got), now
+            heads += [dataclasses.replace(h, stream=tag(i, h.stream)) for h in got]
         self.undelivered = sum(c.undelivered for c in self.shards)
         return heads
 
