@@ -124,7 +124,9 @@ class ShardedConsumer:
                 if f.exception() is not None:
                     self._failed(i, f.exception())  # type: ignore[arg-type]
                 else:
-                    heads += [dataclasses.replace(h, stream=tag(i, h.stream)) for h in f.result()]
+                    got = f.result()
+                    self._had[i] = self._had[i] or bool(got)
+                    heads += [dataclasses.replace(h, stream=tag(i, h.stream)) for h in got]
         self.undelivered = sum(c.undelivered for c in self.shards)
         return heads
 
