@@ -31,8 +31,8 @@ from wire.settings import load_settings
 pytestmark = pytest.mark.slow
 
 # ceilings (today's counts, measured 2026-12-01 to 2026-12-07 on this scenario, plus room for timing)
-MAX_COMMANDS_PER_SEGMENT = 18.0  # measured 16.3-16.4 (17.3 before a loop going idle after a peek waited from that
-#                                  peek's ids without peeking again; 17.7-17.9 before; 22.0 before one XDEL per stream,
+MAX_COMMANDS_PER_SEGMENT = 18.0  # measured 16.3-17.0 (16.8 the same day before a loop going idle after a peek waited
+#                                  from that peek's ids: no change here; 17.7-17.9 before; 22.0 before one XDEL per stream,
 #                                  a short job's results TTL set once, held jobs' clocks from their own publishes, heads
 #                                  peeked with one XREAD and a job's last segment setting no TTL on its parts; 26.0-26.7
 #                                  before a streamed segment's claim rode with its first window and a piece's words
@@ -164,8 +164,8 @@ def test_idle_worker_costs_redis_little(counted: dict[str, Any]) -> None:
 
 
 # A streamed job end to end, both sides: its submit, the worker's steps, and a listener reading it (``Job.stream``).
-MAX_STREAMED_SENTENCE_COMMANDS = 53.0  # per one-sentence job (1.17 segments): measured 48.9-49.4 (50.6-52.7 before a loop
-#                                        going idle after a peek waited without peeking again; 88.1 before a listener
+MAX_STREAMED_SENTENCE_COMMANDS = 53.0  # per one-sentence job (1.17 segments): measured 48.9-49.8 (51.5 before a loop
+#                                        going idle after a peek waited from that peek's ids; 88.1 before a listener
 #                                        read with one XREAD and the submit wrote its status once; bytes out 3.01 ×)
 MAX_STREAMED_PARAGRAPH_COMMANDS = 150.0  # per four-sentence job (4.3 segments): measured 141.9 (180.2 before)
 MAX_STREAMED_BYTES_OUT = 1.5  # bytes out of Redis against the PCM16 the listener heard, one-sentence jobs: 1.27

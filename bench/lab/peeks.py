@@ -1,83 +1,66 @@
-"""What one peek of the queue's heads costs inside Redis (``lua.HEADS``, the script ``RedisConsumer.heads`` runs), by
-what it finds, on a private redis-server with the farm's ten bucket streams (two lanes of five buckets) and queue
-entries of a one-sentence job's size.
+"""What one peek of the queue's heads costs inside Redis (the script a worker's consumer runs: ``Consumer.heads``
+without waiting), by what it finds, on a private redis-server with the farm's ten bucket streams (two lanes of five
+buckets) and queue entries of a one-sentence job.
 
-    python -m bench.lab peeks [--calls 2000] [--text-chars 300]
+    python -m bench.lab peeks [--calls 2000]
 
-Rows (microseconds per call, Redis's own ``INFO commandstats``): a full peek (every stream asked for its group's id,
-as every ``FULL_PEEK_S``), a peek where two streams hold undelivered entries, and a peek where nothing moved since
-the consumer's last look (one ``XREAD`` over the streams). Then what the parts cost inside a script of their own:
-reading two entries of two streams into Lua (``XRANGE``), ``XINFO GROUPS`` of two streams, an ``XREAD`` over the ten
-streams that finds nothing. Why (docs/lab/host-and-redis-path.md, "Where a worker's peeks come from"): every entry a
-script reads becomes Lua strings (~1.5 us per KB), so a peek that finds heads costs more than one that finds none.
+Rows (microseconds per call, Redis's own ``INFO commandstats`` for ``EVALSHA``): a full peek (a consumer's first,
+every stream asked for its group's id, as every ``FULL_PEEK_S``), a peek where two streams hold undelivered entries
+(the same consumer again), and a peek where nothing moved since its last look (one ``XREAD`` over the streams in the
+script). Why (docs/lab/host-and-redis-path.md, "Where a worker's peeks come from"): every entry a script reads
+becomes Lua strings (~1.5 us per KB), so a peek that finds heads costs more than one that finds none.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import redis
 
 from bench.processes import RedisServer
-from wire.keys import GROUP, Keys
-from wire.redis.lua import HEADS
+from producer.client import Client
+from wire.connect import connect_url
+from wire.keys import Keys
+from wire.settings import load_settings
+
+PREFIX = "peeks"
 
 
-def _usec(r: redis.Redis, name: str) -> float:
-    return float(r.info("commandstats").get(f"cmdstat_{name}", {}).get("usec", 0))
+def timed(r: redis.Redis, peek: Callable[[], object], calls: int) -> float:
+    """Microseconds of Redis per call of ``peek`` (its scripts, inner commands included)."""
+    def usec() -> float:
+        return float(r.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
 
-
-def timed(r: redis.Redis, source: str, keys: Sequence[str], argv: Sequence[str], calls: int) -> float:
-    """Microseconds per call of ``source`` (Redis's time for the EVALSHA, inner commands included)."""
-    sha = r.script_load(source)
-    before = _usec(r, "evalsha")
+    before = usec()
     for _ in range(calls):
-        r.evalsha(sha, len(keys), *keys, *argv)
-    return (_usec(r, "evalsha") - before) / calls
+        peek()
+    return (usec() - before) / calls
 
 
-def measure(calls: int, text_chars: int) -> dict[str, float]:
+def measure(calls: int) -> dict[str, float]:
     server = RedisServer().start()
     try:
         r = redis.Redis.from_url(server.url)
-        streams = Keys("peeks").queues(5)
-        for s in streams:
-            r.xgroup_create(s, GROUP, id="0", mkstream=True)
-        job = json.dumps({"job_id": "j" * 32, "seg": 0, "total": 1, "voice": "joe", "lane": "interactive",
-                          "text": "x" * text_chars})
-        for s in streams[:2]:  # a consumer took and acked earlier entries, as the farm does: the group's id moved on
-            for _ in range(50):
-                eid = r.xadd(s, {"v": 1, "job": job})
-                r.xreadgroup(GROUP, "c", {s: ">"}, count=1)
-                r.xack(s, GROUP, eid)
-                r.xdel(s, eid)
-            for _ in range(2):  # two undelivered entries each
-                r.xadd(s, {"v": 1, "job": job})
-        out = {"full peek (every stream asked)": timed(r, HEADS, streams, [GROUP, *[""] * len(streams)], calls)}
-        ids = [i.decode() if i else "" for i in r.evalsha(r.script_load(HEADS), len(streams), *streams, GROUP,
-                                                           *[""] * len(streams))[0]]
-        out["two streams with heads, the rest unmoved"] = timed(r, HEADS, streams, [GROUP, *ids], calls)
-        for s in streams[:2]:
-            for eid, _ in r.xreadgroup(GROUP, "c", {s: ">"}, count=5)[0][1]:
-                r.xack(s, GROUP, eid)
-                r.xdel(s, eid)
-        ids = [i.decode() if i else "" for i in r.evalsha(r.script_load(HEADS), len(streams), *streams, GROUP,
-                                                           *[""] * len(streams))[0]]
-        out["nothing moved"] = timed(r, HEADS, streams, [GROUP, *ids], calls)
-        for s in streams[:2]:
-            r.xadd(s, {"v": 1, "job": job})
-            r.xadd(s, {"v": 1, "job": job})
-        out["part: XRANGE of two entries, two streams"] = timed(
-            r, "redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 2) redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 2)",
-            streams, [], calls)
-        out["part: XINFO GROUPS, two streams"] = timed(
-            r, "redis.call('XINFO', 'GROUPS', KEYS[1]) redis.call('XINFO', 'GROUPS', KEYS[2])", streams, [], calls)
-        out["part: XREAD of ten streams, nothing after"] = timed(
-            r, "local a = {'XREAD', 'COUNT', 2, 'STREAMS'} for _, k in ipairs(KEYS) do a[#a + 1] = k end "
-               "for _ in ipairs(KEYS) do a[#a + 1] = '99999999999999-0' end redis.call(unpack(a))", streams, [], calls)
-        out["part: an empty script"] = timed(r, "return 1", streams, [], calls)
+        broker = connect_url(server.url, key_prefix=PREFIX)
+        settings = load_settings(env={"TTSFARM_REDIS_URL": server.url, "TTSFARM_REDIS_KEY_PREFIX": PREFIX})
+        streams = Keys(PREFIX).queues(settings.queue.n_buckets)
+        client = Client.from_url(settings=settings)
+        client.ensure_groups()
+        for i, lane in enumerate(("interactive", "bulk") * 2):  # two undelivered entries on each of two streams
+            client.submit("The quick brown fox jumps over the lazy dog near the quiet river bank.",
+                          job_id=f"peeks-job-{i:04d}", lane=lane)
+        out = {"full peek (a consumer's first: every stream asked)":
+               timed(r, lambda: broker.consumer("full", streams).heads(0), calls)}
+        same = broker.consumer("same", streams)
+        same.heads(0)
+        out["two streams with heads, the rest unmoved"] = timed(r, lambda: same.heads(0), calls)
+        taker = broker.consumer("taker", streams)
+        for head in taker.heads(0):
+            taker.ack(taker.claim(head.stream, 10))
+        same.heads(0)
+        out["nothing moved since its last look"] = timed(r, lambda: same.heads(0), calls)
+        client.close()
         return out
     finally:
         server.stop()
@@ -85,10 +68,9 @@ def measure(calls: int, text_chars: int) -> dict[str, float]:
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--text-chars", type=int, default=300, help="the queued sentence's length")
 
 
 def main(args: argparse.Namespace) -> int:
-    for name, us in measure(args.calls, args.text_chars).items():
-        print(f"{name:48s} {us:7.1f} us")
+    for name, us in measure(args.calls).items():
+        print(f"{name:52s} {us:7.1f} us")
     return 0
