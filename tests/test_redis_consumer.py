@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from bench.processes import free_port
 from producer.client import Client
 from wire.keys import Keys
 from wire.redis.broker import RedisBroker
@@ -189,3 +192,20 @@ def test_a_busy_sharded_peek_asks_one_shard_in_turn_and_those_with_heads(setting
     sharded.heads(0)
     assert calls(r, "evalsha") == scripts + 3  # none asked within BUSY_ROUND_S: every shard
     sharded.leave()
+
+
+def test_a_busy_sharded_peek_whose_turn_falls_on_a_lost_shard_asks_the_others(settings: Settings, r: redis.Redis,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy loop's turn on a shard that does not answer (its node is down) does not fail the step while another
+    shard answers: the others are asked, and their heads come back."""
+    monkeypatch.setattr(shard_consumer, "BUSY_ROUND_S", 3600.0, raising=False)
+    monkeypatch.setattr(shard_consumer, "RETRY_S", (0.0, 0.0))  # the lost shard is tried again at once, at its turn
+    n = settings.queue.n_buckets
+    up, down = Keys(f"{settings.redis.key_prefix}-up"), Keys(f"{settings.redis.key_prefix}-down")
+    nowhere = redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))  # refused at once
+    sharded = ShardedConsumer([RedisBroker(r, up).consumer("c1", up.queues(n)),
+                               RedisBroker(nowhere, down).consumer("c1", down.queues(n))])
+    assert sharded.heads(0) == []  # both asked: the second fails, the first answers
+    client = Client(r, settings.replace(redis={"key_prefix": up.prefix}))
+    client.submit("Hello there.", job_id="up-job-0001", lane="bulk")
+    assert [h.job_id for h in sharded.heads(0)] == ["up-job-0001"]  # the down shard's turn: the up one is asked too

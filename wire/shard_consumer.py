@@ -140,8 +140,14 @@ class ShardedConsumer:
         if busy and n > 1:
             only = {i for i in range(n) if self._had[i] or now - self._asked_at[i] >= BUSY_ROUND_S} | {self._turn}
             self._turn = (self._turn + 1) % n
+        try:
+            answers = self._each(lambda c: c.heads(0), only)
+        except Exception:
+            if only is None:
+                raise
+            answers = self._each(lambda c: c.heads(0))  # the shards asked failed (now left out): the others may answer
         heads = []
-        for i, got in self._each(lambda c: c.heads(0), only):
+        for i, got in answers:
             self._had[i], self._asked_at[i] = bool(got), now
             heads += [dataclasses.replace(h, stream=tag(i, h.stream)) for h in got]
         self.undelivered = sum(c.undelivered for c in self.shards)
