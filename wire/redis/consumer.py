@@ -127,6 +127,7 @@ class RedisConsumer:
                 self._idle_ids = ids
             else:  # until a peek, what it read may be there still, taken by another consumer: not waited from again
                 self._checked = False
+                self.undelivered = sum(len(entries) for _, entries in reply)  # what waits, as far as this read saw
             found = [(text_of(stream), [(eid, fields) for eid, fields in entries]) for stream, entries in reply or []]
         heads = []
         for stream, entries in found:
