@@ -126,7 +126,7 @@ class ShardedConsumer:
                 else:
                     got = f.result()
                     self._had[i] = self._had[i] or bool(got)
-                    heads += [dataclasses.replace(h, stream=tag(i, h.stream)) for h in got]
+                    heads += _tagged_heads(i, got)
         self.undelivered = sum(c.undelivered for c in self.shards)
         return heads
 
@@ -149,7 +149,7 @@ class ShardedConsumer:
         heads = []
         for i, got in answers:
             self._had[i], self._asked_at[i] = bool(got), now
-            heads += [dataclasses.replace(h, stream=tag(i, h.stream)) for h in got]
+            heads += _tagged_heads(i, got)
         self.undelivered = sum(c.undelivered for c in self.shards)
         return heads
 
@@ -200,6 +200,11 @@ class ShardedConsumer:
         for e in entries:
             e.stream = tag(shard, e.stream)
         return entries
+
+
+def _tagged_heads(shard: int, heads: list[Head]) -> list[Head]:
+    """A shard's heads, each stream named as this consumer reports it."""
+    return [dataclasses.replace(h, stream=tag(shard, h.stream)) for h in heads]
 
 
 def _by_shard(entries: Sequence[Entry]) -> dict[int, list[Entry]]:
