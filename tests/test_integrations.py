@@ -32,6 +32,16 @@ def watched(farm: Farm) -> dict[str, str]:
             "TTSFARM_WORKER_PID": str(beats[0]["pid"]), "TTSFARM_WORKER_LOOPS": str(len(beats[0]["loops"]))}
 
 
+def failures(stdout: str, keep: int = 8000) -> str:
+    """A failed run's report as CI can show it: its FAILURES section first (the passed tests' output, which ``-rP``
+    prints after it, would otherwise push it out of a cut log), then the summary lines."""
+    start, passes = stdout.find("= FAILURES ="), stdout.find("= PASSES =")
+    if start < 0:
+        return stdout[-keep:]
+    end = passes if passes > start else len(stdout)
+    return stdout[start:end][:keep] + "\n...\n" + "\n".join(stdout.splitlines()[-12:])
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_the_distribution_passes_its_tests_alone_beside_its_framework(name: str, farm: Farm,
                                                                       gateway_server: BackgroundServer) -> None:
@@ -50,7 +60,7 @@ def test_the_distribution_passes_its_tests_alone_beside_its_framework(name: str,
             cwd=elsewhere, env=clean_env(TTSFARM_GATEWAY_URL=gateway_server.url, **watched(farm)), capture_output=True,
             text=True, timeout=600)
         print(tests.stdout[-4000:])
-        assert tests.returncode == 0, f"{tests.stdout[-6000:]}\n{tests.stderr[-3000:]}\n{farm.logs()[-3000:]}"
+        assert tests.returncode == 0, f"{failures(tests.stdout)}\n{tests.stderr[-3000:]}\n{farm.logs()[-3000:]}"
         assert " passed" in tests.stdout.splitlines()[-1] and "skipped" not in tests.stdout.splitlines()[-1]
         out = Path(elsewhere) / "example.wav"
         example = subprocess.run(

@@ -22,6 +22,10 @@ from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import WebsocketTTSService
 
 KEEPALIVE_S = 20.0  # below the gateway's idle timeout (agent_idle_s, 60 s by default)
+# How long a turn's audio may pause before Pipecat takes the turn as ended and drops what comes after (its
+# ``stop_frame_timeout_s``, 3 s by default). The farm ends every turn it was given (``done``, or an error), so this only
+# bounds a farm that stopped answering; a loaded farm can pause longer than 3 s between a turn's sentences.
+QUIET_S = 15.0
 
 
 def agents_url(base_url: str) -> str:
@@ -48,6 +52,7 @@ class TTSFarmTTSService(WebsocketTTSService):
         api_key: A key of the gateway's ``api_keys``, when it has any.
         voice: A catalogue voice or alias (``GET /v1/voices``); default: the farm's default voice.
         sample_rate: The audio's rate (default: the pipeline's); the farm resamples to it.
+        stop_frame_timeout_s: How long a turn's audio may pause before the turn is taken as ended (``QUIET_S``).
     """
 
     Settings = TTSSettings
@@ -59,7 +64,7 @@ class TTSFarmTTSService(WebsocketTTSService):
             push_start_frame=True,
             sample_rate=sample_rate,
             settings=TTSSettings(model=None, voice=voice, language=None),
-            **kwargs,
+            **{"stop_frame_timeout_s": QUIET_S, **kwargs},
         )
         self._url = agents_url(base_url)
         self._api_key = api_key

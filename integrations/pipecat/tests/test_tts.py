@@ -8,8 +8,8 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast
 
 import pytest
 from pipecat.frames.frames import (
@@ -25,6 +25,7 @@ from pipecat.frames.frames import (
     TTSStoppedFrame,
     TTSTextFrame,
 )
+from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_ttsfarm import TTSFarmTTSService
@@ -35,9 +36,11 @@ pytestmark = pytest.mark.skipif(not BASE_URL, reason="TTSFARM_GATEWAY_URL names 
 LONG = " ".join(f"Sentence number {i} of a long answer is read now." for i in range(10))
 
 
-def run(frames: Sequence[Frame], **options: Any) -> tuple[TTSFarmTTSService, Sequence[Frame], Sequence[Frame]]:
+def run(frames: Iterable[Frame], observers: Sequence[BaseObserver] = (),
+        **options: Any) -> tuple[TTSFarmTTSService, Sequence[Frame], Sequence[Frame]]:
     tts = TTSFarmTTSService(base_url=BASE_URL, **{"voice": "joe", **options})
-    down, up = asyncio.run(asyncio.wait_for(run_test(tts, frames_to_send=frames), 120))
+    sent = frames if isinstance(frames, Sequence) else cast(Sequence[Frame], frames)  # run_test iterates it once
+    down, up = asyncio.run(asyncio.wait_for(run_test(tts, frames_to_send=sent, observers=list(observers)), 120))
     return tts, down, up
 
 
@@ -71,9 +74,31 @@ def test_an_llm_turn_in_pieces_is_one_context() -> None:
     assert words == "".join(pieces).split() and job_state(next(iter(tts.jobs.values()))) == "done"
 
 
+class Heard(BaseObserver):
+    """Whether audio has come down the pipeline yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.audio = False
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        self.audio = self.audio or isinstance(data.frame, TTSAudioRawFrame)
+
+
+def once_heard(heard: Heard, frames: Sequence[Frame], then: Sequence[Frame], wait_s: float = 60.0) -> Iterator[Frame]:
+    """``frames``, then short sleeps until audio has come (``run_test`` takes the next frame after each), then ``then``:
+    a caller talks over the bot once it speaks, however long the farm takes to start on a loaded machine."""
+    yield from frames
+    deadline = time.monotonic() + wait_s
+    while not heard.audio and time.monotonic() < deadline:
+        yield SleepFrame(0.05)
+    yield from then
+
+
 def test_an_interruption_cancels_the_farm_job() -> None:
-    tts, down, _ = run([LLMFullResponseStartFrame(), LLMTextFrame(LONG), LLMFullResponseEndFrame(), SleepFrame(1.5),
-                        InterruptionFrame(), SleepFrame(0.5)])
+    heard = Heard()
+    tts, down, _ = run(once_heard(heard, [LLMFullResponseStartFrame(), LLMTextFrame(LONG), LLMFullResponseEndFrame()],
+                                  [SleepFrame(0.3), InterruptionFrame(), SleepFrame(0.5)]), observers=[heard])
     assert of(TTSAudioRawFrame, down) and len(tts.jobs) == 1
     job_id = next(iter(tts.jobs.values()))
     deadline = time.monotonic() + 10
