@@ -258,6 +258,32 @@ def test_heads_claims_and_acks_count_each_entry_once(farm: tuple[Broker, Setting
     assert backlog.segments == 1 and backlog.seconds == pytest.approx(1.5)
 
 
+def test_a_jobs_end_acks_the_entry_that_ended_it_in_the_same_step(farm: tuple[Broker, Settings]) -> None:
+    """``finalize(..., ack=[entry])``: the end and the ack of the entry whose segment ended the job are one step; the
+    entry is acked and deleted and leaves its lane's backlog once, also where the job had ended already."""
+    broker, settings = farm
+    first, second = job_ids(2)
+    for j in (first, second):
+        run_blocking(broker, broker.admit(submission(settings, j, est_s=1.5), settings.queue))
+    consumer = broker.consumer("w1", streams(settings))
+    consumer.ensure_groups()
+    entries = {e.job.job_id: e for e in consumer.claim(consumer.heads(0)[0].stream, 2) if e.job is not None}
+
+    def queue() -> tuple[int, int, float]:
+        snapshot = broker.queue_snapshot(settings.queue.n_buckets)
+        return (sum(b.pending for b in snapshot.buckets), sum(b.length for b in snapshot.buckets),
+                snapshot.backlog["bulk"].seconds)
+
+    assert queue() == (2, 2, pytest.approx(3.0))
+    assert broker.finalize(first, "done", {}, maxlen=100, ttl_s=60, ack=[entries[first]]) == 1
+    assert queue() == (1, 1, pytest.approx(1.5)) and status(broker, first).state == "done"
+    assert broker.finalize(first, "done", {}, maxlen=100, ttl_s=60, ack=[entries[first]]) == 0  # counted once
+    assert queue() == (1, 1, pytest.approx(1.5))
+    assert broker.finalize(second, "failed", {}, maxlen=100, ttl_s=60) == 1  # ended elsewhere, its entry still held
+    assert broker.finalize(second, "done", {}, maxlen=100, ttl_s=60, ack=[entries[second]]) == 0
+    assert queue() == (0, 0, 0.0) and status(broker, second).state == "failed"
+
+
 def test_a_dead_consumers_entries_are_reclaimed_unless_touched(farm: tuple[Broker, Settings]) -> None:
     broker, settings = farm
     one, two = job_ids(2)

@@ -90,6 +90,7 @@ class BrokerSpy:
         self.claims: list[tuple[int, Any]] = []  # each claim with the index of the piece that carried it
         self.ends: list[Any] = []  # each segment end's ``SegmentEnd``
         self.finished: list[str] = []  # jobs ended (final record written)
+        self.acked_with_end: list[Entry] = []  # entries acked in the step that ended their job
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.broker, name)
@@ -106,6 +107,7 @@ class BrokerSpy:
 
     def finalize(self, job_id: str, *args: Any, **kwargs: Any) -> int:
         self.finished.append(job_id)
+        self.acked_with_end += kwargs.get("ack", ())
         return self.broker.finalize(job_id, *args, **kwargs)
 
 
@@ -321,8 +323,8 @@ class GatedStorage:
 @pytest.mark.parametrize("threads", [1, 0])
 def test_a_finished_job_is_stored_while_the_loop_goes_on(make_loop: Any, tmp_path: Path, threads: int) -> None:
     """With a finisher (``queue.finisher_threads``) the loop runs its next segment while the last job's audio is
-    stored; the entry that ended the job is acked only once the job is stored and ended. Without one the loop
-    stores the job itself before it takes anything else."""
+    stored; the entry that ended the job is acked only once the job is stored, in the step that ends it (and in no
+    other). Without one the loop stores the job itself before it takes anything else."""
     storage = GatedStorage(tmp_path / "store")
     loop = make_loop(storage=storage, queue_finisher_threads=str(threads), streaming_windowed="false")
     broker, consumer = loop.ctx.broker, loop.queue
@@ -334,7 +336,7 @@ def test_a_finished_job_is_stored_while_the_loop_goes_on(make_loop: Any, tmp_pat
     stepping.join(3 if threads else 0.5)
     if threads:
         assert not stepping.is_alive() and broker.published == [first, second]
-        assert consumer.acked == [] and broker.finished == []  # not acked before it is stored and ended
+        assert consumer.acked == [] and broker.acked_with_end == [] and broker.finished == []  # not before the end
         assert loop.ctx.finisher.pending >= 1
     else:
         assert stepping.is_alive() and broker.published == [first]  # the loop waits for the storage
@@ -342,7 +344,10 @@ def test_a_finished_job_is_stored_while_the_loop_goes_on(make_loop: Any, tmp_pat
     stepping.join(30)
     assert loop.ctx.finisher.close(timeout=30)
     assert broker.finished == [first, second]
-    assert {job_of(e) for e in consumer.acked} == {first, second}
+    assert [job_of(e) for e in broker.acked_with_end] == [first, second] and consumer.acked == []
+    snapshot = loop.ctx.broker.queue_snapshot(loop.ctx.settings.queue.n_buckets)
+    assert sum(b.pending + b.length for b in snapshot.buckets) == 0  # acked and deleted where the queue is, not only asked
+    assert snapshot.backlog["interactive"].segments == 0  # and off the lane's backlog
     assert (tmp_path / "store").exists() and loop.ctx.finisher.describe()["done"] == (2 if threads else 0)
 
 

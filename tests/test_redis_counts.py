@@ -40,7 +40,7 @@ MAX_COMMANDS_PER_SEGMENT = 18.0  # measured 16.3-17.0 (16.8 the same day before 
 #                                  guards with the status; 31.7-32.3 before a claim of a replayable voice's segment wrote
 #                                  no frames; 37.7-37.9 before a piece's chunks shared one entry and the done set moved
 #                                  into the status; main before issue 23: 50.1)
-MAX_ROUND_TRIPS_PER_SEGMENT = 3.4  # 2.8-2.9 (3.8 before; 4.3-4.5 before the claim rode with the first window; 4.0-4.2 on 2026-12-01; main before issue 23: 11.0)
+MAX_ROUND_TRIPS_PER_SEGMENT = 3.0  # 2.5 (3.0-3.1 before a job's end acked the entry that ended it; 3.8 before; 4.3-4.5 before the claim rode with the first window; 4.0-4.2 on 2026-12-01; main before issue 23: 11.0)
 MAX_IDLE_COMMANDS_PER_S = 10.0  # 6.2 (15.1-19.5 before the reclaim looked every claim_idle_ms / 4, not every 2 s,
 #                                 and the admission sweep waited 1 s while nothing was staged; 76 before issue 23)
 MAX_IDLE_ROUND_TRIPS_PER_S = 8.0  # 4.6 (10.8-14.8 before; 33)
@@ -164,10 +164,12 @@ def test_idle_worker_costs_redis_little(counted: dict[str, Any]) -> None:
 
 
 # A streamed job end to end, both sides: its submit, the worker's steps, and a listener reading it (``Job.stream``).
-MAX_STREAMED_SENTENCE_COMMANDS = 53.0  # per one-sentence job (1.17 segments): measured 48.9-49.8 (51.5 before a loop
+MAX_STREAMED_SENTENCE_COMMANDS = 51.0  # per one-sentence job (1.17 segments): measured 47.6-47.8 (48.2-48.7 the same
+#                                        hour before a job's end acked the entry that ended it; 51.5 before a loop
 #                                        going idle after a peek waited from that peek's ids; 88.1 before a listener
 #                                        read with one XREAD and the submit wrote its status once; bytes out 3.01 ×)
-MAX_STREAMED_PARAGRAPH_COMMANDS = 150.0  # per four-sentence job (4.3 segments): measured 141.9 (180.2 before)
+MAX_STREAMED_PARAGRAPH_COMMANDS = 150.0  # per four-sentence job (4.3 segments): measured 132.6-135.6 (131.9-133.6 the
+#                                          same hour before a job's end acked its entry: noise; 141.9, 180.2 before)
 MAX_STREAMED_BYTES_OUT = 1.5  # bytes out of Redis against the PCM16 the listener heard, one-sentence jobs: 1.27
 #                               (3.01 before a one-segment job's output came from the worker's own pieces)
 

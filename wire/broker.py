@@ -241,11 +241,13 @@ class WorkBroker(Connected, Protocol):
         ...
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 drop_work: bool = False, **status: Any) -> int:
+                 drop_work: bool = False, ack: Sequence[Entry] = (), **status: Any) -> int:
         """Write a job's end state and its one final record: 1 as asked, 2 if a client's cancel won the race (the job
         ends cancelled), 0 if it had ended already. A job that ends otherwise than done drops its staged segments.
         ``drop_work``: delete what the job keeps only while it runs (its parts, streamed frames) in the same step.
-        ``status``: more fields for the job's status record."""
+        ``ack``: queue entries of the job acked in the same step, as ``Consumer.ack`` acks them, whatever the answer
+        (the entry whose segment ended the job: the end and its ack are one step). ``status``: more fields for the
+        job's status record."""
         ...
 
     def write_heartbeat(self, hostname: str, pid: int, info: Mapping[str, Any]) -> None:

@@ -29,12 +29,14 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wire.broker import Broker, Op, advance
+from wire.queue import Entry
 from wire.shard_consumer import ShardedConsumer, untag
 from wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from wire.records import DeadLetter
     from wire.settings import QueueSettings
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -133,7 +136,6 @@ ROUTES: dict[str, Route] = {
     "segments_done": Route("job"),
     "count_failure": Route("job"),
     "job_output": Route("job"),
-    "finalize": Route("job"),
     "write_heartbeat": Route("first"),
     # an operator's
     "purge_dead_letters": Route("every", combine=sum),
@@ -270,6 +272,22 @@ class ShardedBroker:
     # -- the steps that need more than a route ------------------------------------------------------------------
     def consumer(self, name: str, streams: Sequence[str]) -> ShardedConsumer:
         return ShardedConsumer([broker.consumer(name, streams) for broker in self.shards])
+
+    def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, ack: Sequence[Entry] = (),
+                 **kwargs: Any) -> int:
+        """On the job's shard, with the entries to ack named as that shard knows their streams (a job's entries are
+        in its shard's queue, as its consumer named them: ``<shard>@<stream>``). An entry another shard holds is left
+        out (its consumer's reclaim acks it once it finds the job ended)."""
+        shard = self.shard(job_id)
+        own = []
+        for e in ack:
+            at, stream = untag(e.stream)
+            if at == shard:
+                own.append(dataclasses.replace(e, stream=stream))
+            else:
+                log.warning("entry %s of job %s is on shard %d, not the job's %d: left to a reclaim", e.entry_id,
+                            job_id, at, shard)
+        return int(self.shards[shard].finalize(job_id, state, final_info, ack=own, **kwargs))
 
     def dead_letter(self, record: dict[str, Any]) -> None:
         """On the shard of the entry's stream (``<shard>@<stream>``, as its consumer named it), where its job is."""

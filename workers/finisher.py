@@ -6,15 +6,16 @@ Flower. Inline, a loop did all of it before its next batch, so the next segment 
 for an encoder and an S3 round trip. The finisher runs these ends on a few threads of the worker process
 (``queue.finisher_threads``; 0: inline, on the loop that published the last segment) while the loops go on.
 
-Nothing is lost by it: the entry of the segment that ended the job is acked only after its job is stored and
-finished. A worker that dies with a finish pending leaves that entry unacked; it is reclaimed, and its redo finds
+Nothing is lost by it: the entry of the segment that ended the job is acked only once its job is stored, in the same
+step as the job's end (``WorkBroker.finalize``'s ``ack``). A worker that dies with a finish pending leaves that entry
+unacked; it is reclaimed, and its redo finds
 the segment published and finishes the job (``Outcomes.already_published``). A finish that fails is logged and
 counted and its entry left unacked for the same reclaim. A worker's warm shutdown waits for the pending ends.
 
 With ``queue.finisher_processes``, the heavy part of an end (assembly, encoding, storage, status and final record:
 ``Publisher.store_and_finish``) runs in that many processes of its own (``StoreProcesses``), each with its own Redis
-connection and storage client, so it takes none of the loops' interpreter (their GIL): the finisher thread waits
-for it, then acks and tells Flower itself. A finisher process that dies fails no job: the pool is started again
+connection and storage client, so it takes none of the loops' interpreter (their GIL): the end acks the entry there,
+and the finisher thread waits for it, then tells Flower itself. A finisher process that dies fails no job: the pool is started again
 and the end runs on the thread this time.
 """
 
@@ -25,11 +26,12 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from wire.queue import Entry
 from wire.records import SegmentJob
 from wire.settings import Settings
 from wire.connect import connect
@@ -55,13 +57,14 @@ class Finisher:
         self.done = 0  # ends run here
         self.inline = 0  # ends a loop ran itself (no finisher, or it was full)
 
-    def store(self, publisher: Publisher, job: SegmentJob, output: Any) -> tuple[str | None, bool]:
-        """``publisher.store_and_finish(job, output)``: in a finisher process when there are any, else here."""
+    def store(self, publisher: Publisher, job: SegmentJob, output: Any,
+              ack: Sequence[Entry] = ()) -> tuple[str | None, bool]:
+        """``publisher.store_and_finish(job, output, ack)``: in a finisher process when there are any, else here."""
         if self.processes is not None:
-            done = self.processes.store(job, output)
+            done = self.processes.store(job, output, ack)
             if done is not None:
                 return done
-        return publisher.store_and_finish(job, output)
+        return publisher.store_and_finish(job, output, ack)
 
     def take(self, end: Callable[[], None]) -> bool:
         """Run ``end`` (a job's storage and end, then its entry's ack) on a finisher thread; False when there is no
@@ -144,12 +147,12 @@ class StoreProcesses:
         if not pid.cancelled() and pid.exception() is None:
             self.pids.add(pid.result())
 
-    def store(self, job: SegmentJob, output: Any) -> tuple[str | None, bool] | None:
+    def store(self, job: SegmentJob, output: Any, ack: Sequence[Entry] = ()) -> tuple[str | None, bool] | None:
         """The job stored and ended in a finisher process, as ``store_and_finish`` returns it; None when the pool
         broke (a process died: it is started again, and the caller stores the job itself)."""
         pool = self._pool
         try:
-            done: tuple[str | None, bool] = pool.submit(_store, job, output).result()
+            done: tuple[str | None, bool] = pool.submit(_store, job, output, list(ack)).result()
         except BrokenProcessPool:
             with self._lock:
                 if self._pool is pool:
@@ -184,6 +187,6 @@ def _exit_with(parent: int) -> None:
     os._exit(0)
 
 
-def _store(job: SegmentJob, output: Any) -> tuple[str | None, bool]:
+def _store(job: SegmentJob, output: Any, ack: Sequence[Entry]) -> tuple[str | None, bool]:
     assert _publisher is not None, "a finisher process without its publisher"
-    return _publisher.store_and_finish(job, output)
+    return _publisher.store_and_finish(job, output, ack)

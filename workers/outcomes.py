@@ -209,29 +209,29 @@ class Outcomes:
             output = outcome.output
             self.ending[(e.stream, e.entry_id)] = e
             if not self.ctx.finisher.take(lambda: self._end_guarded(e, whole, output)):
-                self._end(e, whole, output, self.ack)
+                self._end(e, whole, output)
             return
         self.ack([e])
 
-    def _end(self, e: Entry, job: SegmentJob, output: Any, ack: Callable[[Sequence[Entry]], None]) -> None:
-        """A finished job's storage and end (encoding, storage, status, final record, Flower), then the ack of the
-        entry whose segment finished it: until then a reclaim of that entry would end the job again."""
+    def _end(self, e: Entry, job: SegmentJob, output: Any) -> None:
+        """A finished job's storage and end (encoding, storage, status, final record, Flower), the ack of the entry
+        whose segment finished it in the same step as the end (until then a reclaim of that entry would end the job
+        again: an end that fails before it leaves the entry to a reclaim)."""
         try:
-            url, cancelled = self.retry_transient(lambda: self.ctx.finisher.store(self.publisher, job, output),
+            url, cancelled = self.retry_transient(lambda: self.ctx.finisher.store(self.publisher, job, output, [e]),
                                                   f"storing job {job.job_id}")
             if url:
                 self.ctx.events.succeeded(job.job_id, url)
             elif cancelled:
                 self.revoked(job)
-            ack([e])
         finally:  # acked, or left to a reclaim (the end failed): no longer held by this process
             self.ending.pop((e.stream, e.entry_id), None)
 
     def _end_guarded(self, e: Entry, job: SegmentJob, output: Any) -> None:
-        """``_end`` on a finisher thread: its entry is acked there, at once (no loop gathers acks there); an error is
-        counted and the entry left to a reclaim, which ends the job again (``already_published``)."""
+        """``_end`` on a finisher thread: an error is counted and the entry left to a reclaim, which ends the job again
+        (``already_published``)."""
         try:
-            self._end(e, job, output, self.consumer.ack)
+            self._end(e, job, output)
         except Exception as exc:
             code = str(getattr(exc, "code", SEGMENT_FAILED))
             self.metrics.error(code, stage="finish", job_id=job.job_id, message=f"{type(exc).__name__}: {exc}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from wire.admission import Admission, may_stage
 from wire.broker import WorkBroker, run_blocking
 from wire.pieces import ClaimReply, FrameClaim, Piece, PieceReply, SegmentEnd
 from wire.keys import STATES_FINAL
+from wire.queue import Entry
 from wire.records import SegmentJob, chunks_fields, job_words, words_in, words_key
 from wire.settings import Settings
 from wire.storage import Storage
@@ -188,10 +190,12 @@ class Publisher:
         timed = job_words([words.get(seg, []) for seg in range(job.total)], [len(p) // 2 for p in parts], job.sample_rate)
         return pcm, len(pcm) / 2 / job.sample_rate, timed
 
-    def store_and_finish(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None) -> tuple[str | None, bool]:
+    def store_and_finish(self, job: SegmentJob, output: tuple[dict[int, bytes], dict[int, Any]] | None = None,
+                         ack: Sequence[Entry] = ()) -> tuple[str | None, bool]:
         """Encode, store and finish a job whose segments are all done (``output``: its parts and words, for a job of
-        one piece, as its publish sent them). Returns the URL (None if another worker already finished it, or a cancel
-        won) and whether this call ended it as cancelled."""
+        one piece, as its publish sent them; ``ack``: the entry whose segment finished it, acked with the end). Returns
+        the URL (None if another worker already finished it, or a cancel won) and whether this call ended it as
+        cancelled."""
         from pipeline.audio import CONTENT_TYPES, encode_pcm16
 
         pcm, duration, timed = self.assemble(job, output)
@@ -202,7 +206,7 @@ class Publisher:
         words = json.dumps([w.to_dict() for w in timed], ensure_ascii=False)
         # Beside the audio, for whoever joins stored jobs later (a book's chapter captions).
         self.storage.put(words_key(job.job_id), words.encode("utf-8"), "application/json")
-        won = self.finish(job.job_id, "done", info, drop_work=True, url=url, key=key, duration=round(duration, 4),
+        won = self.finish(job.job_id, "done", info, drop_work=True, ack=ack, url=url, key=key, duration=round(duration, 4),
                           finished=time.time(), done=job.total, info=json.dumps(info, ensure_ascii=False), words=words)
         if won == 2:
             log.info("job %s was cancelled while it finished", job.job_id)
@@ -211,11 +215,13 @@ class Publisher:
             log.info("job %s done: %.2f s of audio in %.2f s -> %s", job.job_id, duration, time.time() - job.created, url)
         return (url if won else None), False
 
-    def finish(self, job_id: str, state: str, final_info: dict[str, Any], *, drop_work: bool = False, **status: Any) -> int:
+    def finish(self, job_id: str, state: str, final_info: dict[str, Any], *, drop_work: bool = False,
+               ack: Sequence[Entry] = (), **status: Any) -> int:
         """Write the end state and the one final record of a job: 1 as asked, 2 if a cancel won the race,
-        0 if the job had ended already. ``drop_work``: with it, delete what the job keeps only while it runs."""
+        0 if the job had ended already. ``drop_work``: with it, delete what the job keeps only while it runs; ``ack``:
+        queue entries acked in the same step, whatever the answer."""
         return self.broker.finalize(job_id, state, final_info, maxlen=self.maxlen, ttl_s=self.ttl, drop_work=drop_work,
-                                    **status)
+                                    ack=ack, **status)
 
     def fail(self, job_id: str, code: str, message: str, state: str = "failed") -> int:
         info = {"code": code, "message": message}

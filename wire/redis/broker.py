@@ -31,9 +31,10 @@ from wire.redis import lua, lua_admission
 from wire.redis.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from wire.redis.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
+from wire.queue import Entry
 from wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from wire.redis.connect import connect, master_address
-from wire.redis.consumer import IdleGate, RedisConsumer
+from wire.redis.consumer import IdleGate, RedisConsumer, ack_args
 from wire.redis.errors import raises_wire_errors
 from wire.redis.steps import Command, Replicated, Script, Transaction
 from wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
@@ -276,14 +277,14 @@ class RedisBroker:
         return parts_output(self.r.hgetall(self.keys.parts(job_id)))
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 drop_work: bool = False, **status: Any) -> int:
-        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s,
-                           self.keys.prefix, job_id, time.time()]
-        for k, v in status.items():
-            argv += [k, v]
+                 drop_work: bool = False, ack: Sequence[Entry] = (), **status: Any) -> int:
         k = self.keys
+        argv: list[Any] = [state, final_record(state, final_info), final_record("cancelled", CANCELLED_INFO), maxlen, ttl_s,
+                           k.prefix, job_id, time.time(), len(ack), GROUP, *ack_args(k, ack)]
+        for name, v in status.items():
+            argv += [name, v]
         work = [k.parts(job_id), k.frames(job_id)] if drop_work else []
-        return int(self.send(Script(FINALIZE, [k.status(job_id), k.results(job_id), *work], argv)))
+        return int(self.send(Script(FINALIZE, [k.status(job_id), k.results(job_id), *[e.stream for e in ack], *work], argv)))
 
     # -- admin --------------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from wire.broker import JobBroker, run_blocking
-from wire.keys import GROUP
+from wire.keys import GROUP, Keys
 from wire.queue import Entry, Head, head_of, parse_entry
 from wire.records import text_of
 from wire.redis.errors import raises_wire_errors
@@ -165,10 +165,7 @@ class RedisConsumer:
         even if redelivered). One script call for all of them (``lua.ACK``)."""
         if not entries:
             return
-        argv: list[object] = [GROUP]
-        for e in entries:
-            argv += [e.entry_id, self.broker.keys.backlog(e.job.lane) if e.job is not None else "", e.job.est_s if e.job else 0]
-        self.broker.send(Script(ACK, [e.stream for e in entries], argv))
+        self.broker.send(Script(ACK, [e.stream for e in entries], [GROUP, *ack_args(self.broker.keys, entries)]))
 
     def reclaim(self, min_idle_ms: int, count: int = 16, keep: Collection[tuple[str, str]] = ()) -> list[Entry]:
         """Entries another consumer took and left idle (it died): take them over, with delivery counts; none of
@@ -253,6 +250,15 @@ class RedisConsumer:
                     self.r.xgroup_delconsumer(stream, GROUP, self.name)
             except redis.RedisError:
                 pass
+
+
+def ack_args(keys: Keys, entries: Sequence[Entry]) -> list[object]:
+    """The arguments ``lua.ack_entries`` takes per entry: its id, its lane's backlog hash ('' for an entry that never
+    parsed) and its predicted seconds (what its ack takes off the lane's counters)."""
+    out: list[object] = []
+    for e in entries:
+        out += [e.entry_id, keys.backlog(e.job.lane) if e.job is not None else "", e.job.est_s if e.job else 0]
+    return out
 
 
 def _pairs(flat: list[Any]) -> dict[Any, Any]:

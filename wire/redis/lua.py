@@ -187,8 +187,8 @@ local function publish(k, at)
     whole = total > 0 and done >= total
   end
   if #parts > 0 then redis.call('HSET', k_parts, unpack(parts)) end
-  -- the first segment done: the parts expire, unless that ended the job (FINALIZE deletes them before the entry that
-  -- ended it is acked: a reclaim of that entry ends the job, and deletes them, again)
+  -- the first segment done: the parts expire, unless that ended the job (FINALIZE deletes them, and acks the entry that
+  -- ended it, in one step; an end that failed before it leaves the entry to a reclaim, which ends the job again)
   if counted and done == 1 and not whole then redis.call('EXPIRE', k_parts, ttl) end
   -- the job is whole: the caller reads its parts with a plain HGETALL (not here: every byte read into a script
   -- becomes a Lua string, hashed whole, about 1.2 us per KB), or, a job of this piece alone, has them (what it sent)
@@ -209,43 +209,51 @@ end
 return out
 """
 
-# KEYS: the entries' queue streams, one per entry. ARGV: the group, then per entry its id, its lane's backlog hash
-# key ('' for an entry that never parsed) and its predicted seconds. Acks each entry (one XACK each: its reply says
-# whether that entry counted) and deletes them, one XDEL per stream (the group is the only reader: a finished entry
-# would otherwise stay for ever); those whose XACK counted leave their lane's counters, all of them and those in its
-# bucket streams (q), once even if redelivered. Never below zero (entries written around the SDK). Returns how many
-# XACKs counted.
-ACK = """
-local group = ARGV[1]
-local tally, lanes, acked, gone, streams = {}, {}, 0, {}, {}
-for i, stream in ipairs(KEYS) do
-  local id, backlog, est = ARGV[3 * i - 1], ARGV[3 * i], tonumber(ARGV[3 * i + 1]) or 0
-  local n = redis.call('XACK', stream, group, id)
-  if not gone[stream] then
-    gone[stream] = {}
-    streams[#streams + 1] = stream
-  end
-  table.insert(gone[stream], id)
-  acked = acked + n
-  if n == 1 and backlog ~= '' then
-    if not tally[backlog] then
-      tally[backlog] = {0, 0}
-      lanes[#lanes + 1] = backlog
+# Entries acked, a step of its own (``ACK``) or the end of the job whose last segment they carry (``FINALIZE``):
+# ``ack_entries(group, keys, args, at)`` over ``keys`` (the entries' queue streams, one per entry) and, from ``args[at]``,
+# per entry its id, its lane's backlog hash key ('' for an entry that never parsed) and its predicted seconds. Acks each
+# entry (one XACK each: its reply says whether that entry counted) and deletes them, one XDEL per stream (the group is
+# the only reader: a finished entry would otherwise stay for ever); those whose XACK counted leave their lane's
+# counters, all of them and those in its bucket streams (q), once even if redelivered. Never below zero (entries
+# written around the SDK). Returns how many XACKs counted.
+ACK_FUNCTIONS = """
+local function ack_entries(group, keys, args, at)
+  local tally, lanes, acked, gone, streams = {}, {}, 0, {}, {}
+  for i, stream in ipairs(keys) do
+    local id, backlog, est = args[at + 3 * i - 3], args[at + 3 * i - 2], tonumber(args[at + 3 * i - 1]) or 0
+    local n = redis.call('XACK', stream, group, id)
+    if not gone[stream] then
+      gone[stream] = {}
+      streams[#streams + 1] = stream
     end
-    tally[backlog][1] = tally[backlog][1] + 1
-    tally[backlog][2] = tally[backlog][2] + est
+    table.insert(gone[stream], id)
+    acked = acked + n
+    if n == 1 and backlog ~= '' then
+      if not tally[backlog] then
+        tally[backlog] = {0, 0}
+        lanes[#lanes + 1] = backlog
+      end
+      tally[backlog][1] = tally[backlog][1] + 1
+      tally[backlog][2] = tally[backlog][2] + est
+    end
   end
+  for _, stream in ipairs(streams) do redis.call('XDEL', stream, unpack(gone[stream])) end
+  for _, backlog in ipairs(lanes) do
+    local now = redis.call('HMGET', backlog, 'n', 's', 'q')
+    local count, seconds = tally[backlog][1], tally[backlog][2]
+    local n = tonumber(now[1] or '0') - count
+    local s = tonumber(now[2] or '0') - seconds
+    local q = tonumber(now[3] or '0') - count
+    redis.call('HSET', backlog, 'n', math.max(n, 0), 's', math.max(s, 0), 'q', math.max(q, 0))
+  end
+  return acked
 end
-for _, stream in ipairs(streams) do redis.call('XDEL', stream, unpack(gone[stream])) end
-for _, backlog in ipairs(lanes) do
-  local now = redis.call('HMGET', backlog, 'n', 's', 'q')
-  local count, seconds = tally[backlog][1], tally[backlog][2]
-  local n = tonumber(now[1] or '0') - count
-  local s = tonumber(now[2] or '0') - seconds
-  local q = tonumber(now[3] or '0') - count
-  redis.call('HSET', backlog, 'n', math.max(n, 0), 's', math.max(s, 0), 'q', math.max(q, 0))
-end
-return acked
+"""
+
+# KEYS: the entries' queue streams, one per entry. ARGV: the group, then per entry its id, its lane's backlog hash key
+# and its predicted seconds (``ack_entries``).
+ACK = ACK_FUNCTIONS + """
+return ack_entries(ARGV[1], KEYS, ARGV, 2)
 """
 
 # KEYS: status, results, parts, stream, lane backlog. ARGV: force, ttl, v, job json, max_n, max_s,
@@ -271,15 +279,19 @@ redis.call('HINCRBY', KEYS[5], 'q', 1)
 return 'submitted'
 """
 
-# KEYS: status, results, then what the job keeps only while it runs, deleted when this ends it (parts, frames; none
-# to keep them). ARGV: state, the final record and the one to write instead if a client's cancel
+# KEYS: status, results, the queue streams of the entries acked with the end (ARGV[9] of them: the entry whose segment
+# ended the job, acked in the same step), then what the job keeps only while it runs, deleted when this ends it
+# (parts, frames; none to keep them). ARGV: state, the final record and the one to write instead if a client's cancel
 # won the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, the time,
-# then field/value pairs for status. A client's cancel wins over a finish that races it: the job then ends cancelled,
-# whatever was made. A job that ends otherwise than done drops its staged segments. The results stream keeps a TTL
+# how many entries to ack, the group, per entry its id, backlog key and predicted seconds (``ack_entries``), then
+# field/value pairs for status. The entries are acked whatever the end finds (a job that ended already too). A
+# client's cancel wins over a finish that races it: the job then ends cancelled, whatever was made. A job that ends otherwise than done drops its staged segments. The results stream keeps a TTL
 # after the end: set here unless the expiry the first chunk set ('results_expire', RESULTS_SLACK_S past the TTL)
 # still covers it with half the slack to spare (workers' clocks may differ). The final record counts in the status's
 # 'results_entries' (see PUBLISH_PIECES).
-FINALIZE = ADMISSION_FUNCTIONS + """
+FINALIZE = ADMISSION_FUNCTIONS + ACK_FUNCTIONS + """
+local acks = tonumber(ARGV[9])
+if acks > 0 then ack_entries(ARGV[10], {unpack(KEYS, 3, 2 + acks)}, ARGV, 11) end
 local now = redis.call('HMGET', KEYS[1], 'final', 'state', 'lane', 'results_expire', 'results_entries')
 if now[1] then return 0 end  -- ended already ('final' is written below: read and write are one step in a script)
 local state, record = ARGV[1], ARGV[2]
@@ -291,7 +303,7 @@ if now[2] == 'cancelled' and state ~= 'cancelled' then
   redis.call('HSET', KEYS[1], 'final', '1', 'results_entries', entries)
 else
   local status = {}
-  for i = 9, #ARGV do status[#status + 1] = ARGV[i] end
+  for i = 11 + 3 * acks, #ARGV do status[#status + 1] = ARGV[i] end
   redis.call('HSET', KEYS[1], 'final', '1', 'state', state, 'results_entries', entries, unpack(status))
 end
 if state ~= 'done' and lane then drop_staged(ARGV[6], ARGV[7], lane) end
@@ -300,7 +312,7 @@ local expires = tonumber(now[4] or '')
 if not expires or expires < tonumber(ARGV[8]) + tonumber(ARGV[5]) + """ + str(RESULTS_SLACK_S // 2) + """ then
   redis.call('EXPIRE', KEYS[2], ARGV[5])
 end
-if #KEYS > 2 then redis.call('DEL', unpack(KEYS, 3)) end
+if #KEYS > 2 + acks then redis.call('DEL', unpack(KEYS, 3 + acks)) end
 if state == 'cancelled' and ARGV[1] ~= 'cancelled' then return 2 end
 return 1
 """

@@ -28,11 +28,12 @@ from wire.backlog import admitted_status, check_admitted, limits
 from wire.broker import Op
 from wire.keys import LANES, STATES_FINAL, Keys
 from wire.pieces import ClaimReply, Piece, PieceReply, parts_output
+from wire.queue import Entry
 from wire.records import (CANCELLED_INFO, ENTRY, FINAL, RESULTS_SLACK_S, DeadLetter, SegmentJob, final_fields,
                           parse_dead_letter, text_of)
 from wire.snapshot import BucketState, LaneBacklog, QueueSnapshot
 from wire.status import JobStatus
-from wire.stub.consumer import StubConsumer
+from wire.stub.consumer import StubConsumer, ack_entries
 from wire.stub.store import Store, Stream, b, id_of, num
 
 if TYPE_CHECKING:
@@ -424,9 +425,10 @@ class StubBroker:
             return parts_output(dict(self.store.hash(self.keys.parts(job_id))))
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
-                 drop_work: bool = False, **status: Any) -> int:
+                 drop_work: bool = False, ack: Sequence[Entry] = (), **status: Any) -> int:
         st, k = self.store, self.keys
         with st.lock:
+            ack_entries(st, k, ack)
             key = k.status(job_id)
             h = dict(st.hash(key))
             if b"final" in h:

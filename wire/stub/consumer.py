@@ -80,18 +80,8 @@ class StubConsumer:
         once even if redelivered, never below zero."""
         if not entries:
             return
-        store, tally = self.store, {}
-        with store.lock:
-            for e in entries:
-                if store.ack(e.stream, e.entry_id) and e.job is not None:
-                    count, seconds = tally.get(e.job.lane, (0, 0.0))
-                    tally[e.job.lane] = (count + 1, seconds + e.job.est_s)
-                store.xdel(e.stream, e.entry_id)
-            for lane, (count, seconds) in tally.items():
-                key = self.keys.backlog(lane)
-                h = store.hash(key)
-                store.hset(key, {"n": max(num(h.get(b"n")) - count, 0), "s": max(num(h.get(b"s")) - seconds, 0),
-                                 "q": max(num(h.get(b"q")) - count, 0)})
+        with self.store.lock:
+            ack_entries(self.store, self.keys, entries)
 
     def reclaim(self, min_idle_ms: int, count: int = 16, keep: Collection[tuple[str, str]] = ()) -> list[Entry]:
         """Entries another consumer took and left idle that long, none of ``keep``: taken over, each delivery
@@ -159,3 +149,17 @@ class StubConsumer:
                 if group is not None and not any(p.consumer == self.name for p in group.pending.values()):
                     group.consumers.pop(self.name, None)
 
+
+def ack_entries(store: Store, keys: Keys, entries: Sequence[Entry]) -> None:
+    """``StubConsumer.ack``'s step, the store's lock held (``StubBroker.finalize`` acks with a job's end too)."""
+    tally: dict[str, tuple[int, float]] = {}
+    for e in entries:
+        if store.ack(e.stream, e.entry_id) and e.job is not None:
+            count, seconds = tally.get(e.job.lane, (0, 0.0))
+            tally[e.job.lane] = (count + 1, seconds + e.job.est_s)
+        store.xdel(e.stream, e.entry_id)
+    for lane, (count, seconds) in tally.items():
+        key = keys.backlog(lane)
+        h = store.hash(key)
+        store.hset(key, {"n": max(num(h.get(b"n")) - count, 0), "s": max(num(h.get(b"s")) - seconds, 0),
+                         "q": max(num(h.get(b"q")) - count, 0)})
