@@ -362,6 +362,12 @@ def test_a_job_of_one_piece_gets_its_output_back_and_its_end_is_written_once(far
     run_blocking(broker, broker.admit(submission(settings, job), settings.queue))
     (reply,) = broker.publish_pieces([piece(job, 0, 0, b"\5\0" * 400, end=True)], maxlen=100, ttl_s=60)
     assert reply.done == reply.total == 1 and reply.output == ({0: b"\5\0" * 400}, {0: [["w"]]})
+    # what a redo that ends the job again reads (its worker died before the end): the same, from the results stream,
+    # and not the redo's own audio (its piece is a repeat: not written, its end not counted)
+    assert broker.job_output(job) == reply.output and reply.counted
+    (redo,) = broker.publish_pieces([piece(job, 0, 0, b"\6\0" * 400, end=True, attempt="a2")], maxlen=100, ttl_s=60)
+    assert redo.written and not redo.counted and redo.output is None and redo.done == 1
+    assert broker.job_output(job) == reply.output
     assert broker.finalize(job, "done", {"duration": 0.025}, maxlen=100, ttl_s=60, drop_work=True, duration=0.025) == 1
     assert broker.finalize(job, "failed", {}, maxlen=100, ttl_s=60) == 0
     st = status(broker, job)

@@ -30,6 +30,7 @@ from wire.broker import Broker, JobBroker, Op, advance, run_blocking
 from wire.connect import connect
 from wire.errors import JOB_ID_CONFLICT, BrokerUnavailable, JobError, TransientError
 from wire.keys import Keys
+from wire.records import text_of
 from wire.redis.broker import RedisBroker
 from wire.redis.lua_admission import CANCEL
 from wire.redis.steps import Script
@@ -465,9 +466,10 @@ def test_a_dead_letter_two_operators_read_is_requeued_once(r: redis.Redis) -> No
 
 
 def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
-    """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back, and it
-    equals what the parts hash holds. A job of two pieces is read by its finisher with a plain HGETALL: the publish
-    script reads no parts (every byte a script reads becomes a Lua string, hashed whole)."""
+    """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back, and its
+    PCM is not copied into the parts hash (the results stream holds it: ``job_output``, for a redo that ends the job
+    again, reads it there and gets the same). A job of two pieces is read by its finisher with a plain HGETALL: the
+    publish script reads no parts (every byte a script reads becomes a Lua string, hashed whole)."""
     broker = RedisBroker(r, Keys("one"))
 
     def hgetalls() -> int:
@@ -479,6 +481,8 @@ def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
         replies = broker.publish_pieces([_piece(job, "w1/1", i, bytes([i + 1, 0]) * 4, end=i == n - 1) for i in range(n)],
                                         maxlen=100, ttl_s=60)
         assert hgetalls() == before and replies[-1].done == replies[-1].total == 1
+        copied = sorted(text_of(k) for k in r.hkeys(broker.keys.parts(job)))
+        assert copied == (["words:0"] if n == 1 else ["0:0", "0:1", "words:0"]), copied
         stored = broker.job_output(job)
         assert stored[0] == {0: b"".join(bytes([i + 1, 0]) * 4 for i in range(n))}
         assert replies[-1].output == (stored if n == 1 else None)

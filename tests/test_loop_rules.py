@@ -17,6 +17,7 @@ import itertools
 import threading
 import time
 import uuid
+import wave
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from wire.connect import connect
 from wire.keys import Keys
 from wire.pieces import Piece, PieceReply
 from wire.queue import Entry, Head
-from wire.records import SegmentJob, Submission
+from wire.records import SegmentJob, Submission, record_type
 from wire.settings import Settings, load_settings
 from workers.context import LoopContext, LoopHooks
 from workers.events import JobEvents
@@ -191,6 +192,10 @@ def entry(loop: InferenceLoop, lane: str, text: str, *, segments: int = 1) -> En
     taken = hand.claim(hand.streams[0], 100)
     (e,) = [x for x in taken if x.job is not None and x.job.job_id == job_id and x.job.seg == segments - 1]
     return e
+
+
+def status_of(loop: InferenceLoop, job_id: str) -> Any:
+    return run_blocking(loop.ctx.broker, loop.ctx.broker.job_status(job_id))
 
 
 def job_of(e: Entry) -> str:
@@ -349,6 +354,43 @@ def test_a_finished_job_is_stored_while_the_loop_goes_on(make_loop: Any, tmp_pat
     assert sum(b.pending + b.length for b in snapshot.buckets) == 0  # acked and deleted where the queue is, not only asked
     assert snapshot.backlog["interactive"].segments == 0  # and off the lane's backlog
     assert (tmp_path / "store").exists() and loop.ctx.finisher.describe()["done"] == (2 if threads else 0)
+
+
+class FailingOnceStorage:
+    """Local storage whose first put fails (an outage the end does not wait out): the end leaves its entry unacked."""
+
+    def __init__(self, root: Path) -> None:
+        from wire.storage import LocalStorage
+
+        self.local, self.failed = LocalStorage(root), False
+
+    def put(self, key: str, data: bytes, content_type: str) -> str:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the storage is down")
+        return self.local.put(key, data, content_type)
+
+
+def test_a_job_whose_end_failed_is_ended_by_the_redo_with_the_audio_its_listener_heard(make_loop: Any,
+                                                                                      tmp_path: Path) -> None:
+    """A job of one piece (its PCM kept in its results stream only): its end fails, the entry is left unacked, a
+    reclaim redoes the segment (nothing of it written again) and ends the job; the stored audio is what the results
+    stream carried."""
+    storage = FailingOnceStorage(tmp_path / "store")
+    loop = make_loop(storage=storage, queue_finisher_threads="1", streaming_windowed="false", queue_claim_idle_ms="200")
+    job = queued(loop, "interactive", "The first job has one short sentence.")
+    deadline = time.monotonic() + 30
+    while status_of(loop, job).state != "done" and time.monotonic() < deadline:
+        loop.claimer.housekeeping(loop.in_flight())  # as the loop runs them (``InferenceLoop.run``): reclaims too
+        loop.scheduler.step()
+        time.sleep(0.05)
+    assert storage.failed and status_of(loop, job).state == "done"
+    assert loop.ctx.finisher.close(timeout=30)
+    assert loop.ctx.broker.finished.count(job) == 1 and loop.ctx.broker.pieces == 2  # the redo wrote nothing
+    records = run_blocking(loop.ctx.broker, loop.ctx.broker.read_results(job, "0-0", 100, 0))
+    heard = b"".join(bytes(f[b"pcm"]) for _, f in records if record_type(f) == "chunk")
+    with wave.open(str(tmp_path / "store" / job / "audio.wav")) as stored:
+        assert heard and stored.readframes(stored.getnframes()) == heard
 
 
 def test_a_full_finisher_hands_the_end_back_and_close_waits_for_the_pending() -> None:

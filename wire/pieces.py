@@ -4,11 +4,11 @@ its segment's end, a streamed segment's claim on its attempt, and what the store
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wire.records import text_of
+from wire.records import CHUNK, chunk_parts, record_type, text_of
 
 if TYPE_CHECKING:
     from wire.admission import Admission
@@ -89,6 +89,8 @@ class PieceReply:
     # one piece): its parts and words, as sent; a longer job's are read by whoever ends it (``job_output``)
     written: bool = True
     claim: ClaimReply | None = None  # the piece carried a claim that another attempt held before it
+    counted: bool = True  # its segment's end counted here (False: an earlier attempt's did; what readers heard of the
+    # segment is that attempt's, read with ``job_output``, not this attempt's own audio)
 
 
 def parts_output(fields: Mapping[Any, bytes]) -> tuple[dict[int, bytes], dict[int, Any]]:
@@ -104,3 +106,17 @@ def parts_output(fields: Mapping[Any, bytes]) -> tuple[dict[int, bytes], dict[in
             by_seg.setdefault(int(name), []).append((int(rest or 0), value))
     parts = {seg: b"".join(pcm for _, pcm in sorted(found)) for seg, found in by_seg.items()}
     return parts, words
+
+
+def stream_pcm(records: Iterable[Mapping[Any, Any]]) -> dict[int, bytes]:
+    """Each segment's PCM as a job's results stream holds it (its chunk records joined in part order, the first copy of
+    a part kept): the output of a job that was one piece, whose PCM the parts hash does not copy (``PUBLISH_PIECES``)."""
+    by_seg: dict[int, dict[int, bytes]] = {}
+    for raw in records:
+        if record_type(raw) != CHUNK:
+            continue
+        fields = {text_of(k): v for k, v in raw.items()}
+        seg = by_seg.setdefault(int(text_of(fields["seg"])), {})
+        for part, pcm, _, _ in chunk_parts(fields):
+            seg.setdefault(part, pcm)
+    return {n: b"".join(pcm for _, pcm in sorted(parts.items())) for n, parts in by_seg.items()}

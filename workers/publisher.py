@@ -237,7 +237,8 @@ def _content_type(types: dict[str, str], job: SegmentJob) -> str:
 
 
 def _kept_output(seg: SegmentProgress, reply: PieceReply) -> tuple[dict[int, bytes], dict[int, Any]] | None:
-    """A one-segment job that this piece ended, every piece of it published by this process: its output as sent."""
-    if seg.kept is None or seg.job.total != 1 or reply.done < 1:
+    """A one-segment job that this piece ended, every piece of it published by this process: its output as sent. Not
+    a redo's (an earlier attempt's end counted): its readers heard that attempt's pieces, kept where it stored them."""
+    if seg.kept is None or seg.job.total != 1 or reply.done < 1 or not reply.counted:
         return None
     return {seg.job.seg: b"".join(seg.kept)}, {seg.job.seg: seg.words}

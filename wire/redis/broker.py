@@ -26,7 +26,7 @@ from wire.backlog import admit_args, check_admitted, limits
 from wire.broker import Op
 from wire.errors import BrokerUnavailable
 from wire.keys import GROUP, LANES, Keys
-from wire.pieces import ClaimReply, Piece, PieceReply, parts_output
+from wire.pieces import ClaimReply, Piece, PieceReply, parts_output, stream_pcm
 from wire.redis import lua, lua_admission
 from wire.redis.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
@@ -258,7 +258,8 @@ class RedisBroker:
             # a job of this one piece: its output is what was sent; a longer one's parts the finisher reads (job_output)
             output = _sent_output(p) if int(ended) == 2 else None
             out.append(PieceReply(*clock, state=state) if p.end is None else
-                       PieceReply(*clock, done=int(done), state=state, total=int(total or 0), output=output))
+                       PieceReply(*clock, done=int(done), state=state, total=int(total or 0), output=output,
+                                  counted=int(ended) != 3))
         return out
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
@@ -274,7 +275,10 @@ class RedisBroker:
         self.r.xadd(self.keys.dead_letters(), dict(record), maxlen=100_000, approximate=True)
 
     def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
-        return parts_output(self.r.hgetall(self.keys.parts(job_id)))
+        by_seg, words = parts_output(self.r.hgetall(self.keys.parts(job_id)))
+        if set(words) - set(by_seg):  # a job of one piece keeps its PCM in its results stream only
+            by_seg = {**stream_pcm(f for _, f in self.r.xrange(self.keys.results(job_id))), **by_seg}
+        return by_seg, words
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  drop_work: bool = False, ack: Sequence[Entry] = (), **status: Any) -> int:

@@ -96,8 +96,9 @@ return {ids, lag, heads}
 # them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece
 # {first_chunk, delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once
 # closed), 1 when this ended the job's last segment (its parts are read by the caller, outside the script), 2 when
-# the job is this one piece (its parts are what was sent), then 1 written (0: the job had
-# ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay record, frames ('' if none, or once the
+# the job is this one piece (its parts are what was sent; its PCM is not copied into the parts hash: the results stream
+# holds it), 3 when the job's last segment was ended before (a redo: the parts an earlier attempt left are read), then
+# 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay record, frames ('' if none, or once the
 # segment ended), windows published, 1 once the segment was published whole}
 # (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
@@ -186,17 +187,22 @@ local function publish(k, at)
     if total == 0 then total = tonumber(st[3] or '0') or 0 end
     whole = total > 0 and done >= total
   end
+  -- the job is whole: the caller reads its parts with a plain HGETALL (not here: every byte read into a script
+  -- becomes a Lua string, hashed whole, about 1.2 us per KB), or, a job of this piece alone, has them (what it sent):
+  -- its PCM is then not copied into the parts (the results stream holds it, for a redo that ends the job again)
+  if whole and counted and total == 1 and piece == 0 and parts[1] == seg .. ':0' then
+    output = 2
+    table.remove(parts, 1)
+    table.remove(parts, 1)
+  elseif whole and counted then
+    output = 1
+  elseif whole then  -- an earlier attempt's end counted (this is a redo): what readers heard is what that one stored
+    output = 3
+  end
   if #parts > 0 then redis.call('HSET', k_parts, unpack(parts)) end
   -- the first segment done: the parts expire, unless that ended the job (FINALIZE deletes them, and acks the entry that
   -- ended it, in one step; an end that failed before it leaves the entry to a reclaim, which ends the job again)
   if counted and done == 1 and not whole then redis.call('EXPIRE', k_parts, ttl) end
-  -- the job is whole: the caller reads its parts with a plain HGETALL (not here: every byte read into a script
-  -- becomes a Lua string, hashed whole, about 1.2 us per KB), or, a job of this piece alone, has them (what it sent)
-  if whole and counted and total == 1 and piece == 0 and parts[1] then
-    output = 2
-  elseif whole then
-    output = 1
-  end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
   return {first or '', delivered, done, state, st[3] or '0', output, 1, '', '', '', 0, 0}, at + 9

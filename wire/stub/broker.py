@@ -27,7 +27,7 @@ from wire.admission import Admission, admitted_at_submit
 from wire.backlog import admitted_status, check_admitted, limits
 from wire.broker import Op
 from wire.keys import LANES, STATES_FINAL, Keys
-from wire.pieces import ClaimReply, Piece, PieceReply, parts_output
+from wire.pieces import ClaimReply, Piece, PieceReply, parts_output, stream_pcm
 from wire.queue import Entry
 from wire.records import (CANCELLED_INFO, ENTRY, FINAL, RESULTS_SLACK_S, DeadLetter, SegmentJob, final_fields,
                           parse_dead_letter, text_of)
@@ -326,19 +326,21 @@ class StubBroker:
         if p.end is not None:
             total = p.total or int(num(h.get(b"total")))  # an appended job's records say 0 until it is closed
             whole = total > 0 and done >= total
-        st.hset(k.parts(p.job_id), parts)
-        if counted and done == 1 and not whole:
-            st.expire(k.parts(p.job_id), ttl)
         output = None
         if whole and counted and total == 1 and p.piece == 0 and f"{seg}:0" in parts:
             output = ({seg: p.pcm}, {seg: json.loads(p.end.words_json)})  # type: ignore[union-attr]
+            del parts[f"{seg}:0"]  # the results stream holds it (``job_output`` reads it there)
+        st.hset(k.parts(p.job_id), parts)
+        if counted and done == 1 and not whole:
+            st.expire(k.parts(p.job_id), ttl)
         st.hset(key, status)
         if p.admission is not None:
             self._admit_next(p.job_id, now, p.admission.idle_ahead, ending=p.end is not None)
         clock = (num(first), delivered) if p.chunks else (0.0, 0.0)
         if p.end is None:
             return PieceReply(*clock, state=state)
-        return PieceReply(*clock, done=done, state=state, total=int(num(h.get(b"total"))), output=output)
+        return PieceReply(*clock, done=done, state=state, total=int(num(h.get(b"total"))), output=output,
+                          counted=counted or not whole)
 
     def admit_due(self, admission: Admission, limit: int = 64) -> int:
         with self.store.lock:
@@ -422,7 +424,11 @@ class StubBroker:
 
     def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
         with self.store.lock:
-            return parts_output(dict(self.store.hash(self.keys.parts(job_id))))
+            by_seg, words = parts_output(dict(self.store.hash(self.keys.parts(job_id))))
+            if set(words) - set(by_seg):
+                stream = self.store.stream(self.keys.results(job_id))
+                by_seg = {**stream_pcm(stream.entries.values() if stream is not None else ()), **by_seg}
+            return by_seg, words
 
     def finalize(self, job_id: str, state: str, final_info: Mapping[str, Any], /, *, maxlen: int, ttl_s: int,
                  drop_work: bool = False, ack: Sequence[Entry] = (), **status: Any) -> int:
