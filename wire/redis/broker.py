@@ -27,11 +27,11 @@ from wire.broker import Op
 from wire.errors import BrokerUnavailable
 from wire.keys import GROUP, LANES, Keys
 from wire.pieces import ClaimReply, Piece, PieceReply, parts_output, stream_pcm
+from wire.queue import Entry
 from wire.redis import lua, lua_admission
 from wire.redis.lua import (ENSURE_GROUPS, FINALIZE, PUBLISH_PIECES, REQUEUE_DEAD_LETTER,
                                START_SEGMENTS, SUBMIT_BOOK_SEGMENT)
 from wire.redis.lua_admission import ADMIT, ADMIT_DUE, APPEND_SEGMENTS, CANCEL, OPEN_JOB
-from wire.queue import Entry
 from wire.records import (CANCELLED_INFO, DeadLetter, SegmentJob, final_record, parse_dead_letter, text_of)
 from wire.redis.connect import connect, master_address
 from wire.redis.consumer import IdleGate, RedisConsumer, ack_args

@@ -98,8 +98,8 @@ return {ids, lag, heads}
 # closed), 1 when this ended the job's last segment (its parts are read by the caller, outside the script), 2 when
 # the job is this one piece (its parts are what was sent; its PCM is not copied into the parts hash: the results stream
 # holds it), 3 when the job's last segment was ended before (a redo: the parts an earlier attempt left are read), then
-# 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay record, frames ('' if none, or once the
-# segment ended), windows published, 1 once the segment was published whole}
+# 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay record, frames
+# ('' if none, or once the segment ended), windows published, 1 once the segment was published whole}
 # (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
 local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
@@ -291,9 +291,10 @@ return 'submitted'
 # won the race (each the flat JSON list of ``records.final_record``), results maxlen, ttl, prefix, job id, the time,
 # how many entries to ack, the group, per entry its id, backlog key and predicted seconds (``ack_entries``), then
 # field/value pairs for status. The entries are acked whatever the end finds (a job that ended already too). A
-# client's cancel wins over a finish that races it: the job then ends cancelled, whatever was made. A job that ends otherwise than done drops its staged segments. The results stream keeps a TTL
-# after the end: set here unless the expiry the first chunk set ('results_expire', RESULTS_SLACK_S past the TTL)
-# still covers it with half the slack to spare (workers' clocks may differ). The final record counts in the status's
+# client's cancel wins over a finish that races it: the job then ends cancelled, whatever was made. A job that ends
+# otherwise than done drops its staged segments. The results stream keeps a TTL after the end: set here unless the
+# expiry the first chunk set ('results_expire', RESULTS_SLACK_S past the TTL) still covers it with half the slack to
+# spare (workers' clocks may differ). The final record counts in the status's
 # 'results_entries' (see PUBLISH_PIECES).
 FINALIZE = ADMISSION_FUNCTIONS + ACK_FUNCTIONS + """
 local acks = tonumber(ARGV[9])
