@@ -376,6 +376,20 @@ def test_a_job_of_one_piece_gets_its_output_back_and_its_end_is_written_once(far
     assert broker.job_output(job) == ({}, {})  # its work was dropped with its end
 
 
+def test_a_one_segment_job_keeps_its_pieces_in_its_results_stream_only(farm: tuple[Broker, Settings]) -> None:
+    """Pieces published without a parts copy (``Piece.copy``: the job is this one segment) are read back from the
+    results stream, joined in order, with the words the segment's end wrote."""
+    broker, settings = farm
+    (job,) = job_ids(1)
+    run_blocking(broker, broker.admit(submission(settings, job), settings.queue))
+    first, last = (dataclasses.replace(piece(job, 0, 0, b"\1\0" * 300), copy=False),
+                   dataclasses.replace(piece(job, 0, 1, b"\2\0" * 200, end=True), copy=False))
+    broker.publish_pieces([first], maxlen=100, ttl_s=60)
+    (reply,) = broker.publish_pieces([last], maxlen=100, ttl_s=60)
+    assert reply.done == reply.total == 1 and reply.counted and reply.output is None
+    assert broker.job_output(job) == ({0: b"\1\0" * 300 + b"\2\0" * 200}, {0: [["w"]]})
+
+
 def test_a_claim_held_by_another_attempt_writes_nothing_and_says_who_holds_it(farm: tuple[Broker, Settings]) -> None:
     broker, settings = farm
     (job,) = job_ids(1)

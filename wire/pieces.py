@@ -66,6 +66,8 @@ class Piece:
     admission: Admission | None = None
     total: int = 0  # the job's segments: the piece that ends its last one gets the job's output back
     claim: FrameClaim | None = None  # with an attempt's first piece of a streamed segment: its claim
+    copy: bool = True  # its PCM copied into the job's parts hash too; False: the job is this one segment and all its
+    # records stay in its results stream (no trimming reaches them), where ``job_output`` reads it when asked
 
     @property
     def pcm(self) -> bytes:
@@ -110,7 +112,7 @@ def parts_output(fields: Mapping[Any, bytes]) -> tuple[dict[int, bytes], dict[in
 
 def stream_pcm(records: Iterable[Mapping[Any, Any]]) -> dict[int, bytes]:
     """Each segment's PCM as a job's results stream holds it (its chunk records joined in part order, the first copy of
-    a part kept): the output of a job that was one piece, whose PCM the parts hash does not copy (``PUBLISH_PIECES``)."""
+    a part kept): the output of a job that is one segment, whose PCM the parts hash does not copy (``Piece.copy``)."""
     by_seg: dict[int, dict[int, bytes]] = {}
     for raw in records:
         if record_type(raw) != CHUNK:

@@ -42,6 +42,7 @@ class SegmentProgress:
     started: float = 0.0
     delivered_before_s: float = 0.0
     delivered_s: float = 0.0  # and with that piece
+    planned: int = 0  # the pieces it is cut into (its window plan; 1 published whole; 0 not known)
     # a one-segment job's PCM as this process published it, every piece from the first: its output when this ends the
     # job (no read of its parts back from Redis); None once a piece was not this process's own
     kept: list[bytes] | None = field(default_factory=list)
@@ -117,8 +118,8 @@ class Publisher:
                         words: list[Any] | None = None) -> SegmentOutcome:
         """Chunks of one finished segment, then its part for assembly, in one round trip. ``words``: the
         segment's wire words (``workers/timings.py``); each chunk carries those that end inside it."""
-        outcome = self.publish_piece(SegmentProgress(job, attempt, words=words or []), pcm, last=True, batch_id=batch_id,
-                                     worker=worker)
+        outcome = self.publish_piece(SegmentProgress(job, attempt, words=words or [], planned=1), pcm, last=True,
+                                     batch_id=batch_id, worker=worker)
         assert outcome is not None
         return outcome
 
@@ -152,7 +153,7 @@ class Publisher:
                 end = SegmentEnd(json.dumps(seg.words, ensure_ascii=False), batch_id, worker, open=job.total == 0,
                                  frames=seg.frames_stored)
             pieces.append(Piece(job.job_id, job.seg, chunks, seg.pieces, len(pcm) / 2 / job.sample_rate, end,
-                                self.admission if may_stage(job) else None, job.total, out.claim))
+                                self.admission if may_stage(job) else None, job.total, out.claim, _copies(seg, self.maxlen)))
             counts.append(len(parts))
         replies = self.broker.publish_pieces(pieces, maxlen=self.maxlen, ttl_s=self.ttl)
         results: list[PieceResult] = []
@@ -234,6 +235,13 @@ class Publisher:
 def _content_type(types: dict[str, str], job: SegmentJob) -> str:
     ctype = types.get(job.format, "application/octet-stream")
     return ctype.format(rate=job.sample_rate) if "{rate}" in ctype else ctype
+
+
+def _copies(seg: SegmentProgress, maxlen: int) -> bool:
+    """Whether a segment's pieces are copied into its job's parts hash for the job's assembly. Not for a job that is
+    this one segment whose records (its planned pieces and the final record) all fit its results stream untrimmed: its
+    worker ends it with the pieces it kept, and a redo that ends it reads them from that stream (``job_output``)."""
+    return not (seg.job.total == 1 and 0 < seg.planned and seg.planned + 1 <= maxlen)
 
 
 def _kept_output(seg: SegmentProgress, reply: PieceReply) -> tuple[dict[int, bytes], dict[int, Any]] | None:

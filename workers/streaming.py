@@ -166,8 +166,9 @@ class StreamingBatch:
         assert job is not None
         words = segment_words(job, ph, out.durations, hop=self.voice.hop, voice_rate=self.voice.sample_rate,
                               model_samples=int(out.frames.shape[0]) * self.voice.hop)
-        return Streamed(e, ph, out, plan, self.voice.windowed(e, out.frames, plan),
-                        SegmentProgress(job, tag, words=words, frames_stored=frames_stored),
+        item = self.voice.windowed(e, out.frames, plan)
+        return Streamed(e, ph, out, plan, item,
+                        SegmentProgress(job, tag, words=words, frames_stored=frames_stored, planned=len(item.windows)),
                         PcmFinisher(self.voice.sample_rate, job.sample_rate, job.pause_s), claim=claim, skip=skip)
 
     def _follow(self, s: Streamed, held: ClaimReply) -> Streamed | None:

@@ -241,7 +241,7 @@ class RedisBroker:
                 argv += [2 * len(fields), *[x for k, v in fields.items() for x in (k, memoryview(v) if k == "pcm" else v)]]
             argv += ([1, p.end.words_json, p.end.batch_id, p.end.worker, p.total, int(p.end.frames)] if p.end is not None else
                      [0, "", "", "", 0, 0])
-            argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else ""]
+            argv += [k.prefix, p.job_id, p.admission.idle_ahead if p.admission is not None else "", int(p.copy)]
         replies = iter(self.send(Script(PUBLISH_PIECES, keys, argv)) if todo else [])
         out = []
         for p in pieces:
@@ -276,7 +276,7 @@ class RedisBroker:
 
     def job_output(self, job_id: str) -> tuple[dict[int, bytes], dict[int, Any]]:
         by_seg, words = parts_output(self.r.hgetall(self.keys.parts(job_id)))
-        if set(words) - set(by_seg):  # a job of one piece keeps its PCM in its results stream only
+        if set(words) - set(by_seg):  # a job of one segment keeps its PCM in its results stream only
             by_seg = {**stream_pcm(f for _, f in self.r.xrange(self.keys.results(job_id))), **by_seg}
         return by_seg, words
 

@@ -78,7 +78,7 @@ return {ids, lag, heads}
 
 # Pieces of segments published, one after the other in one step (a window step's pieces): per piece its chunk record
 # (the piece's chunks in one entry), its PCM for the job's assembly (the record's pcm, in the parts hash under
-# 'seg:piece': the audio is sent once), the job's playback clock (a piece already there, by the segment's 'windows:seg'
+# 'seg:piece', unless the job is this one segment: the audio is sent once), the job's playback clock (a piece already there, by the segment's 'windows:seg'
 # count, is a repeat: its first copy stays and its chunks are not sent again), the entries the job's results stream was
 # ever given (the status's 'results_entries', with FINALIZE's final record; each record carries its number in 'entry',
 # so a reader tells by a gap what trimming took: ``producer.reader``), and with the segment's first end its
@@ -93,7 +93,9 @@ return {ids, lag, heads}
 # per piece: seg, piece (its index in the segment), seconds, chunks (records: 0 or 1), claim ('' for none), its frames
 # ('' for none), then per record the count of its field/value items and those items; then 1 with the segment's end
 # (else 0) and its words json, batch id, worker, the job's segment count, 1 if its claim stored frames (the end drops
-# them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged). Returns per piece
+# them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged); then 1 to copy the
+# piece's PCM into the parts hash (0: the job is this one segment, all its records kept in its results stream, where
+# ``job_output`` reads them; a job of one piece is never copied: its worker has what it sent). Returns per piece
 # {first_chunk, delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once
 # closed), 1 when this ended the job's last segment (its parts are read by the caller, outside the script), 2 when
 # the job is this one piece (its parts are what was sent; its PCM is not copied into the parts hash: the results stream
@@ -124,7 +126,7 @@ local function publish(k, at)
   local first, delivered, state = st[1], '', st[2] or ''
   local done, windows = tonumber(st[5] or '0') or 0, tonumber(st[7] or '0') or 0
   if final_state(state) then  -- the job ended (a client's cancel): nothing of it is written
-    return {first or '', st[4] or '0', done, state, st[3] or '0', 0, 0, '', '', '', 0, 0}, at + 9
+    return {first or '', st[4] or '0', done, state, st[3] or '0', 0, 0, '', '', '', 0, 0}, at + 10
   end
   local status, parts = {}, {}
   if claim ~= '' then
@@ -132,7 +134,7 @@ local function publish(k, at)
       local tag, held = string.match(st[8], '^(.*)|([^|]*)$')
       local ended, stored = 0, ''
       if st[6] then ended = 1 else stored = redis.call('HGET', k_frames, seg) or '' end
-      return {first or '', st[4] or '0', done, state, st[3] or '0', 0, 2, tag, held, stored, windows, ended}, at + 9
+      return {first or '', st[4] or '0', done, state, st[3] or '0', 0, 2, tag, held, stored, windows, ended}, at + 10
     end
     if not st[8] then
       status[1], status[2] = 'claim:' .. seg, claim
@@ -144,8 +146,9 @@ local function publish(k, at)
   end
   -- the first copy of a piece stays: a repeat (a step retried after a lost reply, or a reclaimed segment redone
   -- by its attempt) may differ in rounding, and readers keep the first copy they saw
-  if chunks > 0 and piece >= windows then
-    parts[1], parts[2] = seg .. ':' .. piece, table.concat(pcm)
+  local wrote = chunks > 0 and piece >= windows
+  if wrote then
+    if ARGV[at + 9] == '1' then parts[1], parts[2] = seg .. ':' .. piece, table.concat(pcm) end
     local entry = tonumber(st[9] or '0') or 0
     for c, fields in ipairs(records) do  -- each numbered: a reader tells by a gap what trimming took
       redis.call('XADD', k_results, 'MAXLEN', '~', maxlen, '*', 'entry', entry + c, unpack(fields))
@@ -190,10 +193,12 @@ local function publish(k, at)
   -- the job is whole: the caller reads its parts with a plain HGETALL (not here: every byte read into a script
   -- becomes a Lua string, hashed whole, about 1.2 us per KB), or, a job of this piece alone, has them (what it sent):
   -- its PCM is then not copied into the parts (the results stream holds it, for a redo that ends the job again)
-  if whole and counted and total == 1 and piece == 0 and parts[1] == seg .. ':0' then
+  if whole and counted and total == 1 and piece == 0 and wrote then
     output = 2
-    table.remove(parts, 1)
-    table.remove(parts, 1)
+    if parts[1] == seg .. ':0' then
+      table.remove(parts, 1)
+      table.remove(parts, 1)
+    end
   elseif whole and counted then
     output = 1
   elseif whole then  -- an earlier attempt's end counted (this is a redo): what readers heard is what that one stored
@@ -205,7 +210,7 @@ local function publish(k, at)
   if counted and done == 1 and not whole then redis.call('EXPIRE', k_parts, ttl) end
   if #status > 0 then redis.call('HSET', k_status, unpack(status)) end
   if ARGV[at + 8] ~= '' then admit_next(ARGV[at + 6], ARGV[at + 7], tonumber(now), tonumber(ARGV[at + 8]), ending) end
-  return {first or '', delivered, done, state, st[3] or '0', output, 1, '', '', '', 0, 0}, at + 9
+  return {first or '', delivered, done, state, st[3] or '0', output, 1, '', '', '', 0, 0}, at + 10
 end
 
 local out, at = {}, 4

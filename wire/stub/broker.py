@@ -299,8 +299,10 @@ class StubBroker:
                     st.hset(k.frames(p.job_id), {str(seg): p.claim.frames})
                     st.expire(k.frames(p.job_id), ttl)
         delivered = num(h.get(b"delivered_s"))
-        if p.chunks and p.piece >= windows:  # the first copy of a piece stays
-            parts[f"{seg}:{p.piece}"] = p.pcm
+        wrote = bool(p.chunks) and p.piece >= windows  # the first copy of a piece stays
+        if wrote:
+            if p.copy:
+                parts[f"{seg}:{p.piece}"] = p.pcm
             entry = int(num(h.get(b"results_entries")))
             for c, fields in enumerate(p.chunks, 1):  # each numbered: a reader tells by a gap what trimming took
                 st.xadd(k.results(p.job_id), {ENTRY: entry + c, **fields}, maxlen=maxlen)
@@ -327,9 +329,9 @@ class StubBroker:
             total = p.total or int(num(h.get(b"total")))  # an appended job's records say 0 until it is closed
             whole = total > 0 and done >= total
         output = None
-        if whole and counted and total == 1 and p.piece == 0 and f"{seg}:0" in parts:
+        if whole and counted and total == 1 and p.piece == 0 and wrote:
             output = ({seg: p.pcm}, {seg: json.loads(p.end.words_json)})  # type: ignore[union-attr]
-            del parts[f"{seg}:0"]  # the results stream holds it (``job_output`` reads it there)
+            parts.pop(f"{seg}:0", None)  # the results stream holds it (``job_output`` reads it there)
         st.hset(k.parts(p.job_id), parts)
         if counted and done == 1 and not whole:
             st.expire(k.parts(p.job_id), ttl)
