@@ -101,11 +101,11 @@ class DeadlineScheduler:
             heads = c.heads(0 if busy else IDLE_BLOCK_MS, handover_wait=not busy)
         # the clocks of interactive jobs (bulk ones are due by their arrival): a held segment's job by what its last
         # publish found (its job's state too: a window of a job that ended meanwhile writes nothing and ends it there),
-        # the others read
+        # the others read; not a head's whose job's first segment it is (never delivered: no audio of it is out)
         own = _own_clocks(self.held)
         live = [x.entry for b in self.held for x in b.live]
         clocks = {**self._clocks([e.job.job_id for e in (*live, *carried) if e.job and e.job.lane == "interactive"]
-                                 + [h.job_id for h in heads if h.lane == "interactive"], known=own), **own}
+                                 + [h.job_id for h in heads if h.lane == "interactive" and h.seg > 0], known=own), **own}
 
         def playing(job_id: str) -> bool:
             return clocks.get(job_id, Clock()).started is not None
