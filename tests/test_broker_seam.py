@@ -247,12 +247,12 @@ def test_a_submit_gives_up_with_the_job_id_it_tried(backend: Settings) -> None:
 
 
 def _piece(job_id: str, attempt: str, n: int, pcm: bytes, *, end: bool = False, frames: bool = False,
-           claim: Any = None) -> Any:
+           claim: Any = None, copy: bool = True) -> Any:
     from wire.pieces import Piece, SegmentEnd
     from wire.records import chunk_fields
 
     return Piece(job_id, 0, [chunk_fields(0, n, end, attempt, 16000, pcm)], n, 0.1,
-                 end=SegmentEnd("[]", "b#0", attempt, frames=frames) if end else None, total=1, claim=claim)
+                 end=SegmentEnd("[]", "b#0", attempt, frames=frames) if end else None, total=1, claim=claim, copy=copy)
 
 
 def test_a_replayable_claim_keeps_its_plan_in_the_status_and_no_frames(r: redis.Redis) -> None:
@@ -467,8 +467,9 @@ def test_a_dead_letter_two_operators_read_is_requeued_once(r: redis.Redis) -> No
 
 def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
     """A job whose one segment is one piece ends with that piece: its output is what was sent, not read back, and its
-    PCM is not copied into the parts hash (the results stream holds it: ``job_output``, for a redo that ends the job
-    again, reads it there and gets the same). A job of two pieces is read by its finisher with a plain HGETALL: the
+    PCM, sent without a parts copy as the publisher sends a one-segment job's (``Piece.copy``), is not copied into the
+    parts hash (the results stream holds it: ``job_output``, for a redo that ends the job again, reads it there and
+    gets the same). A job of two pieces is read by its finisher with a plain HGETALL: the
     publish script reads no parts (every byte a script reads becomes a Lua string, hashed whole)."""
     broker = RedisBroker(r, Keys("one"))
 
@@ -478,8 +479,8 @@ def test_a_job_of_one_piece_is_not_read_back(r: redis.Redis) -> None:
     for job, n in (("onejob", 1), ("twojob", 2)):
         r.hset(broker.keys.status(job), mapping={"state": "running", "total": 1})
         before = hgetalls()
-        replies = broker.publish_pieces([_piece(job, "w1/1", i, bytes([i + 1, 0]) * 4, end=i == n - 1) for i in range(n)],
-                                        maxlen=100, ttl_s=60)
+        replies = broker.publish_pieces([_piece(job, "w1/1", i, bytes([i + 1, 0]) * 4, end=i == n - 1, copy=n > 1)
+                                         for i in range(n)], maxlen=100, ttl_s=60)
         assert hgetalls() == before and replies[-1].done == replies[-1].total == 1
         copied = sorted(text_of(k) for k in r.hkeys(broker.keys.parts(job)))
         assert copied == (["words:0"] if n == 1 else ["0:0", "0:1", "words:0"]), copied

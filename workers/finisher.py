@@ -8,15 +8,15 @@ for an encoder and an S3 round trip. The finisher runs these ends on a few threa
 
 Nothing is lost by it: the entry of the segment that ended the job is acked only once its job is stored, in the same
 step as the job's end (``WorkBroker.finalize``'s ``ack``). A worker that dies with a finish pending leaves that entry
-unacked; it is reclaimed, and its redo finds
-the segment published and finishes the job (``Outcomes.already_published``). A finish that fails is logged and
+unacked; it is reclaimed, and its redo finds the segment published and finishes the job
+(``Outcomes.already_published``). A finish that fails is logged and
 counted and its entry left unacked for the same reclaim. A worker's warm shutdown waits for the pending ends.
 
 With ``queue.finisher_processes``, the heavy part of an end (assembly, encoding, storage, status and final record:
 ``Publisher.store_and_finish``) runs in that many processes of its own (``StoreProcesses``), each with its own Redis
 connection and storage client, so it takes none of the loops' interpreter (their GIL): the end acks the entry there,
-and the finisher thread waits for it, then tells Flower itself. A finisher process that dies fails no job: the pool is started again
-and the end runs on the thread this time.
+and the finisher thread waits for it, then tells Flower itself. A finisher process that dies fails no job: the pool
+is started again and the end runs on the thread this time.
 """
 
 from __future__ import annotations

@@ -95,13 +95,13 @@ return {ids, lag, heads}
 # (else 0) and its words json, batch id, worker, the job's segment count, 1 if its claim stored frames (the end drops
 # them); then the admission: prefix, job id, idle_ahead ('' when the job has nothing staged); then 1 to copy the
 # piece's PCM into the parts hash (0: the job is this one segment, all its records kept in its results stream, where
-# ``job_output`` reads them; a job of one piece is never copied: its worker has what it sent). Returns per piece
+# ``job_output`` reads them). Returns per piece
 # {first_chunk, delivered_s, segments done, state, the job's total as its status holds it (an appended job's, once
 # closed), 1 when this ended the job's last segment (its parts are read by the caller, outside the script), 2 when
-# the job is this one piece (its parts are what was sent; its PCM is not copied into the parts hash: the results stream
-# holds it), 3 when the job's last segment was ended before (a redo: the parts an earlier attempt left are read), then
-# 1 written (0: the job had ended, 2: the claim lost) and, for a lost claim, the holder's tag, replay record, frames
-# ('' if none, or once the segment ended), windows published, 1 once the segment was published whole}
+# the job is this one piece (its parts are what was sent), 3 when the job's last segment was ended before (a redo:
+# the parts an earlier attempt left are read), then 1 written (0: the job had ended, 2: the claim lost) and, for a
+# lost claim, the holder's tag, replay record, frames ('' if none, or once the segment ended), windows published, 1
+# once the segment was published whole}
 # (first_chunk and delivered_s '' without chunks; done 0 without the end).
 PUBLISH_PIECES = ADMISSION_FUNCTIONS + """
 local maxlen, ttl, now = ARGV[1], ARGV[2], ARGV[3]
@@ -191,14 +191,9 @@ local function publish(k, at)
     whole = total > 0 and done >= total
   end
   -- the job is whole: the caller reads its parts with a plain HGETALL (not here: every byte read into a script
-  -- becomes a Lua string, hashed whole, about 1.2 us per KB), or, a job of this piece alone, has them (what it sent):
-  -- its PCM is then not copied into the parts (the results stream holds it, for a redo that ends the job again)
+  -- becomes a Lua string, hashed whole, about 1.2 us per KB), or, a job of this piece alone, has them (what it sent)
   if whole and counted and total == 1 and piece == 0 and wrote then
     output = 2
-    if parts[1] == seg .. ':0' then
-      table.remove(parts, 1)
-      table.remove(parts, 1)
-    end
   elseif whole and counted then
     output = 1
   elseif whole then  -- an earlier attempt's end counted (this is a redo): what readers heard is what that one stored

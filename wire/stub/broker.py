@@ -331,7 +331,6 @@ class StubBroker:
         output = None
         if whole and counted and total == 1 and p.piece == 0 and wrote:
             output = ({seg: p.pcm}, {seg: json.loads(p.end.words_json)})  # type: ignore[union-attr]
-            parts.pop(f"{seg}:0", None)  # the results stream holds it (``job_output`` reads it there)
         st.hset(k.parts(p.job_id), parts)
         if counted and done == 1 and not whole:
             st.expire(k.parts(p.job_id), ttl)
